@@ -1,0 +1,37 @@
+"""fastload: keep the GPU fed.
+
+Heavy modules (torch, OpenCV) load on first use of a name, so ``import fastload`` is quick.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+#: Public name -> module that defines it.
+_EXPORTS = {
+    "FastLoader": "fastload.loader",
+    "auto_num_workers": "fastload.loader",
+    "make_image_folder": "fastload.synthetic",
+}
+
+__all__ = ["FastLoader", "__version__", "auto_num_workers", "make_image_folder"]
+
+if TYPE_CHECKING:
+    from fastload.loader import FastLoader, auto_num_workers
+    from fastload.synthetic import make_image_folder
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastload' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
