@@ -6,7 +6,7 @@ import json
 import os
 import platform
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -114,11 +114,17 @@ def plot(result: Path) -> Path:
     names = [row["name"] for row in data["rows"]]
     speedups = [row["speedup"] for row in data["rows"]]
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(names) + 1.2))
-    bars = ax.barh(names, speedups, color=["#999999" if n == data["baseline"] else "#2a7ab0" for n in names])
+    bars = ax.barh(
+        names, speedups, color=["#999999" if n == data["baseline"] else "#2a7ab0" for n in names]
+    )
     ax.bar_label(bars, labels=[f"{s:.1f}x" for s in speedups], padding=3)
     ax.invert_yaxis()
-    ax.set_xlabel(f"speed-up over {data['baseline']} (median of {len(data['rows'][0]['seconds'])} runs)")
-    ax.set_title(f"{data['benchmark']} — {data['machine']['device']}, {data['machine']['cpus']} CPUs")
+    ax.set_xlabel(
+        f"speed-up over {data['baseline']} (median of {len(data['rows'][0]['seconds'])} runs)"
+    )
+    ax.set_title(
+        f"{data['benchmark']} — {data['machine']['device']}, {data['machine']['cpus']} CPUs"
+    )
     ax.set_xlim(0, max(speedups) * 1.2)
     fig.tight_layout()
     png = result.with_suffix(".png")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import Row, plot, report
 from torch.utils.data import DataLoader, TensorDataset
 
+from common import Row, plot, report
 from fastload import FastLoader
 from fastload.timing import measure
 
@@ -46,8 +46,14 @@ def main() -> None:
     dataset = TensorDataset(features)
     # DataLoader is ~30x slower: fewer repeats keep the script short, the median still holds.
     variants = {
-        "DataLoader": (lambda: consume(DataLoader(dataset, batch_size=args.batch_size, shuffle=True)), 3),
-        "FastLoader": (lambda: consume(FastLoader(dataset, batch_size=args.batch_size, shuffle=True)), args.repeats),
+        "DataLoader": (
+            lambda: consume(DataLoader(dataset, batch_size=args.batch_size, shuffle=True)),
+            3,
+        ),
+        "FastLoader": (
+            lambda: consume(FastLoader(dataset, batch_size=args.batch_size, shuffle=True)),
+            args.repeats,
+        ),
         "plain indexing": (lambda: plain_indexing(features, args.batch_size), args.repeats),
     }
     rows = [

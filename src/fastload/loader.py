@@ -320,9 +320,7 @@ class FastLoader(DataLoader):
         iterable = isinstance(dataset, IterableDataset)
         collates = batch_size is not None or batch_sampler is not None
         view = (
-            dataset
-            if iterable
-            else DatasetView(dataset, batched=collate_fn is None and collates)
+            dataset if iterable else DatasetView(dataset, batched=collate_fn is None and collates)
         )
         in_memory = isinstance(view, DatasetView) and view.batched
         if in_memory:
@@ -409,9 +407,7 @@ class FastLoader(DataLoader):
             "sampler": type(self.sampler).__name__,
             "fetch": "batched",
         }
-        return ", ".join(
-            f"{name}={values[name]} ({why})" for name, why in self.choices.items()
-        )
+        return ", ".join(f"{name}={values[name]} ({why})" for name, why in self.choices.items())
 
     def __iter__(self) -> Iterator[Any]:
         if self._auto_epoch:

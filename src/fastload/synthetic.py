@@ -41,7 +41,10 @@ def photo_like_image(rng: np.random.Generator, height: int, width: int) -> np.nd
     texture = texture.mean(axis=2, keepdims=True) * 45 + texture * 6
     for _ in range(int(rng.integers(3, 8))):  # objects: soft-edged, textured ellipses
         center = (int(rng.integers(0, width)), int(rng.integers(0, height)))
-        axes = (int(rng.integers(width // 16, width // 3)), int(rng.integers(height // 16, height // 3)))
+        axes = (
+            int(rng.integers(width // 16, width // 3)),
+            int(rng.integers(height // 16, height // 3)),
+        )
         mask = np.zeros((height, width), np.float32)
         cv2.ellipse(mask, center, axes, float(rng.uniform(0, 180)), 0, 360, 1.0, -1)
         mask = cv2.GaussianBlur(mask, (0, 0), sigmaX=float(rng.uniform(1, 6)))[..., None]
@@ -87,13 +90,18 @@ def make_image_folder(
     """
     if num_classes < 1 or images_per_class < 1:
         raise ValueError(
-            f"num_classes and images_per_class must be >= 1, got {num_classes} and {images_per_class}"
+            "num_classes and images_per_class must be >= 1, "
+            f"got {num_classes} and {images_per_class}"
         )
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
     root = Path(root)
     jobs = [
-        (root / f"class_{label:02d}" / f"img_{label * images_per_class + index:05d}.jpg", label, index)
+        (
+            root / f"class_{label:02d}" / f"img_{label * images_per_class + index:05d}.jpg",
+            label,
+            index,
+        )
         for label in range(num_classes)
         for index in range(images_per_class)
     ]

@@ -46,7 +46,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
 
     def line(row: list[str]) -> str:
-        return "| " + " | ".join(value.ljust(width) for value, width in zip(row, widths)) + " |"
+        return (
+            "| "
+            + " | ".join(value.ljust(width) for value, width in zip(row, widths, strict=True))
+            + " |"
+        )
 
     rule = "|" + "|".join("-" * (width + 2) for width in widths) + "|"
     return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])

@@ -1,0 +1,37 @@
+"""The public surface: removing or adding a name here is a visible decision."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from torch.utils.data import DataLoader
+
+import fastload
+
+PUBLIC_NAMES = {"FastLoader", "__version__", "auto_num_workers", "make_image_folder"}
+
+
+def test_all_lists_exactly_the_public_names():
+    assert set(fastload.__all__) == PUBLIC_NAMES
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_NAMES))
+def test_every_public_name_resolves(name):
+    assert getattr(fastload, name) is not None
+
+
+def test_unknown_name_raises_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        fastload.NoSuchThing  # noqa: B018
+
+
+def test_fastloader_is_a_dataloader():
+    assert issubclass(fastload.FastLoader, DataLoader)
+
+
+def test_import_does_not_load_torch_or_opencv():
+    code = "import sys, fastload; print('torch' in sys.modules, 'cv2' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fastload.cli import main
+from fastload.demo import compare_loaders
+from fastload.synthetic import make_image_folder
+from fastload.timing import format_table, measure
+
+
+def test_demo_prints_a_before_after_table(capsys):
+    main(["demo", "--images-per-class", "2", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "16 JPEGs of 500x375" in out
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.startswith("| DataLoader") or line.startswith("| FastLoader")
+    ]
+    assert len(rows) == 2
+    assert "num_workers=0" in rows[0]
+    assert re.search(r"\| 1\.00x +\|$", rows[0])
+
+
+def test_compare_loaders_reads_every_image_with_each_loader(tmp_path):
+    root = make_image_folder(tmp_path, num_classes=2, images_per_class=3, size=(64, 48))
+    runs = compare_loaders(root, batch_size=4, image_size=32, repeats=2)
+    assert [run.name for run in runs] == ["DataLoader", "FastLoader"]
+    assert all(run.images == 6 and len(run.measurement.seconds) == 2 for run in runs)
+
+
+def test_unknown_command_exits_with_usage(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["nope"])
+    assert caught.value.code == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_measure_counts_runs_and_rejects_bad_counts():
+    calls = []
+    result = measure(lambda: calls.append(1), repeats=3, warmup=2)
+    assert len(calls) == 5 and len(result.seconds) == 3
+    with pytest.raises(ValueError, match="need repeats >= 1"):
+        measure(lambda: None, repeats=0)
+
+
+def test_format_table_lines_up_columns():
+    assert format_table(["a", "bb"], [[1, 2], ["xyz", 3]]).splitlines() == [
+        "| a   | bb |",
+        "|-----|----|",
+        "| 1   | 2  |",
+        "| xyz | 3  |",
+    ]
