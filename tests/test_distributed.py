@@ -60,8 +60,8 @@ def test_ranks_get_disjoint_shards_and_a_new_order_each_epoch(tmp_path):
     orders = [tuple(ranks[0]["seen"][epoch]) for epoch in range(EPOCHS)]
     assert len(set(orders)) == EPOCHS  # the epoch advanced by itself
     assert [rank["epoch"] for rank in ranks] == [EPOCHS - 1] * WORLD
-    assert "sampler=DistributedSampler" in ranks[0]["repr"]
-    assert "DistributedSampler, rank 0 of 2" in ranks[0]["repr"]
+    assert "sampler=DistributedSampler (rank 0 of 2)" in ranks[0]["repr"]
+    assert "sampler=DistributedSampler (rank 1 of 2)" in ranks[1]["repr"]
 
 
 @pytest.mark.slow

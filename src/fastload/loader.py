@@ -349,9 +349,7 @@ class FastLoader(DataLoader):
             sampler = DistributedSampler(view, shuffle=bool(shuffle), drop_last=drop_last)
             shuffle = None
             self._auto_epoch = True
-            self.choices["sampler"] = (
-                f"DistributedSampler, rank {sampler.rank} of {sampler.num_replicas}"
-            )
+            self.choices["sampler"] = f"rank {sampler.rank} of {sampler.num_replicas}"
 
         super().__init__(
             view,
