@@ -33,8 +33,8 @@ def main() -> None:
         f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if torch.cuda.is_available() else "cpu"
     )
 
-    generator = torch.Generator().manual_seed(0)  # the same data on every rank
-    features = torch.randn(args.rows, 64, generator=generator)
+    torch.manual_seed(0)  # the same data and initial weights on every rank
+    features = torch.randn(args.rows, 64)
     labels = (features[:, :8].sum(dim=1) > 0).long()
     loader = FastLoader(TensorDataset(features, labels), batch_size=args.batch_size, shuffle=True)
     if rank == 0:
