@@ -12,11 +12,6 @@ settings.register_profile("fastload", derandomize=True, deadline=None, max_examp
 settings.load_profile("fastload")
 
 
-def cpu_and_cuda() -> list:
-    """Device parameters: every device test runs on CPU here and on CUDA where present."""
-    return ["cpu", pytest.param("cuda", marks=pytest.mark.needs_cuda)]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

@@ -10,7 +10,13 @@ from torch.utils.data import DataLoader
 
 import fastload
 
-PUBLIC_NAMES = {"FastLoader", "__version__", "auto_num_workers", "make_image_folder"}
+PUBLIC_NAMES = {
+    "DataPrefetcher",
+    "FastLoader",
+    "__version__",
+    "auto_num_workers",
+    "make_image_folder",
+}
 
 
 def test_all_lists_exactly_the_public_names():

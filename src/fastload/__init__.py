@@ -12,15 +12,17 @@ __version__ = "0.1.0"
 
 #: Public name -> module that defines it.
 _EXPORTS = {
+    "DataPrefetcher": "fastload.prefetch",
     "FastLoader": "fastload.loader",
     "auto_num_workers": "fastload.loader",
     "make_image_folder": "fastload.synthetic",
 }
 
-__all__ = ["FastLoader", "__version__", "auto_num_workers", "make_image_folder"]
+__all__ = ["DataPrefetcher", "FastLoader", "__version__", "auto_num_workers", "make_image_folder"]
 
 if TYPE_CHECKING:
     from fastload.loader import FastLoader, auto_num_workers
+    from fastload.prefetch import DataPrefetcher
     from fastload.synthetic import make_image_folder
 
 

@@ -1,0 +1,335 @@
+"""DataPrefetcher: copy the next batches to the GPU on a side stream and finish them there.
+
+The step on batch k overlaps the copy (and the conversion, augmentation, normalisation)
+of batch k+1 ... k+depth. Pixels cross PCIe as uint8, four times fewer bytes than float32.
+Without CUDA the same code runs synchronously on the CPU, with identical results.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["DataPrefetcher", "map_tensors"]
+
+_FloatDtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+Path = tuple[Any, ...]
+
+
+def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path = ()) -> Any:
+    """Rebuild ``batch`` with ``fn(path, tensor)`` in place of every tensor leaf.
+
+    Walks tuples, lists, namedtuples, dicts (and other mappings) and dataclasses, in
+    order; ``path`` is the sequence of indices and keys that leads to the leaf. Other
+    leaves (strings, numbers, None) are returned as they are.
+
+    Example:
+        >>> map_tensors({"x": torch.ones(1), "id": "a"}, lambda p, t: p)
+        {'x': ('x',), 'id': 'a'}
+    """
+    if isinstance(batch, torch.Tensor):
+        return fn(path, batch)
+    if isinstance(batch, Mapping):
+        items = {key: map_tensors(value, fn, (*path, key)) for key, value in batch.items()}
+        return items if type(batch) is dict else type(batch)(items)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch)))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch))
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {
+            field.name: map_tensors(getattr(batch, field.name), fn, (*path, field.name))
+            for field in dataclasses.fields(batch)
+            if field.init
+        }
+        return dataclasses.replace(batch, **changes)
+    return batch
+
+
+def _first_tensor_path(batch: Any) -> Path | None:
+    found: list[Path] = []
+
+    def visit(path: Path, tensor: torch.Tensor) -> torch.Tensor:
+        found.append(path)
+        return tensor
+
+    map_tensors(batch, visit)
+    return found[0] if found else None
+
+
+def _default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _check_stats(name: str, values: Sequence[float] | None) -> tuple[float, ...] | None:
+    if values is None:
+        return None
+    values = tuple(float(v) for v in values)
+    if not values:
+        raise ValueError(f"{name} must hold one value per channel, got an empty sequence")
+    if name == "std" and any(v <= 0 for v in values):
+        raise ValueError(f"std must be positive, got {values}")
+    return values
+
+
+@dataclasses.dataclass
+class _InFlight:
+    """A batch on its way: prepared on the side stream, ready once ``event`` fires."""
+
+    batch: Any = None
+    event: torch.cuda.Event | None = None
+    error: BaseException | None = None  # raised when this slot's turn comes
+    end: bool = False
+
+
+class DataPrefetcher:
+    """Iterate over ``loader`` with every batch already on ``device`` and finished there.
+
+    For each batch, on a side CUDA stream: copy every tensor with ``non_blocking=True``
+    (from pinned memory if the loader pins), then on the image only: ``transform``,
+    conversion to ``dtype`` (uint8 is scaled to 0..1), normalisation with ``mean`` and
+    ``std``, and ``channels_last``. Labels and other tensors are moved, not converted;
+    other leaves pass through. Up to ``depth`` batches are in flight while you train.
+
+    Args:
+        loader: Any iterable of batches: a FastLoader, a DataLoader, a list.
+        device: Where batches go; the current CUDA device if available, else the CPU.
+        mean: Per-channel mean on the 0..1 scale, as in torchvision (values on the
+            0..255 scale, as in apex's recipe, are recognised: any value above 1).
+        std: Per-channel standard deviation, on the same scale as ``mean``.
+        dtype: Floating dtype of the image (float32, float16, bfloat16), or None to
+            leave the image's dtype alone.
+        channels_last: Return 4-D images in ``torch.channels_last`` memory format.
+        transform: An ``nn.Module`` (say an ``nn.Sequential`` of ``fastload.gpu``
+            modules) applied to the image batch on the device, before ``dtype`` and
+            normalisation.
+        depth: Batches prepared ahead of the one you hold.
+        image: Which leaf is the image: an index into a tuple/list batch or a key of a
+            dict batch. Default: the first tensor.
+
+    Example:
+        >>> white = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
+        >>> batches = [(white, torch.tensor([0, 1]))]
+        >>> prefetcher = DataPrefetcher(batches, device="cpu", mean=[0.5] * 3, std=[0.5] * 3)
+        >>> images, labels = next(iter(prefetcher))
+        >>> images.dtype, round(images.max().item(), 5), labels.tolist()
+        (torch.float32, 1.0, [0, 1])
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        device: torch.device | str | int | None = None,
+        *,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        dtype: torch.dtype | None = torch.float32,
+        channels_last: bool = False,
+        transform: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None,
+        depth: int = 2,
+        image: int | str | None = None,
+    ) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+        if dtype is not None and dtype not in _FloatDtypes:
+            raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
+        mean, std = _check_stats("mean", mean), _check_stats("std", std)
+        if (mean is None) != (std is None):
+            raise ValueError("give both mean and std, or neither")
+        if mean is not None and len(mean) != len(std):
+            raise ValueError(f"mean and std differ in length: {len(mean)} and {len(std)}")
+
+        self.loader = loader
+        self.device = _default_device() if device is None else torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.dtype = dtype
+        self.channels_last = channels_last
+        self.transform = transform
+        self.depth = depth
+        self.image = image
+        self.mean, self.std = mean, std
+        self._scale, self._shift = self._affine(mean, std)
+        self._scale_uint8 = None if self._scale is None else self._scale / 255
+        # One stream for the prefetcher's lifetime: a stream per epoch grew reserved
+        # memory without bound in timm (issue 2781).
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._events: collections.deque[torch.cuda.Event] = collections.deque()
+        self._iterator: Iterator[Any] | None = None
+        self._pending: collections.deque[_InFlight] = collections.deque()
+
+    def _affine(self, mean, std) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Per-channel ``scale`` and ``shift`` with ``normalised = pixel * scale + shift``
+        for 0..1 pixels; uint8 pixels are scaled by 1/255 first, in the same multiply."""
+        if mean is None:
+            return None, None
+        if max(mean) > 1:  # apex style: statistics on the 0..255 scale
+            mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
+        mean_t = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        std_t = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        return 1 / std_t, -mean_t / std_t
+
+    # --- per batch, on the side stream -----------------------------------------------------
+
+    def _finish_image(self, image: torch.Tensor) -> torch.Tensor:
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.dtype is not None:
+            # The maths in fp32 (fp64 if asked), then one cast: half precision loses
+            # nothing that the cast itself would not.
+            is_uint8 = image.dtype == torch.uint8
+            pixels = image.to(torch.float64 if self.dtype == torch.float64 else torch.float32)
+            if self._scale is not None:
+                if image.dim() != 4 or image.shape[1] != self._scale.shape[1]:
+                    raise ValueError(
+                        f"mean/std have {self._scale.shape[1]} channels; the image batch "
+                        f"has shape {tuple(image.shape)} (expected N, C, H, W)"
+                    )
+                scale = self._scale_uint8 if is_uint8 else self._scale
+                pixels = torch.addcmul(self._shift, pixels, scale)
+            elif is_uint8:
+                pixels = pixels / 255
+            image = pixels.to(self.dtype)
+        if self.channels_last and image.dim() == 4:
+            image = image.contiguous(memory_format=torch.channels_last)
+        return image
+
+    def _image_path(self, batch: Any) -> Path | None:
+        if self.image is None:
+            return _first_tensor_path(batch)
+        try:
+            leaf = batch[self.image]
+        except (KeyError, IndexError, TypeError):
+            leaf = None
+        if not isinstance(leaf, torch.Tensor):
+            raise KeyError(
+                f"image={self.image!r} names no tensor in a batch of type {type(batch).__name__}"
+            )
+        return (self.image,)
+
+    def _prepare(self, batch: Any) -> Any:
+        image_path = self._image_path(batch)
+
+        def move(path: Path, tensor: torch.Tensor) -> torch.Tensor:
+            tensor = tensor.to(self.device, non_blocking=True)
+            return self._finish_image(tensor) if path == image_path else tensor
+
+        return map_tensors(batch, move)
+
+    def _preload(self) -> None:
+        """Take the next batch from the loader and start its copy; never raises."""
+        slot = _InFlight()
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            slot.end = True
+        except Exception as error:  # delivered when this batch's turn comes
+            slot.error = error
+        else:
+            try:
+                with self._on_side_stream():
+                    slot.batch = self._prepare(batch)
+                    slot.event = self._record()
+            except Exception as error:
+                slot.error = error
+        self._pending.append(slot)
+
+    def _on_side_stream(self) -> contextlib.AbstractContextManager:
+        if self._stream is None:
+            return contextlib.nullcontext()
+        # Wait for the work queued so far on the training stream before writing anew.
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        return torch.cuda.stream(self._stream)
+
+    def _record(self) -> torch.cuda.Event | None:
+        if self._stream is None:
+            return None
+        event = self._events.popleft() if self._events else torch.cuda.Event()
+        event.record(self._stream)
+        return event
+
+    def _hand_out(self, slot: _InFlight) -> Any:
+        if slot.event is None:
+            return slot.batch
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(slot.event)
+        self._events.append(slot.event)  # free to record again: the wait is enqueued
+
+        def keep_alive(_path: Path, tensor: torch.Tensor) -> torch.Tensor:
+            # Memory allocated on the side stream is used on the consumer's: tell the
+            # caching allocator so it is not reused before the consumer is done with it.
+            # record_stream returns None; the tensor itself is what we hand out.
+            if tensor.device.type == "cuda":
+                tensor.record_stream(consumer)
+            return tensor
+
+        return map_tensors(slot.batch, keep_alive)
+
+    # --- iteration -----------------------------------------------------------------------------
+
+    def __iter__(self) -> DataPrefetcher:
+        """Start an epoch: a fresh iterator over the loader, ``depth`` batches in flight."""
+        self._close()
+        try:
+            self._iterator = iter(self.loader)
+            for _ in range(self.depth):
+                self._preload()
+        except BaseException:  # KeyboardInterrupt: leave no half-started epoch behind
+            self._close()
+            raise
+        return self
+
+    def __next__(self) -> Any:
+        if self._iterator is None:
+            iter(self)
+        slot = self._pending.popleft()
+        if slot.end:
+            self._close()
+            raise StopIteration
+        if slot.error is not None:
+            self._close()
+            raise slot.error
+        try:
+            batch = self._hand_out(slot)
+            self._preload()
+        except BaseException:  # KeyboardInterrupt included: leave no half-read epoch
+            self._close()
+            raise
+        return batch
+
+    def next(self) -> Any:
+        """apex's ``data_prefetcher.next()``: the next batch, or None once at the end of an
+        epoch; the call after that starts the next epoch."""
+        try:
+            return next(self)
+        except StopIteration:
+            return None
+
+    def _close(self) -> None:
+        self._pending.clear()
+        self._iterator = None
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        # Pass-through of the loader's attributes (sampler, dataset, batch_size, ...),
+        # as timm's PrefetchLoader does; guarded against recursion before __init__ ends.
+        if name == "loader" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(device={self.device}, dtype={self.dtype}, mean={self.mean}, "
+            f"std={self.std}, channels_last={self.channels_last}, depth={self.depth}, "
+            f"transform={self.transform!r})"
+        )

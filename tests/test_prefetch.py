@@ -1,0 +1,370 @@
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+from collections import namedtuple
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+from torch.utils.data import Dataset
+
+from common_utils import cpu_and_cuda
+from fastload import DataPrefetcher, FastLoader
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# The prefetcher folds 1/255, mean and std into one multiply-add; the reference below
+# divides step by step. They agree to float32 rounding: 1e-5 on values of order 1.
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def reference(images: torch.Tensor, mean=MEAN, std=STD) -> torch.Tensor:
+    """torchvision's recipe, by hand: ToDtype(scale=True), then Normalize."""
+    pixels = images.double() / 255 if images.dtype == torch.uint8 else images.double()
+    mean = torch.tensor(mean, dtype=torch.float64).view(1, -1, 1, 1)
+    std = torch.tensor(std, dtype=torch.float64).view(1, -1, 1, 1)
+    return ((pixels - mean) / std).float()
+
+
+def uint8_images(n=4, c=3, h=8, w=6, seed=0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, c, h, w), dtype=torch.uint8, generator=generator)
+
+
+def image_batches(count=5, n=4) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(uint8_images(n=n, seed=i), torch.arange(i * n, (i + 1) * n)) for i in range(count)]
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Fail instead of hanging: a prefetcher must never wait for a batch that can't come."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_uint8_images_are_normalised_like_torchvision(device):
+    batches = image_batches()
+    out = list(DataPrefetcher(batches, device, mean=MEAN, std=STD))
+    assert len(out) == len(batches)
+    for (images, labels), (want_images, want_labels) in zip(out, batches, strict=True):
+        assert images.device.type == device and images.dtype == torch.float32
+        torch.testing.assert_close(images.cpu(), reference(want_images), **TOLERANCE)
+        assert labels.dtype == torch.int64 and torch.equal(labels.cpu(), want_labels)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_statistics_on_the_255_scale_as_in_apex(device):
+    images = uint8_images()
+    apex_mean, apex_std = [m * 255 for m in MEAN], [s * 255 for s in STD]
+    (out,) = DataPrefetcher([images], device, mean=apex_mean, std=apex_std)
+    torch.testing.assert_close(out.cpu(), reference(images), **TOLERANCE)
+
+
+def test_float_images_in_0_1_are_not_rescaled():
+    images = uint8_images().float() / 255
+    (out,) = DataPrefetcher([images], "cpu", mean=MEAN, std=STD)
+    torch.testing.assert_close(out, reference(images), **TOLERANCE)
+
+
+def test_without_statistics_uint8_becomes_0_1_exactly():
+    images = uint8_images()
+    (out,) = DataPrefetcher([images], "cpu")
+    assert torch.equal(out, images.float() / 255)
+
+
+def test_dtype_none_only_moves_the_image():
+    images = uint8_images()
+    (out,) = DataPrefetcher([images], "cpu", dtype=None)
+    assert out.dtype == torch.uint8 and torch.equal(out, images)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_the_fp32_result_cast_once(device, dtype):
+    images = uint8_images()
+    (out,) = DataPrefetcher([images], device, mean=MEAN, std=STD, dtype=dtype)
+    assert out.dtype == dtype
+    (full,) = DataPrefetcher([images], device, mean=MEAN, std=STD)
+    assert torch.equal(out, full.to(dtype))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_channels_last(device):
+    (out,) = DataPrefetcher([uint8_images()], device, mean=MEAN, std=STD, channels_last=True)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert not out.is_contiguous()
+
+
+@given(
+    shape=st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(1, 9), st.integers(1, 9)),
+    dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+    stats=st.data(),
+)
+def test_any_shape_and_statistics_match_the_reference(shape, dtype, stats):
+    c = shape[1]
+    mean = stats.draw(st.lists(st.floats(0, 1), min_size=c, max_size=c))
+    std = stats.draw(st.lists(st.floats(0.05, 1), min_size=c, max_size=c))
+    images = torch.randint(0, 256, shape, dtype=torch.uint8)
+    (out,) = DataPrefetcher([images], "cpu", mean=mean, std=std, dtype=dtype)
+    assert out.shape == shape and out.dtype == dtype
+    want = reference(images, mean, std).to(dtype)
+    tolerance = TOLERANCE if dtype == torch.float32 else {"rtol": 1e-2, "atol": 2e-2}
+    torch.testing.assert_close(out, want, **tolerance)
+
+
+class Flip(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.dtype] = []
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.seen.append(images.dtype)
+        return images.flip(-1)
+
+
+def test_transform_runs_on_the_uint8_image_before_normalisation():
+    images, flip = uint8_images(), Flip()
+    (out,) = DataPrefetcher([images], "cpu", mean=MEAN, std=STD, transform=flip)
+    assert flip.seen == [torch.uint8]
+    torch.testing.assert_close(out, reference(images.flip(-1)), **TOLERANCE)
+
+
+# --- structure, order, length ------------------------------------------------------------------
+
+Sample = namedtuple("Sample", ["image", "label", "name"])
+
+
+@dataclasses.dataclass
+class Record:
+    image: torch.Tensor
+    boxes: list
+    source: str
+
+
+def test_nested_structures_keep_their_shape_and_non_tensor_leaves():
+    images = uint8_images()
+    name = "batch-0"
+    batch = {
+        "image": images,
+        "meta": {"names": [name, "b"], "ids": (torch.tensor([1, 2]), None)},
+        "sample": Sample(images, torch.tensor([3]), name),
+        "record": Record(images, [torch.ones(2)], "disk"),
+    }
+    (out,) = DataPrefetcher([batch], "cpu", mean=MEAN, std=STD)
+    assert set(out) == set(batch)
+    torch.testing.assert_close(out["image"], reference(images), **TOLERANCE)
+    assert out["meta"]["names"][0] is name and out["meta"]["ids"][1] is None
+    assert torch.equal(out["meta"]["ids"][0], torch.tensor([1, 2]))
+    assert isinstance(out["sample"], Sample) and out["sample"].name is name
+    assert out["sample"].image.dtype == torch.uint8  # only one leaf is the image
+    assert isinstance(out["record"], Record) and out["record"].source == "disk"
+    assert torch.equal(out["record"].boxes[0], torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    ("batch", "image", "converted"),
+    [
+        ({"label": torch.tensor([1]), "pixels": uint8_images()}, "pixels", "pixels"),
+        ((torch.tensor([1]), uint8_images()), 1, 1),
+        ([uint8_images(), torch.tensor([1])], None, 0),
+    ],
+)
+def test_the_image_leaf_is_configurable(batch, image, converted):
+    (out,) = DataPrefetcher([batch], "cpu", mean=MEAN, std=STD, image=image)
+    assert out[converted].dtype == torch.float32
+    others = [
+        key for key in (batch.keys() if isinstance(batch, dict) else range(2)) if key != converted
+    ]
+    assert all(out[key].dtype == torch.int64 for key in others)
+
+
+def test_an_image_key_that_names_no_tensor_is_an_error_naming_it():
+    prefetcher = DataPrefetcher([{"img": uint8_images()}], "cpu", image="image")
+    with pytest.raises(KeyError, match="image='image' names no tensor in a batch of type dict"):
+        next(iter(prefetcher))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 10])
+def test_order_and_count_are_preserved_at_any_depth(depth):
+    batches = image_batches(count=7)
+    prefetcher = DataPrefetcher(batches, "cpu", depth=depth)
+    for _ in range(2):  # and again for a second epoch
+        labels = [labels.tolist() for _, labels in prefetcher]
+        assert labels == [b[1].tolist() for b in batches]
+    assert len(prefetcher) == 7
+
+
+def test_next_returns_none_exactly_once_then_starts_the_next_epoch():
+    prefetcher = DataPrefetcher(image_batches(count=3), "cpu")
+    got = [prefetcher.next() for _ in range(8)]
+    assert [g is None for g in got] == [False, False, False, True, False, False, False, True]
+    assert [g[1][0].item() for g in got if g is not None] == [0, 4, 8, 0, 4, 8]
+
+
+def test_apex_style_loop():
+    prefetcher = DataPrefetcher(image_batches(count=4), "cpu", mean=MEAN, std=STD)
+    seen = 0
+    batch = prefetcher.next()
+    while batch is not None:
+        images, labels = batch
+        assert images.dtype == torch.float32
+        seen += len(labels)
+        batch = prefetcher.next()
+    assert seen == 16
+
+
+class Numbered(Dataset):
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int):
+        if index == self.fail_at:
+            raise ValueError(f"bad sample {index}")
+        return torch.full((3, 4, 4), index, dtype=torch.uint8), index
+
+
+def test_fastloader_with_persistent_workers_over_epochs():
+    loader = FastLoader(Numbered(), batch_size=4, num_workers=2)
+    prefetcher = DataPrefetcher(loader, "cpu", mean=(0.5,) * 3, std=(0.5,) * 3)
+    assert prefetcher.sampler is loader.sampler and prefetcher.batch_size == 4
+    assert prefetcher.dataset is loader.dataset
+    with deadline(60):
+        for _ in range(2):
+            labels = [label for _, labels in prefetcher for label in labels.tolist()]
+            assert labels == list(range(24))
+    assert len(prefetcher) == 6
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_loader_error_is_raised_at_its_batch(num_workers):
+    loader = FastLoader(Numbered(fail_at=13), batch_size=4, num_workers=num_workers)
+    prefetcher = DataPrefetcher(loader, "cpu", depth=2)
+    delivered = []
+    with deadline(60), pytest.raises(ValueError, match="bad sample 13"):
+        for _, labels in prefetcher:
+            delivered.append(labels.tolist())
+    assert delivered == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+
+
+def failing_after(count: int, error: BaseException):
+    def batches():
+        yield from image_batches(count=count)
+        raise error
+
+    return batches
+
+
+class Replayable:
+    """An iterable that makes a new generator per epoch, like a DataLoader."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+    def __iter__(self):
+        return self.make()
+
+
+def test_keyboard_interrupt_leaves_nothing_half_done():
+    prefetcher = DataPrefetcher(Replayable(failing_after(2, KeyboardInterrupt())), "cpu", depth=3)
+    with pytest.raises(KeyboardInterrupt):
+        iter(prefetcher)  # interrupted while filling the pipeline
+    assert prefetcher._iterator is None and not prefetcher._pending
+    prefetcher = DataPrefetcher(Replayable(failing_after(3, KeyboardInterrupt())), "cpu", depth=1)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for _, labels in prefetcher:
+            got.append(labels[0].item())
+    assert got == [0, 4]  # the third batch was never finished, so it is not handed out
+    assert prefetcher._iterator is None and not prefetcher._pending
+
+
+def test_a_bad_image_shape_is_reported_at_its_batch():
+    batches = [uint8_images(), uint8_images(c=1)]
+    prefetcher = iter(DataPrefetcher(batches, "cpu", mean=MEAN, std=STD))
+    next(prefetcher)
+    with pytest.raises(
+        ValueError, match=r"mean/std have 3 channels; the image batch has shape \(4, 1, 8, 6\)"
+    ):
+        next(prefetcher)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"depth": 0}, ValueError, "depth must be an int >= 1, got 0"),
+        ({"dtype": torch.int32}, TypeError, "dtype must be a floating dtype or None"),
+        ({"mean": MEAN}, ValueError, "give both mean and std, or neither"),
+        ({"mean": MEAN, "std": (0.2, 0.2)}, ValueError, "mean and std differ in length: 3 and 2"),
+        ({"mean": MEAN, "std": (0.2, 0.0, 0.2)}, ValueError, "std must be positive"),
+        ({"mean": (), "std": ()}, ValueError, "mean must hold one value per channel"),
+    ],
+)
+def test_bad_arguments_are_rejected(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        DataPrefetcher([], "cpu", **kwargs)
+
+
+# --- CUDA: streams ---------------------------------------------------------------------------
+
+
+@pytest.mark.needs_cuda
+def test_cuda_results_equal_the_synchronous_cpu_path():
+    batches = image_batches(count=6, n=16)
+    pinned = [(images.pin_memory(), labels.pin_memory()) for images, labels in batches]
+    options = {"mean": MEAN, "std": STD, "channels_last": True, "transform": Flip()}
+    gpu = [(x.cpu(), y.cpu()) for x, y in DataPrefetcher(pinned, "cuda", depth=3, **options)]
+    cpu = list(DataPrefetcher(batches, "cpu", **options))
+    for (x1, y1), (x2, y2) in zip(gpu, cpu, strict=True):
+        torch.testing.assert_close(x1, x2, rtol=0, atol=1e-6)
+        assert torch.equal(y1, y2)
+
+
+@pytest.mark.needs_cuda
+def test_a_large_copy_read_at_once_is_complete():
+    # 64 MB per batch, each batch a distinct constant: a read that overtook its copy
+    # would see part of the previous batch (or garbage) and the sum would be off.
+    count, size = 6, 64 * 2**20
+    batches = [
+        torch.full((1, 1, 1, size), i + 1, dtype=torch.uint8).pin_memory() for i in range(count)
+    ]
+    sums = []
+    for images in DataPrefetcher(batches, "cuda", dtype=None, depth=2):
+        sums.append(images.sum(dtype=torch.int64))  # on the consumer stream, no sync
+    assert [s.item() for s in sums] == [(i + 1) * size for i in range(count)]
+
+
+@pytest.mark.needs_cuda
+def test_one_stream_and_no_growth_of_reserved_memory_over_epochs():
+    batches = [(x.pin_memory(), y.pin_memory()) for x, y in image_batches(count=8, n=64)]
+    prefetcher = DataPrefetcher(batches, "cuda", mean=MEAN, std=STD)
+    stream = prefetcher._stream
+    reserved = []
+    for _ in range(6):
+        for images, _ in prefetcher:
+            images.mul(2)
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved())
+    assert prefetcher._stream is stream
+    assert reserved[-1] <= reserved[1]
