@@ -63,14 +63,16 @@ def report(
 ) -> Path:
     """Print the table (ratios against ``baseline``) and write ``results/<benchmark>.json``."""
     base = next(row for row in rows if row.name == baseline)
+    extra_columns = list(dict.fromkeys(key for row in rows for key in row.extra))
     table = format_table(
-        ["variant", "median s", f"{unit}/s", f"speed-up vs {baseline}"],
+        ["variant", "median s", f"{unit}/s", f"speed-up vs {baseline}", *extra_columns],
         [
             [
                 row.name,
                 f"{row.measurement.median:.4f}",
                 f"{row.per_second:,.0f}",
                 f"{base.measurement.median / row.measurement.median:.2f}x",
+                *(row.extra.get(key, "") for key in extra_columns),
             ]
             for row in rows
         ],
