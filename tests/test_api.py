@@ -13,9 +13,11 @@ import fastload
 PUBLIC_NAMES = {
     "DataPrefetcher",
     "FastLoader",
+    "LMDBDataset",
     "__version__",
     "auto_num_workers",
     "make_image_folder",
+    "write_lmdb",
 }
 
 

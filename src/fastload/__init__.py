@@ -14,13 +14,24 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DataPrefetcher": "fastload.prefetch",
     "FastLoader": "fastload.loader",
+    "LMDBDataset": "fastload.lmdb",
+    "write_lmdb": "fastload.lmdb",
     "auto_num_workers": "fastload.loader",
     "make_image_folder": "fastload.synthetic",
 }
 
-__all__ = ["DataPrefetcher", "FastLoader", "__version__", "auto_num_workers", "make_image_folder"]
+__all__ = [
+    "DataPrefetcher",
+    "FastLoader",
+    "LMDBDataset",
+    "__version__",
+    "auto_num_workers",
+    "make_image_folder",
+    "write_lmdb",
+]
 
 if TYPE_CHECKING:
+    from fastload.lmdb import LMDBDataset, write_lmdb
     from fastload.loader import FastLoader, auto_num_workers
     from fastload.prefetch import DataPrefetcher
     from fastload.synthetic import make_image_folder

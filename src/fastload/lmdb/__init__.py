@@ -1,0 +1,7 @@
+"""One memory-mapped file per dataset: the record format, the writer and the reader."""
+
+from fastload.lmdb.dataset import LMDBDataset
+from fastload.lmdb.format import RecordFormatError
+from fastload.lmdb.writer import write_lmdb
+
+__all__ = ["LMDBDataset", "RecordFormatError", "write_lmdb"]

@@ -1,0 +1,139 @@
+"""LMDBDataset: a map-style dataset over a fastload LMDB file, safe with any worker setup."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+import lmdb
+from fastload.decode import decode_image
+from fastload.lmdb.format import index_key, unpack_record
+from fastload.lmdb.store import open_for_reading, read_meta
+
+__all__ = ["LMDBDataset"]
+
+Decode = Literal["numpy", "tensor"] | None
+
+
+class LMDBDataset(Dataset):
+    """Images and labels from a database written by :func:`fastload.write_lmdb`.
+
+    The dataset holds only the path and the metadata: each process opens the database
+    itself on first use (read-only, no lock file, so no reader-slot limit), which makes
+    it safe to touch before workers fork and lets it pickle for the ``spawn`` start
+    method. Records are parsed without pickle, so a database from someone else cannot
+    run code.
+
+    Args:
+        path: The database file.
+        transform: Called on the image (and its output returned in its place).
+        target_transform: Called on the label.
+        decode: ``"numpy"``: HWC uint8 RGB ndarray, what albumentations takes;
+            ``"tensor"``: CHW uint8 tensor; ``None``: the encoded file bytes as a 1-D
+            uint8 tensor, for decoding later (on the GPU). Records stored as raw arrays
+            are returned as arrays (or CHW tensors) in every mode.
+        readahead: OS readahead on the memory map: off for random reads from a local
+            disk, on for network filesystems.
+
+    Example:
+        >>> import tempfile, fastload
+        >>> folder = fastload.make_image_folder(
+        ...     tempfile.mkdtemp(), num_classes=2, images_per_class=1
+        ... )
+        >>> _ = fastload.write_lmdb(folder, folder / "db", workers=0, progress=False)
+        >>> dataset = LMDBDataset(folder / "db")
+        >>> image, label = dataset[1]
+        >>> len(dataset), image.shape, label, dataset.classes
+        (2, (375, 500, 3), 1, ['class_00', 'class_01'])
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        transform: Callable[[Any], Any] | None = None,
+        *,
+        target_transform: Callable[[Any], Any] | None = None,
+        decode: Decode = "numpy",
+        readahead: bool = False,
+    ) -> None:
+        if decode not in ("numpy", "tensor", None):
+            raise ValueError(f"decode must be 'numpy', 'tensor' or None, got {decode!r}")
+        self.path = Path(path)
+        self.transform = transform
+        self.target_transform = target_transform
+        self.decode = decode
+        self.readahead = readahead
+        env = open_for_reading(self.path, readahead=readahead)
+        try:
+            self.meta = read_meta(env, self.path)
+        finally:
+            env.close()
+        self._env: lmdb.Environment | None = None
+        self._txn: lmdb.Transaction | None = None
+        self._pid: int | None = None
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.meta.get("classes") or [])
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return {name: index for index, name in enumerate(self.classes)}
+
+    def __len__(self) -> int:
+        return int(self.meta["count"])
+
+    def _read(self, key: bytes) -> bytes | memoryview | None:
+        # One environment and one read transaction per process, opened on first use:
+        # an environment opened before fork must not be used in the child.
+        if self._pid != os.getpid():
+            self._env = open_for_reading(self.path, readahead=self.readahead)
+            self._txn = self._env.begin(buffers=True)
+            self._pid = os.getpid()
+        return self._txn.get(key)  # type: ignore[union-attr]
+
+    def record(self, index: int):
+        """The parsed record at ``index`` (payload, label, CRC), without decoding."""
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} is out of range for {self.path} ({len(self)} records)")
+        index %= len(self)
+        key = index_key(index)
+        value = self._read(key)
+        if value is None:
+            raise KeyError(f"{self.path}: record {key.decode()} is missing")
+        return unpack_record(value, what=f"{self.path}:{key.decode()}")
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        record = self.record(index)
+        image: Any = record.payload
+        if record.encoded:
+            if self.decode is None:
+                image = torch.frombuffer(bytearray(image), dtype=torch.uint8)
+            else:
+                image = decode_image(image, source=f"{self.path}:{index}")
+        if isinstance(image, np.ndarray) and self.decode == "tensor":
+            image = (
+                torch.from_numpy(image).permute(2, 0, 1)
+                if image.ndim == 3
+                else torch.from_numpy(image)
+            )
+        label = record.label
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        return image, label
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_env=None, _txn=None, _pid=None)  # environments do not cross processes
+        return state
+
+    def __repr__(self) -> str:
+        return f"LMDBDataset({str(self.path)!r}, records={len(self)}, decode={self.decode!r})"

@@ -1,0 +1,407 @@
+"""``write_lmdb``: an image folder, a list of files or a Dataset into one LMDB file.
+
+Safe: the map grows by itself, records commit in batches with the conversion's
+progress in the same transaction, so a conversion killed at any point (even by
+``kill -9``) resumes where it stopped and ends with every record exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+import lmdb
+from fastload.decode import ImageDecodeError, decode_image
+from fastload.lmdb.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META_KEY,
+    PROGRESS_KEY,
+    RecordFormatError,
+    encode_meta,
+    index_key,
+    pack_record,
+)
+from fastload.lmdb.store import lock_path, open_for_writing, read_meta
+
+__all__ = ["write_lmdb"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling; a guess is never needed
+COMMIT_BYTES = 64 << 20
+
+
+# --- sources: what to read, and how one item becomes a record ------------------------------------
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """How records are made: ``resize`` (longest side, never up) and JPEG ``quality``."""
+
+    resize: int | None = None
+    quality: int | None = None
+
+    def encode(self, rgb: np.ndarray) -> np.ndarray | bytes:
+        height, width = rgb.shape[:2]
+        if self.resize is not None and max(height, width) > self.resize:
+            scale = self.resize / max(height, width)
+            size = (max(1, round(width * scale)), max(1, round(height * scale)))
+            rgb = cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
+        if self.quality is None and self.resize is None:
+            return rgb
+        bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR) if rgb.ndim == 3 else rgb
+        ok, jpeg = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, self.quality or 90])
+        if not ok:
+            raise ImageDecodeError("OpenCV could not encode the image as JPEG")
+        return jpeg.tobytes()
+
+
+@dataclass
+class FileSource:
+    """Image files with labels; each record keeps the file's bytes unless presized."""
+
+    samples: list[tuple[str, int]]
+    classes: list[str] | None
+    description: str
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def name(self, position: int) -> str:
+        return self.samples[position][0]
+
+    def record(self, position: int, encoding: Encoding) -> bytes:
+        path, label = self.samples[position]
+        data = Path(path).read_bytes()
+        rgb = decode_image(data, source=path)  # also proves the file is a whole image
+        if encoding.resize is None and encoding.quality is None:
+            return pack_record(data, label)
+        return pack_record(encoding.encode(rgb), label)
+
+
+@dataclass
+class DatasetSource:
+    """A map-style dataset of (image, label); images become HWC uint8 arrays."""
+
+    dataset: Any
+    description: str
+    classes: list[str] | None = field(default=None)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def name(self, position: int) -> str:
+        return f"{self.description}[{position}]"
+
+    def record(self, position: int, encoding: Encoding) -> bytes:
+        image, label = self.dataset[position]
+        rgb = _to_hwc_uint8(image, name=self.name(position))
+        if hasattr(label, "tolist"):  # tensors and NumPy scalars/arrays
+            label = np.asarray(label.tolist()) if getattr(label, "ndim", 0) else int(label)
+        return pack_record(encoding.encode(rgb), label)
+
+
+def _to_hwc_uint8(image: Any, *, name: str) -> np.ndarray:
+    if hasattr(image, "convert") and hasattr(image, "size"):  # a PIL image
+        return np.asarray(image.convert("RGB"))
+    if hasattr(image, "numpy"):  # a tensor: CHW as in torchvision
+        array = image.detach().cpu().numpy()
+        if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
+            array = array.transpose(1, 2, 0)
+    elif isinstance(image, np.ndarray):
+        array = image
+    else:
+        raise TypeError(
+            f"{name}: expected an ndarray, tensor or PIL image, got {type(image).__name__}"
+        )
+    if array.dtype != np.uint8:
+        raise TypeError(f"{name}: images must be uint8, got {array.dtype}")
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    return np.ascontiguousarray(array)
+
+
+def as_source(source: Any) -> FileSource | DatasetSource:
+    """An image folder (path), a list of (path, label), or a map-style Dataset."""
+    if isinstance(source, (str, os.PathLike)):
+        root = Path(source)
+        if not root.is_dir():
+            raise FileNotFoundError(f"{root}: no such image folder")
+        from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+
+        classes, class_to_idx = find_classes(str(root))  # ImageFolder's order of classes
+        samples = make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS)
+        return FileSource([(str(p), int(y)) for p, y in samples], classes, str(root.resolve()))
+    if (
+        isinstance(source, Sequence)
+        and all(isinstance(item, (tuple, list)) and len(item) == 2 for item in source)
+        and (not source or isinstance(source[0][0], (str, os.PathLike)))
+    ):
+        samples = [(str(path), int(label)) for path, label in source]
+        return FileSource(samples, None, f"list of {len(samples)} files")
+    if hasattr(source, "__getitem__") and hasattr(source, "__len__"):
+        classes = getattr(source, "classes", None)
+        return DatasetSource(source, type(source).__name__, list(classes) if classes else None)
+    raise TypeError(
+        "source must be an image folder, a list of (path, label) or a map-style Dataset, "
+        f"got {type(source).__name__}"
+    )
+
+
+# --- worker processes ------------------------------------------------------------------------
+
+_worker_job: tuple[FileSource | DatasetSource, Encoding] | None = None
+
+
+def _init_worker(source: FileSource | DatasetSource, encoding: Encoding) -> None:
+    global _worker_job
+    _worker_job = (source, encoding)
+    cv2.setNumThreads(0)
+
+
+def _load(position: int) -> tuple[int, bytes | None, str | None]:
+    """(position, record, None), or (position, None, why) for bad input."""
+    source, encoding = _worker_job  # type: ignore[misc]
+    try:
+        return position, source.record(position, encoding), None
+    except (ImageDecodeError, OSError) as error:
+        return position, None, str(error)
+
+
+def _records(
+    source: FileSource | DatasetSource, encoding: Encoding, start: int, workers: int
+) -> Iterator[tuple[int, bytes | None, str | None]]:
+    positions = range(start, len(source))
+    if workers == 0:
+        _init_worker(source, encoding)
+        yield from map(_load, positions)
+        return
+    with multiprocessing.get_context().Pool(workers, _init_worker, (source, encoding)) as pool:
+        yield from pool.imap(_load, positions, chunksize=8)
+
+
+# --- the database ----------------------------------------------------------------------------
+
+
+def _commit(
+    env: lmdb.Environment, puts: list[tuple[bytes, bytes]], delete: bytes | None = None
+) -> None:
+    """Write ``puts`` in one transaction; on MapFullError double the map and redo it."""
+    while True:
+        try:
+            with env.begin(write=True) as txn:
+                for key, value in puts:
+                    txn.put(key, value)
+                if delete is not None:
+                    txn.delete(delete)
+            return
+        except lmdb.MapFullError:
+            size = env.info()["map_size"] * 2
+            logger.info(
+                "LMDB map full: growing it to %d MiB and redoing the transaction", size >> 20
+            )
+            env.set_mapsize(size)
+
+
+@dataclass
+class Progress:
+    """What a conversion has done, committed with the records it describes."""
+
+    fingerprint: dict[str, Any]
+    next_position: int = 0
+    count: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        return json.dumps(self.__dict__).encode()
+
+
+def _fingerprint(source: FileSource | DatasetSource, encoding: Encoding) -> dict[str, Any]:
+    size = len(source)
+    return {
+        "source": source.description,
+        "length": size,
+        "first": source.name(0) if size else None,
+        "last": source.name(size - 1) if size else None,
+        "resize": encoding.resize,
+        "quality": encoding.quality,
+    }
+
+
+def _start(
+    env: lmdb.Environment, path: Path, fingerprint: dict[str, Any], resume: bool
+) -> Progress | None:
+    """The progress to continue from, or None when the database is already complete."""
+    with env.begin() as txn:
+        meta, progress, entries = txn.get(META_KEY), txn.get(PROGRESS_KEY), txn.stat()["entries"]
+    if meta is not None:
+        return None
+    if progress is None:
+        if entries:
+            raise RecordFormatError(
+                f"{path}: an LMDB database that fastload did not write; not resuming"
+            )
+        return Progress(fingerprint)
+    state = Progress(**json.loads(progress))
+    if state.fingerprint != fingerprint:
+        raise ValueError(
+            f"{path}: cannot resume, it was started from a different source or settings "
+            f"({state.fingerprint}); now {fingerprint}"
+        )
+    logger.info(
+        "%s: resuming at item %d (%d records written)", path, state.next_position, state.count
+    )
+    return state
+
+
+def write_lmdb(
+    source: Any,
+    path: str | os.PathLike,
+    *,
+    resume: bool = False,
+    skip_bad: bool = False,
+    resize: int | None = None,
+    quality: int | None = None,
+    workers: int | None = None,
+    commit_every: int = 256,
+    map_size: int = DEFAULT_MAP_SIZE,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Convert ``source`` into the single-file LMDB database ``path``.
+
+    Args:
+        source: An image folder with class sub-folders (torchvision ImageFolder order of
+            classes), a list of ``(path, label)``, or a map-style Dataset returning
+            ``(image, label)`` with the image an HWC ndarray, CHW tensor or PIL image.
+        path: The database file to create.
+        resume: Continue an interrupted conversion of the same source into ``path``.
+            Without it an existing ``path`` is refused, never overwritten.
+        skip_bad: Skip unreadable, corrupt, truncated or non-image files (listed in the
+            metadata) instead of stopping at the first one.
+        resize: Presize: longest side to this many pixels (never enlarged), re-encoded
+            as JPEG at ``quality`` (90 if not given).
+        quality: JPEG quality for images fastload encodes. Files are kept byte for byte
+            unless ``resize`` or ``quality`` is given; Dataset images are stored as raw
+            arrays (lossless) unless one is.
+        workers: Processes that read and encode (default: the CPUs available); 0 runs in
+            this process.
+        commit_every: Records per transaction.
+        map_size: Initial LMDB map size in bytes; it doubles whenever it is full.
+        progress: Show a tqdm progress bar.
+
+    Returns:
+        The metadata written, as a dict.
+
+    Example:
+        >>> import tempfile, fastload
+        >>> folder = fastload.make_image_folder(
+        ...     tempfile.mkdtemp(), num_classes=2, images_per_class=2
+        ... )
+        >>> meta = write_lmdb(folder, folder / "train.lmdb", workers=0, progress=False)
+        >>> meta["count"], meta["classes"]
+        (4, ['class_00', 'class_01'])
+    """
+    path = Path(path)
+    if path.exists() and not resume:
+        raise FileExistsError(
+            f"{path} exists; pass resume=True (--resume) to finish an interrupted conversion, "
+            "or remove it to start again"
+        )
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{path} is a directory; give the path of the database file to write"
+        )
+    if commit_every < 1:
+        raise ValueError(f"commit_every must be >= 1, got {commit_every}")
+    if quality is not None and not 1 <= quality <= 100:
+        raise ValueError(f"quality must be in 1..100, got {quality}")
+    if resize is not None and resize < 1:
+        raise ValueError(f"resize must be >= 1 pixel, got {resize}")
+    items = as_source(source)
+    encoding = Encoding(resize, quality)
+    workers = len(os.sched_getaffinity(0)) if workers is None else workers
+
+    env = open_for_writing(path, map_size=map_size)
+    try:
+        state = _start(env, path, _fingerprint(items, encoding), resume)
+        if state is None:
+            logger.info("%s is already complete", path)
+            return read_meta(env, path)
+        meta = _convert(env, items, encoding, state, skip_bad=skip_bad, workers=workers,
+                        commit_every=commit_every, progress=progress)  # fmt: skip
+        env.sync()
+    finally:
+        env.close()
+    lock_path(path).unlink(missing_ok=True)  # readers open without locks
+    return meta
+
+
+def _convert(
+    env: lmdb.Environment,
+    items: FileSource | DatasetSource,
+    encoding: Encoding,
+    state: Progress,
+    *,
+    skip_bad: bool,
+    workers: int,
+    commit_every: int,
+    progress: bool,
+) -> dict[str, Any]:
+    pending: list[tuple[bytes, bytes]] = []
+    pending_bytes = 0
+
+    def commit() -> None:
+        nonlocal pending, pending_bytes
+        _commit(env, [*pending, (PROGRESS_KEY, state.encode())])
+        pending, pending_bytes = [], 0
+
+    bar = tqdm(total=len(items), initial=state.next_position, unit="img", disable=not progress)
+    with bar:
+        for position, record, error in _records(items, encoding, state.next_position, workers):
+            if error is not None:
+                if not skip_bad:
+                    commit()  # keep what was done: --resume continues from here
+                    raise ImageDecodeError(
+                        f"{error}\n(item {position} of the source; the {state.count} records "
+                        "before it are kept: fix or remove the file, or pass --skip-bad, "
+                        "and run again with --resume)"
+                    )
+                state.skipped.append({"path": items.name(position), "error": error})
+                bar.set_postfix(skipped=len(state.skipped))
+            else:
+                pending.append((index_key(state.count), record))
+                pending_bytes += len(record)
+                state.count += 1
+            state.next_position = position + 1
+            bar.update()
+            if len(pending) >= commit_every or pending_bytes >= COMMIT_BYTES:
+                commit()
+
+    meta = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "count": state.count,
+        "classes": items.classes,
+        "source": items.description,
+        "resize": encoding.resize,
+        "quality": encoding.quality,
+        "payload": "array"
+        if isinstance(items, DatasetSource) and encoding == Encoding()
+        else "encoded",
+        "skipped": state.skipped,
+        "checksum": "crc32 of each record's payload, in its header",
+    }
+    # The last transaction: the remaining records, the metadata, and no more progress.
+    _commit(env, [*pending, (META_KEY, encode_meta(meta))], delete=PROGRESS_KEY)
+    return meta
