@@ -11,10 +11,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-import lmdb
 from fastload.decode import decode_image
-from fastload.lmdb.format import index_key, unpack_record
-from fastload.lmdb.store import open_for_reading, read_meta
+from fastload.lmdb.format import Record, index_key, unpack_record
+from fastload.lmdb.store import close_reader, read_meta, read_transaction
 
 __all__ = ["LMDBDataset"]
 
@@ -69,14 +68,11 @@ class LMDBDataset(Dataset):
         self.target_transform = target_transform
         self.decode = decode
         self.readahead = readahead
-        env = open_for_reading(self.path, readahead=readahead)
         try:
-            self.meta = read_meta(env, self.path)
-        finally:
-            env.close()
-        self._env: lmdb.Environment | None = None
-        self._txn: lmdb.Transaction | None = None
-        self._pid: int | None = None
+            self.meta = read_meta(self._transaction(), self.path)
+        except Exception:
+            close_reader(self.path)  # keep nothing open: the next step may be a --resume
+            raise
 
     @property
     def classes(self) -> list[str]:
@@ -89,25 +85,22 @@ class LMDBDataset(Dataset):
     def __len__(self) -> int:
         return int(self.meta["count"])
 
-    def _read(self, key: bytes) -> bytes | memoryview | None:
-        # One environment and one read transaction per process, opened on first use:
-        # an environment opened before fork must not be used in the child.
-        if self._pid != os.getpid():
-            self._env = open_for_reading(self.path, readahead=self.readahead)
-            self._txn = self._env.begin(buffers=True)
-            self._pid = os.getpid()
-        return self._txn.get(key)  # type: ignore[union-attr]
+    def _transaction(self):
+        # Looked up at every read, never stored: after fork, pickling for spawn, or a
+        # writer closing it, the next read opens the file afresh in this process.
+        return read_transaction(self.path, readahead=self.readahead)
 
-    def record(self, index: int):
-        """The parsed record at ``index`` (payload, label, CRC), without decoding."""
+    def record(self, index: int, *, check: bool = False) -> Record:
+        """The parsed record at ``index`` (payload, label, CRC), not decoded; ``check``
+        verifies the payload's CRC-32."""
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} is out of range for {self.path} ({len(self)} records)")
         index %= len(self)
         key = index_key(index)
-        value = self._read(key)
+        value = self._transaction().get(key)
         if value is None:
             raise KeyError(f"{self.path}: record {key.decode()} is missing")
-        return unpack_record(value, what=f"{self.path}:{key.decode()}")
+        return unpack_record(value, what=f"{self.path}:{key.decode()}", check=check)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         record = self.record(index)
@@ -129,11 +122,6 @@ class LMDBDataset(Dataset):
         if self.target_transform is not None:
             label = self.target_transform(label)
         return image, label
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_env=None, _txn=None, _pid=None)  # environments do not cross processes
-        return state
 
     def __repr__(self) -> str:
         return f"LMDBDataset({str(self.path)!r}, records={len(self)}, decode={self.decode!r})"

@@ -32,7 +32,7 @@ from fastload.lmdb.format import (
     index_key,
     pack_record,
 )
-from fastload.lmdb.store import lock_path, open_for_writing, read_meta
+from fastload.lmdb.store import close_reader, lock_path, open_for_writing, read_meta
 
 __all__ = ["write_lmdb"]
 
@@ -332,12 +332,14 @@ def write_lmdb(
     encoding = Encoding(resize, quality)
     workers = len(os.sched_getaffinity(0)) if workers is None else workers
 
+    close_reader(path)  # a dataset in this process may have it open for reading
     env = open_for_writing(path, map_size=map_size)
     try:
         state = _start(env, path, _fingerprint(items, encoding), resume)
         if state is None:
             logger.info("%s is already complete", path)
-            return read_meta(env, path)
+            with env.begin() as txn:
+                return read_meta(txn, path)
         meta = _convert(env, items, encoding, state, skip_bad=skip_bad, workers=workers,
                         commit_every=commit_every, progress=progress)  # fmt: skip
         env.sync()
