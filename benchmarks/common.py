@@ -24,6 +24,7 @@ class Row:
     measurement: Measurement
     items: int  # images or batches per timed repeat, for the throughput column
     extra: dict[str, object] = field(default_factory=dict)
+    versus: str | None = None  # the row this one is compared with; default: the report's baseline
 
     @property
     def per_second(self) -> float:
@@ -62,16 +63,22 @@ def report(
     benchmark: str, rows: list[Row], *, baseline: str, unit: str, settings: dict[str, object]
 ) -> Path:
     """Print the table (ratios against ``baseline``) and write ``results/<benchmark>.json``."""
-    base = next(row for row in rows if row.name == baseline)
+    by_name = {row.name: row for row in rows}
+
+    def speedup(row: Row) -> float:
+        return by_name[row.versus or baseline].measurement.median / row.measurement.median
+
     extra_columns = list(dict.fromkeys(key for row in rows for key in row.extra))
     table = format_table(
-        ["variant", "median s", f"{unit}/s", f"speed-up vs {baseline}", *extra_columns],
+        ["variant", "median s", f"{unit}/s", "speed-up", *extra_columns],
         [
             [
                 row.name,
                 f"{row.measurement.median:.4f}",
                 f"{row.per_second:,.0f}",
-                f"{base.measurement.median / row.measurement.median:.2f}x",
+                f"{speedup(row):.2f}x vs {row.versus or baseline}"
+                if row.name != (row.versus or baseline)
+                else "1.00x",
                 *(row.extra.get(key, "") for key in extra_columns),
             ]
             for row in rows
@@ -93,7 +100,8 @@ def report(
                 "median_s": row.measurement.median,
                 "items": row.items,
                 "per_second": row.per_second,
-                "speedup": base.measurement.median / row.measurement.median,
+                "versus": row.versus or baseline,
+                "speedup": speedup(row),
                 **row.extra,
             }
             for row in rows
@@ -106,7 +114,8 @@ def report(
 
 
 def plot(result: Path) -> Path:
-    """Bar chart of the speed-ups in a result JSON, saved beside it as PNG."""
+    """Bar chart of the speed-ups in a result JSON, saved beside it as PNG; grey bars are
+    the baselines the others are compared with."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,18 +124,17 @@ def plot(result: Path) -> Path:
     data = json.loads(result.read_text())
     names = [row["name"] for row in data["rows"]]
     speedups = [row["speedup"] for row in data["rows"]]
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(names) + 1.2))
-    bars = ax.barh(
-        names, speedups, color=["#999999" if n == data["baseline"] else "#2a7ab0" for n in names]
-    )
+    baselines = {row.get("versus", data["baseline"]) for row in data["rows"]}
+    colours = ["#999999" if name in baselines else "#2a7ab0" for name in names]
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.4))
+    bars = ax.barh(names, speedups, color=colours)
     ax.bar_label(bars, labels=[f"{s:.1f}x" for s in speedups], padding=3)
     ax.invert_yaxis()
-    ax.set_xlabel(
-        f"speed-up over {data['baseline']} (median of {len(data['rows'][0]['seconds'])} runs)"
-    )
-    ax.set_title(
-        f"{data['benchmark']} — {data['machine']['device']}, {data['machine']['cpus']} CPUs"
-    )
+    versus = data["baseline"] if baselines == {data["baseline"]} else "the grey bar of its group"
+    repeats = len(data["rows"][0]["seconds"])
+    ax.set_xlabel(f"speed-up over {versus} (median of {repeats} runs)")
+    machine = data["machine"]
+    ax.set_title(f"{data['benchmark']}: {machine['device']}, {machine['cpus']} CPUs")
     ax.set_xlim(0, max(speedups) * 1.2)
     fig.tight_layout()
     png = result.with_suffix(".png")

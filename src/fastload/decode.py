@@ -9,6 +9,9 @@ import numpy as np
 
 __all__ = ["ImageDecodeError", "decode_image", "read_image"]
 
+# OpenCV 5 rejects a truncated JPEG; 4.x fills the missing part with grey and only
+# prints a warning, so there we look for the end marker ourselves.
+_CHECK_JPEG_END = int(cv2.__version__.split(".")[0]) < 5
 _JPEG_START = b"\xff\xd8"
 _JPEG_SCAN = b"\xff\xda"
 _JPEG_END = b"\xff\xd9"
@@ -18,11 +21,11 @@ class ImageDecodeError(ValueError):
     """Bytes that are not a complete image in a format OpenCV reads."""
 
 
-def _truncated_jpeg(data: bytes | memoryview) -> bool:
-    # OpenCV 4.x fills a truncated JPEG with grey and only prints a warning. A complete
-    # JPEG has an end marker after its last scan (an EXIF thumbnail ends before it).
-    data = bytes(data[-(1 << 20) :]) if len(data) > 1 << 20 else bytes(data)
-    return data.rfind(_JPEG_END) < data.rfind(_JPEG_SCAN)
+def _truncated_jpeg(data: np.ndarray) -> bool:
+    # A complete JPEG has an end marker after its last scan (an EXIF thumbnail's end
+    # marker comes before the main image's scans).
+    raw = data.tobytes()
+    return raw.rfind(_JPEG_END) < raw.rfind(_JPEG_SCAN)
 
 
 def decode_image(data: bytes | memoryview | np.ndarray, *, source: str = "<bytes>") -> np.ndarray:
@@ -51,7 +54,7 @@ def decode_image(data: bytes | memoryview | np.ndarray, *, source: str = "<bytes
         raise ImageDecodeError(
             f"{source}: not an image OpenCV can decode (corrupt or unknown format)"
         )
-    if bytes(buffer[:2]) == _JPEG_START and _truncated_jpeg(buffer.data):
+    if _CHECK_JPEG_END and buffer[:2].tobytes() == _JPEG_START and _truncated_jpeg(buffer):
         raise ImageDecodeError(f"{source}: truncated JPEG (no end marker after the last scan)")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 

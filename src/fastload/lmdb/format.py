@@ -29,8 +29,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,17 +64,17 @@ class RecordFormatError(ValueError):
     """A value or database that is not in the fastload format; nothing was executed."""
 
 
-@dataclass(frozen=True)
-class Record:
-    """One decoded record: ``payload`` is encoded file bytes or a raw array."""
+class Record(NamedTuple):
+    """One parsed record: ``payload`` is encoded file bytes (a memoryview into the
+    database when parsed with ``copy=False``) or a raw array."""
 
-    payload: bytes | np.ndarray
+    payload: bytes | memoryview | np.ndarray
     label: int | np.ndarray | None
     crc32: int
 
     @property
     def encoded(self) -> bool:
-        return isinstance(self.payload, bytes)
+        return not isinstance(self.payload, np.ndarray)
 
 
 def index_key(index: int) -> bytes:
@@ -144,22 +143,27 @@ def pack_record(payload: bytes | np.ndarray, label: Any = None) -> bytes:
     return header + label_body + body
 
 
-def unpack_record(value: bytes | memoryview, *, what: str, check: bool = False) -> Record:
+def unpack_record(
+    value: bytes | memoryview, *, what: str, check: bool = False, copy: bool = True
+) -> Record:
     """Parse one record; ``what`` names it in errors (its key). Never unpickles.
+
+    ``copy=False`` leaves encoded payloads as views into ``value`` (no copy), for a
+    caller that is done with them before ``value`` goes away.
 
     Raises:
         RecordFormatError: Not a fastload record (a pickle is recognised and refused),
             a newer version, a malformed header, or (``check=True``) a CRC mismatch.
     """
     view = memoryview(value)
-    if len(view) < _HEADER.size or bytes(view[:4]) != MAGIC:
-        hint = (
-            " (it holds a pickle; refusing to unpickle)"
-            if len(view) and view[0] == _PICKLE_PROTOCOL_MARK
-            else ""
-        )
+    try:
+        magic, version, kind, label_kind, _, checksum, label_value = _HEADER.unpack_from(view)
+    except struct.error:
+        magic = None
+    if magic != MAGIC:
+        pickled = len(view) > 0 and view[0] == _PICKLE_PROTOCOL_MARK
+        hint = " (it holds a pickle; refusing to unpickle)" if pickled else ""
         raise RecordFormatError(f"{what}: not a fastload record{hint}")
-    _, version, kind, label_kind, _, checksum, label_value = _HEADER.unpack_from(view)
     if version > FORMAT_VERSION:
         raise RecordFormatError(
             f"{what}: record format version {version} is newer than this fastload reads "
@@ -179,7 +183,7 @@ def unpack_record(value: bytes | memoryview, *, what: str, check: bool = False) 
     if check and zlib.crc32(body) != checksum:
         raise RecordFormatError(f"{what}: CRC-32 mismatch, the record is corrupt")
     if kind == ENCODED:
-        payload: bytes | np.ndarray = bytes(body)
+        payload: bytes | memoryview | np.ndarray = bytes(body) if copy else body
     elif kind == ARRAY:
         payload, _ = _unpack_array(view, offset, what=what)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,13 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + "-lock")
 
 
-def open_for_reading(path: str | Path, *, readahead: bool = False) -> lmdb.Environment:
+def open_for_reading(path: str | Path, *, readahead: bool = True) -> lmdb.Environment:
     """Open read-only without the lock file: no reader slots (no ``ReadersFullError``), no
     writes to the directory (read-only filesystems work). Safe because a finished
     database never changes.
 
-    ``readahead=False`` suits random reads from a local disk; ``True`` suits network
-    filesystems and sequential scans.
+    ``readahead`` lets the OS read ahead on page faults: a multi-page image record then
+    comes in one read instead of one per 4 KiB page.
     """
     path = Path(path)
     if not path.exists():
@@ -54,7 +55,12 @@ def open_for_reading(path: str | Path, *, readahead: bool = False) -> lmdb.Envir
         raise RecordFormatError(f"{path}: not an LMDB file, not a fastload database") from error
 
 
-def read_transaction(path: str | Path, *, readahead: bool = False) -> lmdb.Transaction:
+@functools.lru_cache(maxsize=256)
+def _resolve(path: str) -> str:
+    return os.path.realpath(path)  # a dozen microseconds: once per path, not per read
+
+
+def read_transaction(path: str | Path, *, readahead: bool = True) -> lmdb.Transaction:
     """This process's long-lived read transaction on ``path``, opened on first use.
 
     Every LMDBDataset on the same file in a process shares it (the first one's
@@ -69,7 +75,7 @@ def read_transaction(path: str | Path, *, readahead: bool = False) -> lmdb.Trans
             env.close()
         _readers.clear()
         _readers_pid = os.getpid()
-    key = os.path.realpath(path)
+    key = _resolve(os.fspath(path))
     entry = _readers.get(key)
     if entry is None:
         env = open_for_reading(path, readahead=readahead)
@@ -79,7 +85,7 @@ def read_transaction(path: str | Path, *, readahead: bool = False) -> lmdb.Trans
 
 def close_reader(path: str | Path) -> None:
     """Close this process's read transaction on ``path``, if any (before writing to it)."""
-    entry = _readers.pop(os.path.realpath(path), None) if _readers_pid == os.getpid() else None
+    entry = _readers.pop(_resolve(os.fspath(path)), None) if _readers_pid == os.getpid() else None
     if entry is not None:
         entry[1].abort()
         entry[0].close()
