@@ -177,3 +177,11 @@ def test_several_processes_read_at_once(database):
     with multiprocessing.get_context("fork").Pool(4) as pool:
         results = pool.map(checksum_all, [str(database)] * 8)
     assert all(result == expected for result in results)
+
+
+def test_batched_reads_equal_single_reads(database):
+    dataset = LMDBDataset(database, decode="tensor")
+    batch = dataset.__getitems__([5, 0, 3])
+    for (image, label), index in zip(batch, [5, 0, 3], strict=True):
+        want_image, want_label = dataset[index]
+        assert label == want_label and torch.equal(image, want_image)
