@@ -23,6 +23,8 @@ lint: $(BIN)/fastload
 bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/tensor_dataset.py --plot
 	$(BIN)/python benchmarks/loader_defaults.py --plot
+	$(BIN)/python benchmarks/prefetch.py --plot
+	$(BIN)/python benchmarks/lmdb_vs_files.py --plot
 
 clean:
 	rm -rf $(VENV) benchmarks/.data

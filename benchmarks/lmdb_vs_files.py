@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
@@ -84,9 +85,9 @@ def main() -> None:
             for i in order:
                 files[i].read_bytes()
 
-        def lmdb_raw():
+        def lmdb_raw(dataset=dataset):
             for i in order:
-                dataset.record(i).payload
+                dataset.record(i)
 
         def files_decoded():
             for i in order:
@@ -115,6 +116,11 @@ def main() -> None:
             variants += [
                 ("files, raw bytes, cold", cold(files_raw, files), None),
                 ("LMDB, raw bytes, cold", cold(lmdb_raw, [database]), "files, raw bytes, cold"),
+                (
+                    "LMDB, raw bytes, cold, readahead off",
+                    cold(partial(lmdb_raw, LMDBDataset(database, readahead=False)), [database]),
+                    "files, raw bytes, cold",
+                ),
                 ("files, decoded, cold", cold(files_decoded, files), None),
                 ("LMDB, decoded, cold", cold(lmdb_decoded, [database]), "files, decoded, cold"),
             ]

@@ -38,7 +38,7 @@ class LMDBDataset(Dataset):
             uint8 tensor, for decoding later (on the GPU). Records stored as raw arrays
             are returned as arrays (or CHW tensors) in every mode.
         readahead: OS readahead on the memory map. On (the default) reads an image
-            record, which spans many pages, in one go: with a cold cache 15x faster than
+            record, which spans many pages, in one go: with a cold cache 12x faster than
             off in benchmarks/lmdb_vs_files.py. Off only pays for records of a page or
             two in a database much larger than RAM.
 
