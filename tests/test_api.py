@@ -13,6 +13,7 @@ import fastload
 PUBLIC_NAMES = {
     "DataPrefetcher",
     "FastLoader",
+    "ImageFolder",
     "LMDBDataset",
     "__version__",
     "auto_num_workers",

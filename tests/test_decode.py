@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
 
-from fastload.decode import ImageDecodeError, decode_image, read_image
+from fastload.decode import ImageDecodeError, decode_image, load_image, read_image, reduction_factor
 
 
 def photo(height: int = 24, width: int = 32) -> np.ndarray:
@@ -67,3 +73,76 @@ def test_read_image(tmp_path):
     assert np.array_equal(read_image(path), photo())
     with pytest.raises(FileNotFoundError, match=r"missing\.jpg"):
         read_image(tmp_path / "missing.jpg")
+
+
+@pytest.fixture(scope="module")
+def photo_jpeg(tmp_path_factory) -> Path:
+    from fastload import make_image_folder
+
+    root = make_image_folder(
+        tmp_path_factory.mktemp("photos"), num_classes=1, images_per_class=1, size=(640, 480)
+    )
+    return next(root.rglob("*.jpg"))
+
+
+def test_pixels_equal_cv2_imread_and_are_close_to_pil(photo_jpeg):
+    image = read_image(photo_jpeg)
+    assert np.array_equal(image, cv2.cvtColor(cv2.imread(str(photo_jpeg)), cv2.COLOR_BGR2RGB))
+    with Image.open(photo_jpeg) as pil:
+        reference = np.asarray(pil.convert("RGB")).astype(int)
+    # Two libjpeg builds may round the IDCT and upsampling differently: a few levels.
+    difference = np.abs(image.astype(int) - reference)
+    assert difference.mean() < 1.0 and difference.max() <= 16
+
+
+@pytest.mark.parametrize(
+    ("min_size", "factor"),
+    [(None, 1), (480, 1), (241, 1), (240, 2), (120, 4), (60, 8), (1, 8), ((200, 300), 2)],
+)
+def test_reduced_decode_keeps_at_least_min_size(photo_jpeg, min_size, factor):
+    image = read_image(photo_jpeg, min_size=min_size)
+    assert image.shape == (480 // factor, 640 // factor, 3)
+    if factor > 1:
+        flag = {
+            2: cv2.IMREAD_REDUCED_COLOR_2,
+            4: cv2.IMREAD_REDUCED_COLOR_4,
+            8: cv2.IMREAD_REDUCED_COLOR_8,
+        }[factor]
+        assert np.array_equal(
+            image, cv2.cvtColor(cv2.imread(str(photo_jpeg), flag), cv2.COLOR_BGR2RGB)
+        )
+
+
+@given(
+    height=st.integers(1, 5000),
+    width=st.integers(1, 5000),
+    min_h=st.integers(1, 1000),
+    min_w=st.integers(1, 1000),
+)
+def test_reduction_factor_never_goes_below_min_size_and_is_the_largest(height, width, min_h, min_w):
+    factor = reduction_factor(height, width, (min_h, min_w))
+    assert factor in (1, 2, 4, 8)
+    if factor > 1:
+        assert -(-height // factor) >= min_h and -(-width // factor) >= min_w
+    larger = {1: 2, 2: 4, 4: 8}.get(factor)
+    if larger is not None:
+        assert -(-height // larger) < min_h or -(-width // larger) < min_w
+
+
+def test_reduced_decode_does_not_apply_to_png():
+    data = encode(photo(64, 64), ".png")
+    assert decode_image(data, min_size=8).shape == (64, 64, 3)
+
+
+@pytest.mark.parametrize("decode", ["numpy", "tensor", None])
+def test_load_image_modes(decode):
+    data = encode(photo(), ".png")
+    out = load_image(data, decode, source="x")
+    if decode == "numpy":
+        assert isinstance(out, np.ndarray) and out.shape == (24, 32, 3)
+    elif decode == "tensor":
+        assert out.shape == (3, 24, 32) and torch.equal(
+            out.permute(1, 2, 0), torch.from_numpy(photo())
+        )
+    else:
+        assert out.dtype == torch.uint8 and bytes(out.numpy()) == data

@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DataPrefetcher": "fastload.prefetch",
     "FastLoader": "fastload.loader",
+    "ImageFolder": "fastload.folder",
     "LMDBDataset": "fastload.lmdb",
     "write_lmdb": "fastload.lmdb",
     "auto_num_workers": "fastload.loader",
@@ -23,6 +24,7 @@ _EXPORTS = {
 __all__ = [
     "DataPrefetcher",
     "FastLoader",
+    "ImageFolder",
     "LMDBDataset",
     "__version__",
     "auto_num_workers",
@@ -31,6 +33,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from fastload.folder import ImageFolder
     from fastload.lmdb import LMDBDataset, write_lmdb
     from fastload.loader import FastLoader, auto_num_workers
     from fastload.prefetch import DataPrefetcher

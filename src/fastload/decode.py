@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import Any, Literal
 
 import cv2
 import numpy as np
+import torch
 
-__all__ = ["ImageDecodeError", "decode_image", "read_image"]
+__all__ = [
+    "DecodeMode",
+    "ImageDecodeError",
+    "as_output",
+    "check_decode_mode",
+    "decode_image",
+    "load_image",
+    "read_image",
+    "reduction_factor",
+]
+
+#: What a dataset returns for an image: "numpy" HWC uint8 RGB, "tensor" CHW uint8, or
+#: None for the encoded bytes as a 1-D uint8 tensor (decoded later, on the GPU).
+DecodeMode = Literal["numpy", "tensor"] | None
+
+# libjpeg decodes at 1/2, 1/4, 1/8 scale in the DCT: less work, no resize needed.
+_REDUCED = {
+    2: cv2.IMREAD_REDUCED_COLOR_2,
+    4: cv2.IMREAD_REDUCED_COLOR_4,
+    8: cv2.IMREAD_REDUCED_COLOR_8,
+}
 
 # OpenCV 5 rejects a truncated JPEG; 4.x fills the missing part with grey and only
 # prints a warning, so there we look for the end marker ourselves.
@@ -28,7 +51,45 @@ def _truncated_jpeg(data: np.ndarray) -> bool:
     return raw.rfind(_JPEG_END) < raw.rfind(_JPEG_SCAN)
 
 
-def decode_image(data: bytes | memoryview | np.ndarray, *, source: str = "<bytes>") -> np.ndarray:
+def _min_hw(min_size: int | tuple[int, int]) -> tuple[int, int]:
+    return (min_size, min_size) if isinstance(min_size, int) else min_size
+
+
+def reduction_factor(height: int, width: int, min_size: int | tuple[int, int] | None) -> int:
+    """The largest of 8, 4, 2 (else 1) that keeps a ``height`` x ``width`` image at
+    least ``min_size`` after scaling down (libjpeg rounds the scaled size up).
+
+    ``min_size``: an int bounds both sides (so the shorter side), ``(h, w)`` each one.
+
+    Example:
+        >>> reduction_factor(1500, 2000, 224), reduction_factor(375, 500, 224)
+        (4, 1)
+    """
+    if min_size is None:
+        return 1
+    min_h, min_w = _min_hw(min_size)
+    for factor in (8, 4, 2):
+        if -(-height // factor) >= min_h and -(-width // factor) >= min_w:
+            return factor
+    return 1
+
+
+def _jpeg_factor(data: np.ndarray, min_size: int | tuple[int, int]) -> int:
+    from PIL import Image  # reads the header only: ~40 us
+
+    try:
+        width, height = Image.open(io.BytesIO(data[:65536].tobytes())).size
+    except Exception:  # an unreadable header: the full decode below reports it properly
+        return 1
+    return reduction_factor(height, width, min_size)
+
+
+def decode_image(
+    data: bytes | memoryview | np.ndarray,
+    *,
+    source: str = "<bytes>",
+    min_size: int | tuple[int, int] | None = None,
+) -> np.ndarray:
     """Decode JPEG, PNG, BMP, WebP (whatever this OpenCV reads) to HWC uint8 RGB.
 
     Grayscale becomes 3 channels and alpha is dropped, so every image has shape
@@ -37,6 +98,10 @@ def decode_image(data: bytes | memoryview | np.ndarray, *, source: str = "<bytes
     Args:
         data: The encoded file's bytes.
         source: Names the image in errors (a path, a database key).
+        min_size: The smallest image the pipeline needs (an int for both sides, or
+            ``(h, w)``). A JPEG at least twice that size is decoded at 1/2, 1/4 or 1/8
+            scale inside the decoder, which is faster and loses no needed resolution;
+            other images are decoded at full size.
 
     Raises:
         ImageDecodeError: Empty, truncated, corrupt or not an image; names ``source``.
@@ -49,16 +114,48 @@ def decode_image(data: bytes | memoryview | np.ndarray, *, source: str = "<bytes
     buffer = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
     if buffer.size == 0:
         raise ImageDecodeError(f"{source}: empty, no image data")
-    image = cv2.imdecode(buffer, cv2.IMREAD_COLOR)
+    is_jpeg = buffer[:2].tobytes() == _JPEG_START
+    factor = _jpeg_factor(buffer, min_size) if is_jpeg and min_size is not None else 1
+    image = cv2.imdecode(buffer, _REDUCED[factor] if factor > 1 else cv2.IMREAD_COLOR)
     if image is None:
         raise ImageDecodeError(
             f"{source}: not an image OpenCV can decode (corrupt or unknown format)"
         )
-    if _CHECK_JPEG_END and buffer[:2].tobytes() == _JPEG_START and _truncated_jpeg(buffer):
+    if _CHECK_JPEG_END and is_jpeg and _truncated_jpeg(buffer):
         raise ImageDecodeError(f"{source}: truncated JPEG (no end marker after the last scan)")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
-def read_image(path: str | Path) -> np.ndarray:
+def read_image(path: str | Path, *, min_size: int | tuple[int, int] | None = None) -> np.ndarray:
     """Read and decode one image file to HWC uint8 RGB; errors name the file."""
-    return decode_image(Path(path).read_bytes(), source=str(path))
+    return decode_image(Path(path).read_bytes(), source=str(path), min_size=min_size)
+
+
+def check_decode_mode(decode: Any) -> None:
+    if decode not in ("numpy", "tensor", None):
+        raise ValueError(f"decode must be 'numpy', 'tensor' or None, got {decode!r}")
+
+
+def as_output(image: np.ndarray, decode: DecodeMode) -> np.ndarray | torch.Tensor:
+    """An HWC array as ``decode`` asks: the array itself, or a CHW tensor view of it."""
+    if decode != "tensor":
+        return image
+    tensor = torch.from_numpy(image)
+    return tensor.permute(2, 0, 1) if tensor.dim() == 3 else tensor
+
+
+def load_image(
+    data: bytes | memoryview,
+    decode: DecodeMode,
+    *,
+    source: str,
+    min_size: int | tuple[int, int] | None = None,
+) -> np.ndarray | torch.Tensor:
+    """Encoded bytes to what a dataset returns for ``decode`` (see :data:`DecodeMode`).
+
+    The bytes are copied (``decode=None``) or decoded before this returns, so ``data``
+    may be a view into a memory map.
+    """
+    if decode is None:
+        return torch.from_numpy(np.frombuffer(data, np.uint8).copy())
+    return as_output(decode_image(data, source=source, min_size=min_size), decode)

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 import lmdb
 from fastload.decode import ImageDecodeError, decode_image
+from fastload.folder import folder_samples
 from fastload.lmdb.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -135,14 +136,8 @@ def _to_hwc_uint8(image: Any, *, name: str) -> np.ndarray:
 def as_source(source: Any) -> FileSource | DatasetSource:
     """An image folder (path), a list of (path, label), or a map-style Dataset."""
     if isinstance(source, (str, os.PathLike)):
-        root = Path(source)
-        if not root.is_dir():
-            raise FileNotFoundError(f"{root}: no such image folder")
-        from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
-
-        classes, class_to_idx = find_classes(str(root))  # ImageFolder's order of classes
-        samples = make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS)
-        return FileSource([(str(p), int(y)) for p, y in samples], classes, str(root.resolve()))
+        classes, _, samples = folder_samples(source)
+        return FileSource(samples, classes, str(Path(source).resolve()))
     if (
         isinstance(source, Sequence)
         and all(isinstance(item, (tuple, list)) and len(item) == 2 for item in source)
