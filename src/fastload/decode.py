@@ -25,6 +25,8 @@ __all__ = [
 #: None for the encoded bytes as a 1-D uint8 tensor (decoded later, on the GPU).
 DecodeMode = Literal["numpy", "tensor"] | None
 
+# OpenCV >= 4.10 can decode straight to RGB (not combined with the reduced modes).
+_FULL_RGB = getattr(cv2, "IMREAD_COLOR_RGB", None)
 # libjpeg decodes at 1/2, 1/4, 1/8 scale in the DCT: less work, no resize needed.
 _REDUCED = {
     2: cv2.IMREAD_REDUCED_COLOR_2,
@@ -116,14 +118,18 @@ def decode_image(
         raise ImageDecodeError(f"{source}: empty, no image data")
     is_jpeg = buffer[:2].tobytes() == _JPEG_START
     factor = _jpeg_factor(buffer, min_size) if is_jpeg and min_size is not None else 1
-    image = cv2.imdecode(buffer, _REDUCED[factor] if factor > 1 else cv2.IMREAD_COLOR)
+    if factor > 1:
+        flag, bgr = _REDUCED[factor], True
+    else:
+        flag, bgr = (cv2.IMREAD_COLOR, True) if _FULL_RGB is None else (_FULL_RGB, False)
+    image = cv2.imdecode(buffer, flag)
     if image is None:
         raise ImageDecodeError(
             f"{source}: not an image OpenCV can decode (corrupt or unknown format)"
         )
     if _CHECK_JPEG_END and is_jpeg and _truncated_jpeg(buffer):
         raise ImageDecodeError(f"{source}: truncated JPEG (no end marker after the last scan)")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB) if bgr else image
 
 
 def read_image(path: str | Path, *, min_size: int | tuple[int, int] | None = None) -> np.ndarray:
