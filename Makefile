@@ -25,6 +25,7 @@ bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/loader_defaults.py --plot
 	$(BIN)/python benchmarks/prefetch.py --plot
 	$(BIN)/python benchmarks/lmdb_vs_files.py --plot
+	$(BIN)/python benchmarks/cpu_augment.py --plot
 
 clean:
 	rm -rf $(VENV) benchmarks/.data
