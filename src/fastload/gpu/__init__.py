@@ -1,0 +1,38 @@
+"""Batch augmentation on the GPU (and the CPU): ``nn.Module``s with per-sample parameters.
+
+Compose them in an ``nn.Sequential`` and pass it to ``DataPrefetcher(transform=...)``.
+Arguments follow ``torchvision.transforms.v2``; each sample draws its own parameters
+unless ``same_on_batch=True``.
+"""
+
+from fastload.gpu.base import BatchTransform
+from fastload.gpu.blur import GaussianBlur
+from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
+from fastload.gpu.erase import RandomErasing
+from fastload.gpu.geometric import (
+    CenterCrop,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    RandomVerticalFlip,
+    Resize,
+)
+from fastload.gpu.mix import CutMix, MixUp
+
+__all__ = [
+    "BatchTransform",
+    "CenterCrop",
+    "ColorJitter",
+    "CutMix",
+    "GaussianBlur",
+    "MixUp",
+    "Normalize",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "RandomVerticalFlip",
+    "Resize",
+    "ToDtype",
+]

@@ -1,0 +1,151 @@
+"""The base of every batch augmentation: draw per-sample parameters, then apply them.
+
+A module's ``forward(images, params=None)`` first calls ``sample_params`` (one
+vectorised draw for the whole batch, on the batch's device), then ``apply``. Passing
+``params`` replays an augmentation, which is how tests compare with torchvision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["BatchTransform", "Params"]
+
+Params = dict[str, Tensor]
+
+
+def check_images(images: Any, name: str, *, rgb: bool = False) -> None:
+    """Raise a clear error unless ``images`` is an NCHW uint8/floating tensor."""
+    if not isinstance(images, Tensor):
+        raise TypeError(f"{name} expects a tensor batch (N, C, H, W), got {type(images).__name__}")
+    if images.dim() != 4:
+        raise ValueError(
+            f"{name} expects a 4-D batch (N, C, H, W), got shape {tuple(images.shape)}"
+        )
+    if images.dtype != torch.uint8 and not images.is_floating_point():
+        raise TypeError(f"{name} expects uint8 or floating images, got {images.dtype}")
+    if rgb and images.shape[1] != 3:
+        raise ValueError(f"{name} works on RGB images (3 channels), got {images.shape[1]} channels")
+
+
+def to_float(images: Tensor) -> Tensor:
+    """float32 (float64 stays) on the image's own scale: 0..255 for uint8, 0..1 for floats.
+    Grids and colour maths in half precision are visibly wrong, so never below float32."""
+    return images if images.dtype == torch.float64 else images.to(torch.float32)
+
+
+def restore(result: Tensor, dtype: torch.dtype) -> Tensor:
+    """Back to the input's dtype; uint8 is rounded and clamped, not truncated."""
+    if dtype == torch.uint8:
+        return result.round_().clamp_(0, 255).to(torch.uint8)
+    return result.to(dtype)
+
+
+def max_value(dtype: torch.dtype) -> float:
+    return 255.0 if dtype == torch.uint8 else 1.0
+
+
+def pair(value: float | Sequence[float], name: str) -> tuple[float, float]:
+    if isinstance(value, (int, float)):
+        return float(value), float(value)
+    if len(value) != 2:
+        raise ValueError(f"{name} must be a number or a (min, max) pair, got {value!r}")
+    low, high = float(value[0]), float(value[1])
+    if low > high:
+        raise ValueError(f"{name} must be (min, max) with min <= max, got {value!r}")
+    return low, high
+
+
+def check_probability(p: float) -> float:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be a probability in [0, 1], got {p}")
+    return float(p)
+
+
+class BatchTransform(nn.Module):
+    """Base of the ``fastload.gpu`` modules.
+
+    Subclasses implement ``sample_params(shape, device, generator) -> dict`` and
+    ``apply(images, params) -> images``, and use the sampling helpers below, which
+    honour ``same_on_batch`` (one draw for the whole batch, as torchvision does).
+
+    Args:
+        p: Per-sample probability of applying the transform.
+        same_on_batch: Draw one set of parameters for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+    """
+
+    rgb_only = False  # colour transforms need 3 channels
+
+    def __init__(
+        self,
+        *,
+        p: float = 1.0,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.p = check_probability(p)
+        self.same_on_batch = same_on_batch
+        self.generator = generator
+
+    def forward(self, images: Tensor, params: Params | None = None) -> Tensor:
+        check_images(images, type(self).__name__, rgb=self.rgb_only)
+        if params is None:
+            params = self.sample_params(images.shape, images.device, self.generator)
+        with torch.autocast(images.device.type, enabled=False):
+            return self.apply(images, params)
+
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
+        raise NotImplementedError
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        raise NotImplementedError
+
+    # --- sampling helpers: one call for the batch, shape (N, *extra) --------------------------
+
+    def _rand(
+        self, n: int, *extra: int, device: torch.device, generator: torch.Generator | None
+    ) -> Tensor:
+        rows = 1 if self.same_on_batch else n
+        values = torch.rand((rows, *extra), device=device, generator=generator)
+        return values.expand(n, *extra) if self.same_on_batch else values
+
+    def _uniform(
+        self,
+        n: int,
+        low: float,
+        high: float,
+        *extra: int,
+        device: torch.device,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        return low + (high - low) * self._rand(n, *extra, device=device, generator=generator)
+
+    def _applies(self, n: int, device: torch.device, generator: torch.Generator | None) -> Tensor:
+        """Per-sample coin flips with probability ``p`` (bool, shape (N,))."""
+        return self._rand(n, device=device, generator=generator) < self.p
+
+    def extra_repr(self) -> str:
+        public = {
+            key: value
+            for key, value in vars(self).items()
+            if not key.startswith("_") and key != "training" and key != "generator"
+        }
+        return ", ".join(f"{key}={value!r}" for key, value in public.items())
+
+
+def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:
+    """Per sample: ``changed`` where ``apply`` is set, else ``original`` (no Python branch)."""
+    return torch.where(apply.view(-1, 1, 1, 1), changed, original)
+
+
+def log_uniform(low: float, high: float) -> tuple[float, float]:
+    return math.log(low), math.log(high)

@@ -1,0 +1,238 @@
+"""Colour batch transforms: per-sample factors broadcast over the batch, no Python loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from fastload.gpu.base import (
+    BatchTransform,
+    Params,
+    blend_where,
+    check_images,
+    max_value,
+    restore,
+    to_float,
+)
+
+__all__ = ["ColorJitter", "Normalize", "RandomGrayscale", "ToDtype", "hsv_to_rgb", "rgb_to_hsv"]
+
+# ITU-R 601-2 luma, torchvision's weights.
+_LUMA = (0.2989, 0.587, 0.114)
+
+
+def grayscale(images: Tensor) -> Tensor:
+    """(N, 1, H, W) luma of float RGB images."""
+    r, g, b = images.unbind(dim=1)
+    return (_LUMA[0] * r + _LUMA[1] * g + _LUMA[2] * b).unsqueeze(1)
+
+
+def rgb_to_hsv(rgb: Tensor) -> Tensor:
+    """RGB in [0, 1] to HSV in [0, 1] (hue as a fraction of a turn), batched (N, 3, H, W)."""
+    r, g, b = rgb.unbind(dim=1)
+    maxc, _ = rgb.max(dim=1)
+    minc, _ = rgb.min(dim=1)
+    chroma = maxc - minc
+    saturation = chroma / torch.where(maxc == 0, torch.ones_like(maxc), maxc)
+    safe = torch.where(chroma == 0, torch.ones_like(chroma), chroma)
+    rc, gc, bc = (maxc - r) / safe, (maxc - g) / safe, (maxc - b) / safe
+    hue = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
+    hue = torch.where(chroma == 0, torch.zeros_like(hue), hue)
+    hue = (hue / 6.0) % 1.0
+    return torch.stack((hue, saturation, maxc), dim=1)
+
+
+def hsv_to_rgb(hsv: Tensor) -> Tensor:
+    """The inverse of :func:`rgb_to_hsv`, batched (N, 3, H, W)."""
+    hue, saturation, value = hsv.unbind(dim=1)
+    sector = torch.floor(hue * 6.0)
+    fraction = hue * 6.0 - sector
+    sector = sector.long() % 6
+    p = (value * (1.0 - saturation)).clamp(0.0, 1.0)
+    q = (value * (1.0 - saturation * fraction)).clamp(0.0, 1.0)
+    t = (value * (1.0 - saturation * (1.0 - fraction))).clamp(0.0, 1.0)
+    # For each of the six sectors, which of (v, q, p, t) each channel takes.
+    table = torch.tensor(
+        [[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]], device=hsv.device
+    )
+    candidates = torch.stack((value, q, p, t), dim=1)  # (N, 4, H, W)
+    choice = table[sector].permute(0, 3, 1, 2)  # (N, 3, H, W)
+    return candidates.gather(1, choice)
+
+
+def _range(value: float | Sequence[float] | None, name: str, *, center: float, bound: float | None):
+    """torchvision's ColorJitter argument: a number v means [center - v, center + v]."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"{name} must be non-negative, got {value}")
+        low, high = center - value, center + value
+        if bound is None:
+            low = max(low, 0.0)
+    else:
+        if len(value) != 2 or value[0] > value[1]:
+            raise ValueError(f"{name} must be a number or a (min, max) pair, got {value!r}")
+        low, high = float(value[0]), float(value[1])
+    if bound is not None and not -bound <= low <= high <= bound:
+        raise ValueError(f"{name} values must lie in [-{bound}, {bound}], got {value!r}")
+    if bound is None and low < 0:
+        raise ValueError(f"{name} values must be non-negative, got {value!r}")
+    return None if (low, high) == (center, center) else (low, high)
+
+
+def _blend(images: Tensor, other: Tensor, factor: Tensor, bound: float) -> Tensor:
+    return (factor * images + (1.0 - factor) * other).clamp(0.0, bound)
+
+
+class ColorJitter(BatchTransform):
+    """Per-sample brightness, contrast, saturation and hue, as torchvision's ColorJitter.
+
+    Arguments mean what they mean in torchvision (a number ``v`` is the range
+    ``[1 - v, 1 + v]``, hue ``[-v, v]`` with ``v <= 0.5``). Each sample draws its own
+    factors; the order of the four operations is drawn once per batch (torchvision draws
+    it once per call, which for a batch is the same), on the CPU so that applying it
+    never waits for the GPU.
+    """
+
+    rgb_only = True
+    OPERATIONS = ("brightness", "contrast", "saturation", "hue")
+
+    def __init__(
+        self,
+        brightness: float | Sequence[float] | None = None,
+        contrast: float | Sequence[float] | None = None,
+        saturation: float | Sequence[float] | None = None,
+        hue: float | Sequence[float] | None = None,
+        *,
+        p: float = 1.0,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
+        self.brightness = _range(brightness, "brightness", center=1.0, bound=None)
+        self.contrast = _range(contrast, "contrast", center=1.0, bound=None)
+        self.saturation = _range(saturation, "saturation", center=1.0, bound=None)
+        self.hue = _range(hue, "hue", center=0.0, bound=0.5)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n = shape[0]
+        # The order decides Python control flow, so it lives on the CPU: reading it from
+        # the GPU would stall the stream. A CUDA generator cannot draw it; then the
+        # global CPU generator does (torch.manual_seed makes it reproducible).
+        cpu_generator = (
+            generator if generator is not None and generator.device.type == "cpu" else None
+        )
+        params: Params = {
+            "apply": self._applies(n, device, generator),
+            "order": torch.randperm(4, generator=cpu_generator),
+        }
+        for name in self.OPERATIONS:
+            limits = getattr(self, name)
+            if limits is not None:
+                params[name] = self._uniform(n, *limits, device=device, generator=generator)
+        return params
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        bound = max_value(images.dtype)
+        out = to_float(images)
+        for index in params["order"].tolist():
+            name = self.OPERATIONS[index]
+            if name not in params:
+                continue
+            factor = params[name].to(out.dtype).view(-1, 1, 1, 1)
+            if name == "brightness":
+                out = (out * factor).clamp(0.0, bound)
+            elif name == "contrast":
+                mean = grayscale(out).mean(dim=(1, 2, 3), keepdim=True)
+                out = _blend(out, mean, factor, bound)
+            elif name == "saturation":
+                out = _blend(out, grayscale(out), factor, bound)
+            else:
+                hsv = rgb_to_hsv(out / bound)
+                hue = (hsv[:, 0] + factor.view(-1, 1, 1)) % 1.0
+                out = hsv_to_rgb(torch.stack((hue, hsv[:, 1], hsv[:, 2]), dim=1)) * bound
+        return blend_where(params["apply"], restore(out, images.dtype), images)
+
+
+class RandomGrayscale(BatchTransform):
+    """Turn each image to grayscale (kept as 3 channels) with probability ``p``."""
+
+    rgb_only = True
+
+    def __init__(self, p: float = 0.1, *, same_on_batch: bool = False, generator=None) -> None:
+        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {"apply": self._applies(shape[0], device, generator)}
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        gray = restore(grayscale(to_float(images)), images.dtype).expand_as(images)
+        return blend_where(params["apply"], gray, images)
+
+
+class Normalize(BatchTransform):
+    """``(image - mean) / std`` per channel, on floating images (see ``ToDtype``)."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        if len(mean) != len(std):
+            raise ValueError(f"mean and std differ in length: {len(mean)} and {len(std)}")
+        if any(s <= 0 for s in std):
+            raise ValueError(f"std must be positive, got {tuple(std)}")
+        self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self._cache: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+
+    def _stats(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        # Made once per device: a tensor built from a list is a blocking host-to-device copy.
+        key = (device, dtype)
+        if key not in self._cache:
+            mean = torch.tensor(self.mean, dtype=dtype, device=device).view(1, -1, 1, 1)
+            std = torch.tensor(self.std, dtype=dtype, device=device).view(1, -1, 1, 1)
+            self._cache[key] = (mean, std)
+        return self._cache[key]
+
+    def forward(self, images: Tensor, params: Params | None = None) -> Tensor:
+        check_images(images, "Normalize")
+        if not images.is_floating_point():
+            raise TypeError(
+                f"Normalize expects floating images, got {images.dtype}; convert with ToDtype first"
+            )
+        if images.shape[1] != len(self.mean):
+            raise ValueError(
+                f"Normalize has mean/std for {len(self.mean)} channels, "
+                f"images have {images.shape[1]}"
+            )
+        return super().forward(images, params)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {}
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        mean, std = self._stats(images.device, to_float(images).dtype)
+        return ((to_float(images) - mean) / std).to(images.dtype)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_cache"] = {}
+        return state
+
+
+class ToDtype(BatchTransform):
+    """Convert the dtype, scaling values between integer and float ranges (uint8 0..255 to
+    float 0..1) when ``scale``: torchvision's ``to_dtype``, on the whole batch."""
+
+    def __init__(self, dtype: torch.dtype, scale: bool = True) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.scale = scale
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {}
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        from torchvision.transforms.v2.functional import to_dtype
+
+        return to_dtype(images, self.dtype, scale=self.scale)

@@ -1,0 +1,316 @@
+"""Geometric batch transforms: flips, crops, resizes, each with per-sample parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fastload.gpu.base import (
+    BatchTransform,
+    Params,
+    blend_where,
+    log_uniform,
+    pair,
+    restore,
+    to_float,
+)
+
+__all__ = [
+    "CenterCrop",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "RandomVerticalFlip",
+    "Resize",
+]
+
+
+def _size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
+    """torchvision's meaning: an int is a square for crops; (h, w) otherwise."""
+    if isinstance(size, int):
+        size = (size, size)
+    if len(size) == 1:
+        size = (size[0], size[0])
+    if len(size) != 2 or min(size) < 1:
+        raise ValueError(f"{name} must be a positive int or (h, w), got {size!r}")
+    return int(size[0]), int(size[1])
+
+
+class _RandomFlip(BatchTransform):
+    dim = -1
+
+    def __init__(self, p: float = 0.5, *, same_on_batch: bool = False, generator=None) -> None:
+        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {"apply": self._applies(shape[0], device, generator)}
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        return blend_where(params["apply"], images.flip(self.dim), images)
+
+
+class RandomHorizontalFlip(_RandomFlip):
+    """Flip each image left-right with probability ``p`` (its own coin per sample)."""
+
+    dim = -1
+
+
+class RandomVerticalFlip(_RandomFlip):
+    """Flip each image upside down with probability ``p`` (its own coin per sample)."""
+
+    dim = -2
+
+
+def crop_windows(images: Tensor, top: Tensor, left: Tensor, height: int, width: int) -> Tensor:
+    """Per-sample integer crops of one size, by gathering rows and columns: exact, any dtype."""
+    n = images.shape[0]
+    rows = top.view(n, 1) + torch.arange(height, device=images.device)
+    cols = left.view(n, 1) + torch.arange(width, device=images.device)
+    batch = torch.arange(n, device=images.device).view(n, 1, 1)
+    # Index the NHWC view so that each gathered element is a whole pixel (C values).
+    windows = images.permute(0, 2, 3, 1)[batch, rows.view(n, height, 1), cols.view(n, 1, width)]
+    return windows.permute(0, 3, 1, 2).contiguous()
+
+
+class RandomCrop(BatchTransform):
+    """A random ``size`` window of each image, optionally after padding (torchvision's
+    ``RandomCrop``: ``padding``, ``pad_if_needed``, ``fill``, ``padding_mode`` of
+    'constant', 'edge' or 'reflect'). Pixels are copied, not interpolated.
+    """
+
+    _MODES: ClassVar[dict[str, str]] = {
+        "constant": "constant",
+        "edge": "replicate",
+        "reflect": "reflect",
+    }
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        padding: int | Sequence[int] | None = None,
+        pad_if_needed: bool = False,
+        fill: float = 0,
+        padding_mode: str = "constant",
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        if padding_mode not in self._MODES:
+            raise ValueError(
+                f"padding_mode must be one of {sorted(self._MODES)}, got {padding_mode!r}"
+            )
+        self.size = _size(size)
+        self.padding = padding
+        self.pad_if_needed = pad_if_needed
+        self.fill = fill
+        self.padding_mode = padding_mode
+
+    def _padding(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """(left, right, top, bottom), torchvision's order of the argument resolved."""
+        pad = self.padding
+        if pad is None:
+            left = right = top = bottom = 0
+        elif isinstance(pad, int):
+            left = right = top = bottom = pad
+        elif len(pad) == 2:
+            left = right = pad[0]
+            top = bottom = pad[1]
+        elif len(pad) == 4:
+            left, top, right, bottom = pad
+        else:
+            raise ValueError(f"padding must be an int or a sequence of 2 or 4, got {pad!r}")
+        if self.pad_if_needed:
+            height, width = height + top + bottom, width + left + right
+            extra_h, extra_w = max(0, self.size[0] - height), max(0, self.size[1] - width)
+            left, right, top, bottom = (
+                left + extra_w,
+                right + extra_w,
+                top + extra_h,
+                bottom + extra_h,
+            )
+        return left, right, top, bottom
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n, _, height, width = shape
+        left, right, top, bottom = self._padding(height, width)
+        padded_h, padded_w = height + top + bottom, width + left + right
+        crop_h, crop_w = self.size
+        if crop_h > padded_h or crop_w > padded_w:
+            raise ValueError(
+                f"crop size {self.size} is larger than the (padded) image {(padded_h, padded_w)}"
+            )
+        offsets = self._rand(n, 2, device=device, generator=generator)
+        top_left = (
+            offsets * torch.tensor([padded_h - crop_h + 1, padded_w - crop_w + 1], device=device)
+        ).long()
+        return {"top": top_left[:, 0], "left": top_left[:, 1]}
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        left, right, top, bottom = self._padding(images.shape[-2], images.shape[-1])
+        if left or right or top or bottom:
+            mode = self._MODES[self.padding_mode]
+            if mode == "constant":
+                images = F.pad(images, (left, right, top, bottom), value=float(self.fill))
+            else:  # reflect/replicate pad floats only
+                images = restore(
+                    F.pad(to_float(images), (left, right, top, bottom), mode=mode), images.dtype
+                )
+        return crop_windows(images, params["top"], params["left"], *self.size)
+
+
+class CenterCrop(BatchTransform):
+    """The central ``size`` window (zero-padded first where the image is smaller)."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        super().__init__()
+        self.size = _size(size)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {}
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        crop_h, crop_w = self.size
+        height, width = images.shape[-2:]
+        if crop_h > height or crop_w > width:  # torchvision pads, then crops
+            pad_h, pad_w = max(0, crop_h - height), max(0, crop_w - width)
+            images = F.pad(images, (pad_w // 2, (pad_w + 1) // 2, pad_h // 2, (pad_h + 1) // 2))
+            height, width = images.shape[-2:]
+        top = round((height - crop_h) / 2.0)
+        left = round((width - crop_w) / 2.0)
+        return images[..., top : top + crop_h, left : left + crop_w]
+
+
+class Resize(BatchTransform):
+    """Resize the batch, bilinear with antialiasing (torchvision's defaults).
+
+    ``size``: an int resizes the shorter side to it, keeping the aspect ratio (as in
+    torchvision; ``max_size`` caps the longer side); ``(h, w)`` resizes to exactly that.
+    """
+
+    def __init__(
+        self, size: int | Sequence[int], *, max_size: int | None = None, antialias: bool = True
+    ) -> None:
+        super().__init__()
+        if not isinstance(size, int):
+            size = _size(size)
+        elif size < 1:
+            raise ValueError(f"size must be positive, got {size}")
+        self.size = size
+        self.max_size = max_size
+        self.antialias = antialias
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        if not isinstance(self.size, int):
+            return self.size
+        short, long = sorted((height, width))
+        new_short, new_long = self.size, int(self.size * long / short)
+        if self.max_size is not None and new_long > self.max_size:
+            new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
+        return (new_short, new_long) if height <= width else (new_long, new_short)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {}
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        size = self.output_size(*images.shape[-2:])
+        if size == tuple(images.shape[-2:]):
+            return images
+        resized = F.interpolate(
+            to_float(images),
+            size=size,
+            mode="bilinear",
+            align_corners=False,
+            antialias=self.antialias,
+        )
+        return restore(resized, images.dtype)
+
+
+class RandomResizedCrop(BatchTransform):
+    """A random crop of each image (its own area and aspect ratio), resized to ``size``.
+
+    ``size``, ``scale`` and ``ratio`` mean what they mean in torchvision, and the crop
+    boxes are drawn by torchvision's algorithm (10 tries, then a central fallback), for
+    every sample at once. All crops are resampled in one ``torchvision.ops.roi_align``
+    call, which averages several bilinear samples per output pixel when a crop shrinks:
+    the antialiasing that a plain ``grid_sample`` lacks.
+    """
+
+    TRIES = 10
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        self.size = _size(size)
+        self.scale = pair(scale, "scale")
+        self.ratio = pair(ratio, "ratio")
+        if self.scale[0] <= 0 or self.ratio[0] <= 0:
+            raise ValueError(f"scale and ratio must be positive, got {scale!r} and {ratio!r}")
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n, _, height, width = shape
+        area = height * width
+        draws = self._rand(n, self.TRIES, 4, device=device, generator=generator)
+        target_area = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * draws[..., 0])
+        log_low, log_high = log_uniform(*self.ratio)
+        aspect = torch.exp(log_low + (log_high - log_low) * draws[..., 1])
+        crop_w = torch.sqrt(target_area * aspect).round()
+        crop_h = torch.sqrt(target_area / aspect).round()
+        fits = (crop_w > 0) & (crop_w <= width) & (crop_h > 0) & (crop_h <= height)
+        first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # first try that fits
+        pick = lambda values: values.gather(1, first).squeeze(1)  # noqa: E731
+        crop_h, crop_w = pick(crop_h), pick(crop_w)
+        top = (pick(draws[..., 2]) * (height - crop_h + 1)).floor()
+        left = (pick(draws[..., 3]) * (width - crop_w + 1)).floor()
+
+        # torchvision's fallback when no try fits: the whole image, ratio clamped, centred.
+        fallback_h, fallback_w = self._fallback(height, width)
+        none_fit = ~fits.any(dim=1)
+        crop_h = torch.where(none_fit, float(fallback_h), crop_h)
+        crop_w = torch.where(none_fit, float(fallback_w), crop_w)
+        top = torch.where(none_fit, float((height - fallback_h) // 2), top)
+        left = torch.where(none_fit, float((width - fallback_w) // 2), left)
+        return {"top": top, "left": left, "height": crop_h, "width": crop_w}
+
+    def _fallback(self, height: int, width: int) -> tuple[int, int]:
+        in_ratio = width / height
+        if in_ratio < self.ratio[0]:
+            return round(width / self.ratio[0]), width
+        if in_ratio > self.ratio[1]:
+            return height, round(height * self.ratio[1])
+        return height, width
+
+    def apply(self, images: Tensor, params: Params) -> Tensor:
+        return resized_crops(images, params, self.size)
+
+
+def resized_crops(images: Tensor, params: Params, size: tuple[int, int]) -> Tensor:
+    """Crop boxes ``top, left, height, width`` (per sample) resampled to ``size`` at once."""
+    from torchvision.ops import roi_align
+
+    n = images.shape[0]
+    top, left = params["top"].float(), params["left"].float()
+    boxes = torch.stack(
+        [
+            torch.arange(n, device=images.device, dtype=torch.float32),
+            left,
+            top,
+            left + params["width"].float(),
+            top + params["height"].float(),
+        ],
+        dim=1,
+    )
+    # aligned=True: pixel k covers [k, k+1), as in torchvision's resize (half-pixel centres).
+    crops = roi_align(to_float(images), boxes.to(to_float(images).dtype), size, 1.0, -1, True)
+    return restore(crops, images.dtype)

@@ -1,0 +1,112 @@
+"""MixUp and CutMix: mix each image with its neighbour in the batch, labels too.
+
+Unlike the other modules these take ``(images, labels)`` and return both, so they run
+in the training loop (after DataPrefetcher), as torchvision's MixUp and CutMix do.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fastload.gpu.base import BatchTransform, Params, check_images, restore, to_float
+from fastload.gpu.erase import box_mask
+
+__all__ = ["CutMix", "MixUp"]
+
+
+class _Mix(BatchTransform):
+    def __init__(
+        self,
+        *,
+        alpha: float = 1.0,
+        num_classes: int,
+        p: float = 1.0,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
+        if alpha <= 0:
+            raise ValueError(f"alpha must be positive, got {alpha}")
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        self.alpha = float(alpha)
+        self.num_classes = int(num_classes)
+
+    def _lam(self, n: int, device, generator) -> Tensor:
+        """Beta(alpha, alpha) per sample, from two Gamma draws (torch.distributions has no
+        generator argument)."""
+        concentration = torch.full((1 if self.same_on_batch else n, 2), self.alpha, device=device)
+        gammas = torch._standard_gamma(concentration, generator=generator)
+        lam = gammas[:, 0] / gammas.sum(dim=1)
+        return lam.expand(n) if self.same_on_batch else lam
+
+    def forward(
+        self, images: Tensor, labels: Tensor, params: Params | None = None
+    ) -> tuple[Tensor, Tensor]:
+        check_images(images, type(self).__name__)
+        if not isinstance(labels, Tensor) or labels.shape[:1] != images.shape[:1]:
+            raise ValueError(
+                f"{type(self).__name__} needs one label per image, "
+                f"got labels of shape {getattr(labels, 'shape', None)}"
+            )
+        if labels.dim() == 1:
+            if labels.dtype not in (torch.int64, torch.int32, torch.uint8):
+                raise TypeError(f"class labels must be integers, got {labels.dtype}")
+            labels = F.one_hot(labels.long(), self.num_classes)
+        elif labels.shape[1] != self.num_classes:
+            raise ValueError(
+                f"labels have {labels.shape[1]} classes, expected num_classes={self.num_classes}"
+            )
+        if params is None:
+            params = self.sample_params(images.shape, images.device, self.generator)
+        with torch.autocast(images.device.type, enabled=False):
+            mixed, lam = self.apply(images, params)
+            soft = labels.float()
+            weight = lam.view(-1, 1)
+            return mixed, weight * soft + (1 - weight) * soft.roll(1, dims=0)
+
+
+class MixUp(_Mix):
+    """``lam * image + (1 - lam) * previous image`` with ``lam ~ Beta(alpha, alpha)`` per
+    sample (torchvision's pairing: each sample with the one before it)."""
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n = shape[0]
+        lam = self._lam(n, device, generator)
+        return {"lam": torch.where(self._applies(n, device, generator), lam, torch.ones_like(lam))}
+
+    def apply(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
+        lam = params["lam"]
+        pixels = to_float(images)
+        weight = lam.to(pixels.dtype).view(-1, 1, 1, 1)
+        return restore(weight * pixels + (1 - weight) * pixels.roll(1, dims=0), images.dtype), lam
+
+
+class CutMix(_Mix):
+    """Paste a box of the previous image into each image; the box covers ``1 - lam`` of
+    it, ``lam ~ Beta(alpha, alpha)`` per sample, and the labels mix by the area pasted."""
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n, _, height, width = shape
+        lam = self._lam(n, device, generator)
+        centre = self._rand(n, 2, device=device, generator=generator)
+        cut = torch.sqrt(1.0 - lam)
+        cy, cx = centre[:, 0] * height, centre[:, 1] * width
+        half_h, half_w = cut * height / 2, cut * width / 2
+        top, bottom = (cy - half_h).round().clamp(0, height), (cy + half_h).round().clamp(0, height)
+        left, right = (cx - half_w).round().clamp(0, width), (cx + half_w).round().clamp(0, width)
+        apply = self._applies(n, device, generator)
+        box_h = torch.where(apply, bottom - top, torch.zeros_like(top))
+        box_w = torch.where(apply, right - left, torch.zeros_like(left))
+        return {"top": top, "left": left, "height": box_h, "width": box_w}
+
+    def apply(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
+        height, width = images.shape[-2:]
+        mask = box_mask(
+            params["top"], params["left"], params["height"], params["width"], (height, width)
+        )
+        pasted = torch.where(mask, images.roll(1, dims=0), images)
+        lam = 1.0 - params["height"] * params["width"] / (height * width)  # the area actually kept
+        return pasted, lam
