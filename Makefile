@@ -26,6 +26,8 @@ bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/prefetch.py --plot
 	$(BIN)/python benchmarks/lmdb_vs_files.py --plot
 	$(BIN)/python benchmarks/cpu_augment.py --plot
+	$(BIN)/python -m pip install -q kornia  # the gpu_augment comparison, not a dependency
+	$(BIN)/python benchmarks/gpu_augment.py --count 256 --plot
 
 clean:
 	rm -rf $(VENV) benchmarks/.data

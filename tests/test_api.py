@@ -44,3 +44,29 @@ def test_import_does_not_load_torch_or_opencv():
     code = "import sys, fastload; print('torch' in sys.modules, 'cv2' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+GPU_NAMES = {
+    "BatchTransform",
+    "CenterCrop",
+    "ColorJitter",
+    "CutMix",
+    "GaussianBlur",
+    "MixUp",
+    "Normalize",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "RandomVerticalFlip",
+    "Resize",
+    "ToDtype",
+}
+
+
+def test_gpu_module_names():
+    from fastload import gpu
+
+    assert set(gpu.__all__) == GPU_NAMES
+    assert all(issubclass(getattr(gpu, name), gpu.BatchTransform) for name in GPU_NAMES)
