@@ -52,6 +52,17 @@ def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path 
     return batch
 
 
+def _with_item(batch: Any, key: Any, value: Any) -> Any:
+    """``batch`` with its top-level item ``key`` replaced, of the same type."""
+    if isinstance(batch, Mapping):
+        return {**batch, key: value} if type(batch) is dict else type(batch)({**batch, key: value})
+    items = list(batch)
+    items[key] = value
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*items)
+    return type(batch)(items)
+
+
 def _first_tensor_path(batch: Any) -> Path | None:
     found: list[Path] = []
 
@@ -113,7 +124,10 @@ class DataPrefetcher:
             normalisation.
         depth: Batches prepared ahead of the one you hold.
         image: Which leaf is the image: an index into a tuple/list batch or a key of a
-            dict batch. Default: the first tensor.
+            dict batch. Default: the first tensor (with ``decode``: the list holding it).
+        decode: Turns the image leaf, a list of encoded images, into an NCHW uint8 batch
+            on the device, e.g. ``fastload.gpu.GPUDecoder(224)``; runs on the side stream
+            before ``transform``.
 
     Example:
         >>> white = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
@@ -136,6 +150,7 @@ class DataPrefetcher:
         transform: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None,
         depth: int = 2,
         image: int | str | None = None,
+        decode: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
     ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
@@ -156,6 +171,7 @@ class DataPrefetcher:
         self.transform = transform
         self.depth = depth
         self.image = image
+        self.decode = decode
         self.mean, self.std = mean, std
         self._scale, self._shift = self._affine(mean, std)
         self._scale_uint8 = None if self._scale is None else self._scale / 255
@@ -204,19 +220,27 @@ class DataPrefetcher:
 
     def _image_path(self, batch: Any) -> Path | None:
         if self.image is None:
-            return _first_tensor_path(batch)
+            path = _first_tensor_path(batch)
+            # Encoded images come as a list of byte tensors: the image is that list.
+            return path[:-1] if self.decode is not None and path else path
         try:
             leaf = batch[self.image]
         except (KeyError, IndexError, TypeError):
             leaf = None
-        if not isinstance(leaf, torch.Tensor):
+        wanted = (list, tuple) if self.decode is not None else torch.Tensor
+        if not isinstance(leaf, wanted):
+            what = "list of encoded images" if self.decode is not None else "tensor"
             raise KeyError(
-                f"image={self.image!r} names no tensor in a batch of type {type(batch).__name__}"
+                f"image={self.image!r} names no {what} in a batch of type {type(batch).__name__}"
             )
         return (self.image,)
 
     def _prepare(self, batch: Any) -> Any:
         image_path = self._image_path(batch)
+        if self.decode is not None:
+            if image_path is None or len(image_path) != 1:
+                raise ValueError("decode needs the encoded images at the top level of the batch")
+            batch = _with_item(batch, image_path[0], self.decode(batch[image_path[0]]))
 
         def move(path: Path, tensor: torch.Tensor) -> torch.Tensor:
             tensor = tensor.to(self.device, non_blocking=True)
@@ -331,5 +355,5 @@ class DataPrefetcher:
         return (
             f"{type(self).__name__}(device={self.device}, dtype={self.dtype}, mean={self.mean}, "
             f"std={self.std}, channels_last={self.channels_last}, depth={self.depth}, "
-            f"transform={self.transform!r})"
+            f"transform={self.transform!r}, decode={self.decode!r})"
         )

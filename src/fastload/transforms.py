@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-__all__ = ["Albumentations", "uint8_collate"]
+__all__ = ["Albumentations", "encoded_collate", "uint8_collate"]
 
 
 def _chw(image: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -115,3 +115,18 @@ def _stack(images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
             "size first (or decode on the GPU, where a batch may mix sizes)"
         )
     return torch.stack(views)
+
+
+def encoded_collate(batch: Sequence[Any]) -> Any:
+    """Keep a batch of encoded images (1-D uint8 tensors of different lengths) as a list.
+
+    For datasets with ``decode=None``: samples are ``(bytes, label, ...)``; returns
+    ``[list_of_bytes, labels, ...]``, the rest collated by ``default_collate``, ready for
+    ``DataPrefetcher(decode=GPUDecoder(...))``.
+    """
+    if not batch:
+        raise ValueError("cannot collate an empty batch")
+    if isinstance(batch[0], (tuple, list)):
+        encoded = [sample[0] for sample in batch]
+        return [encoded, *default_collate([tuple(sample[1:]) for sample in batch])]
+    return list(batch)

@@ -8,6 +8,7 @@ unless ``same_on_batch=True``.
 from fastload.gpu.base import BatchTransform
 from fastload.gpu.blur import GaussianBlur
 from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
+from fastload.gpu.decode import GPUDecoder
 from fastload.gpu.erase import RandomErasing
 from fastload.gpu.geometric import (
     CenterCrop,
@@ -24,6 +25,7 @@ __all__ = [
     "CenterCrop",
     "ColorJitter",
     "CutMix",
+    "GPUDecoder",
     "GaussianBlur",
     "MixUp",
     "Normalize",

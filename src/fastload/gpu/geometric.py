@@ -260,9 +260,17 @@ class RandomResizedCrop(BatchTransform):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n, _, height, width = shape
-        area = height * width
-        draws = self._rand(n, self.TRIES, 4, device=device, generator=generator)
-        target_area = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * draws[..., 0])
+        sizes = torch.tensor([[height, width]], device=device, dtype=torch.float32).expand(n, 2)
+        return self.sample_boxes(sizes, generator)
+
+    def sample_boxes(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
+        """Crop boxes for images of per-sample ``sizes`` ((N, 2) heights and widths)."""
+        n = sizes.shape[0]
+        height, width = sizes[:, 0:1], sizes[:, 1:2]
+        draws = self._rand(n, self.TRIES, 4, device=sizes.device, generator=generator)
+        target_area = (
+            height * width * (self.scale[0] + (self.scale[1] - self.scale[0]) * draws[..., 0])
+        )
         log_low, log_high = log_uniform(*self.ratio)
         aspect = torch.exp(log_low + (log_high - log_low) * draws[..., 1])
         crop_w = torch.sqrt(target_area * aspect).round()
@@ -271,25 +279,21 @@ class RandomResizedCrop(BatchTransform):
         first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # first try that fits
         pick = lambda values: values.gather(1, first).squeeze(1)  # noqa: E731
         crop_h, crop_w = pick(crop_h), pick(crop_w)
+        height, width = height.squeeze(1), width.squeeze(1)
         top = (pick(draws[..., 2]) * (height - crop_h + 1)).floor()
         left = (pick(draws[..., 3]) * (width - crop_w + 1)).floor()
 
         # torchvision's fallback when no try fits: the whole image, ratio clamped, centred.
-        fallback_h, fallback_w = self._fallback(height, width)
-        none_fit = ~fits.any(dim=1)
-        crop_h = torch.where(none_fit, float(fallback_h), crop_h)
-        crop_w = torch.where(none_fit, float(fallback_w), crop_w)
-        top = torch.where(none_fit, float((height - fallback_h) // 2), top)
-        left = torch.where(none_fit, float((width - fallback_w) // 2), left)
-        return {"top": top, "left": left, "height": crop_h, "width": crop_w}
-
-    def _fallback(self, height: int, width: int) -> tuple[int, int]:
         in_ratio = width / height
-        if in_ratio < self.ratio[0]:
-            return round(width / self.ratio[0]), width
-        if in_ratio > self.ratio[1]:
-            return height, round(height * self.ratio[1])
-        return height, width
+        fallback_h = torch.where(in_ratio < self.ratio[0], (width / self.ratio[0]).round(), height)
+        fallback_w = torch.where(in_ratio > self.ratio[1], (height * self.ratio[1]).round(), width)
+        none_fit = ~fits.any(dim=1)
+        return {
+            "top": torch.where(none_fit, ((height - fallback_h) / 2).floor(), top),
+            "left": torch.where(none_fit, ((width - fallback_w) / 2).floor(), left),
+            "height": torch.where(none_fit, fallback_h, crop_h),
+            "width": torch.where(none_fit, fallback_w, crop_w),
+        }
 
     def apply(self, images: Tensor, params: Params) -> Tensor:
         return resized_crops(images, params, self.size)

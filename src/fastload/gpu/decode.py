@@ -1,0 +1,246 @@
+"""GPUDecoder: decode a batch of encoded images on the GPU, then bring them to one size.
+
+The CPU only reads bytes. JPEGs are decoded in one batched nvJPEG call (torchcodec's
+``decode_jpeg`` where installed, the supported path from torchvision 0.29 on; else
+torchvision's); anything nvJPEG refuses (PNG, CMYK, a corrupt file) is decoded on the
+CPU by OpenCV, for that image only. Images of any sizes then become one NCHW uint8
+batch through per-sample boxes (a random resized crop, a centre crop or a plain
+resize) resampled by one ``roi_align`` per chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from torch import Tensor, nn
+
+from fastload.decode import decode_image
+from fastload.gpu.base import Params, pair
+from fastload.gpu.geometric import RandomResizedCrop, _size, resized_crops
+
+__all__ = ["GPUDecoder"]
+
+logger = logging.getLogger(__name__)
+
+_JPEG_START = b"\xff\xd8"
+CROPS = ("random", "center", "resize")
+
+
+def _nvjpeg() -> Callable[[list[Tensor], torch.device], list[Tensor]]:
+    """The batched JPEG decoder of the installed PyTorch ecosystem."""
+    try:
+        from torchcodec.decoders import decode_jpeg
+
+        return lambda data, device: decode_jpeg(data, mode="RGB", device=device)
+    except ImportError:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        return lambda data, device: decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+
+
+def _is_jpeg(data: Tensor) -> bool:
+    return data.numel() > 2 and bytes(data[:2].tolist()) == _JPEG_START
+
+
+class GPUDecoder(nn.Module):
+    """Decode a list of encoded images (1-D uint8 CPU tensors) to one NCHW uint8 batch.
+
+    Use it as ``DataPrefetcher(loader, decode=GPUDecoder(224))`` with a dataset that
+    returns bytes (``LMDBDataset(decode=None)``, ``ImageFolder(decode=None)``) and
+    ``collate_fn=fastload.transforms.encoded_collate``; or call it on such a list.
+
+    Args:
+        size: Output ``(h, w)`` (an int for a square).
+        crop: ``"random"``: a RandomResizedCrop per sample (``scale``, ``ratio`` as in
+            torchvision); ``"center"``: resize the shorter side to
+            ``size / crop_fraction`` and take the centre (the usual evaluation
+            transform); ``"resize"``: the whole image, aspect not kept.
+        device: Where to decode: the current CUDA device if available. On a CPU the
+            same API decodes with OpenCV in a thread pool.
+        threads: Threads for CPU decoding (the fallback and the CPU path).
+        memory: Bytes of float32 canvas to resample at once; a batch of large images
+            is resampled in chunks under it.
+
+        generator: A CPU ``torch.Generator`` for the boxes (drawn on the host, where the
+            image sizes are).
+
+    ``cpu_fallbacks`` counts the images the GPU could not decode (warned about once).
+    """
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        *,
+        crop: str = "random",
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+        crop_fraction: float = 0.875,
+        device: torch.device | str | None = None,
+        threads: int | None = None,
+        memory: int = 1 << 30,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        if crop not in CROPS:
+            raise ValueError(f"crop must be one of {CROPS}, got {crop!r}")
+        if not 0 < crop_fraction <= 1:
+            raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction}")
+        self.size = _size(size)
+        self.crop = crop
+        self.crop_fraction = crop_fraction
+        self.boxes = RandomResizedCrop(self.size, pair(scale, "scale"), pair(ratio, "ratio"))
+        if device is None:
+            device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        self.device = torch.device(device)
+        self.threads = threads or min(8, os.cpu_count() or 1)
+        self.memory = memory
+        self.generator = generator
+        self.cpu_fallbacks = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._accelerated = self.device.type == "cuda"
+        self._nvjpeg = _nvjpeg() if self._accelerated else None
+
+    # --- decoding ---------------------------------------------------------------------------
+
+    def _cpu_decode(self, encoded: Sequence[Tensor], indices: list[int]) -> dict[int, Tensor]:
+        if self._pool is None:  # made on first use, kept: not a pool per batch
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-decode")
+
+        def one(index: int) -> Tensor:
+            image = decode_image(encoded[index].numpy(), source=f"image {index} of the batch")
+            return torch.from_numpy(image).permute(2, 0, 1)
+
+        decoded = dict(zip(indices, self._pool.map(one, indices), strict=True))
+        return {index: image.to(self.device, non_blocking=True) for index, image in decoded.items()}
+
+    def _gpu_decode(self, encoded: Sequence[Tensor], indices: list[int]) -> dict[int, Tensor]:
+        """nvJPEG on every index it accepts; the batch first, one by one if it fails."""
+        batch = [encoded[i] for i in indices]
+        try:
+            return dict(zip(indices, self._nvjpeg(batch, self.device), strict=True))
+        except RuntimeError:  # the batch call returns nothing when one image fails
+            decoded = {}
+            for index in indices:
+                with contextlib.suppress(RuntimeError):  # refused: the CPU decodes it
+                    decoded[index] = self._nvjpeg([encoded[index]], self.device)[0]
+            return decoded
+
+    def decode(self, encoded: Sequence[Tensor]) -> list[Tensor]:
+        """The images as CHW uint8 tensors on the device, in order."""
+        if not isinstance(encoded, (list, tuple)) or not all(
+            isinstance(e, Tensor) for e in encoded
+        ):
+            raise TypeError(
+                "GPUDecoder expects a list of 1-D uint8 tensors of encoded images "
+                "(collate with fastload.transforms.encoded_collate)"
+            )
+        all_indices = list(range(len(encoded)))
+        decoded: dict[int, Tensor] = {}
+        if self._accelerated:
+            jpegs = [i for i in all_indices if _is_jpeg(encoded[i])]
+            decoded = self._gpu_decode(encoded, jpegs) if jpegs else {}
+            refused = len(jpegs) - len(decoded)
+            fallbacks = len(encoded) - len(decoded)
+            if fallbacks:
+                self._count_fallbacks(fallbacks, refused)
+        rest = [i for i in all_indices if i not in decoded]
+        if rest:
+            decoded.update(self._cpu_decode(encoded, rest))
+        return [decoded[i] for i in all_indices]
+
+    def _count_fallbacks(self, count: int, refused: int) -> None:
+        if self.cpu_fallbacks == 0:
+            warnings.warn(
+                f"{count} image(s) decoded on the CPU: not JPEG, or refused by nvJPEG ({refused}); "
+                "further ones are counted in GPUDecoder.cpu_fallbacks",
+                stacklevel=3,
+            )
+        self.cpu_fallbacks += count
+        logger.info(
+            "GPUDecoder: %d image(s) decoded on the CPU (%d so far)", count, self.cpu_fallbacks
+        )
+
+    # --- one size ----------------------------------------------------------------------------
+
+    def sample_params(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
+        """Per-sample boxes for images of ``sizes`` ((N, 2) heights and widths)."""
+        height, width = sizes[:, 0], sizes[:, 1]
+        if self.crop == "random":
+            return self.boxes.sample_boxes(sizes, generator)
+        if self.crop == "resize":
+            zero = torch.zeros_like(height)
+            return {"top": zero, "left": zero, "height": height, "width": width}
+        # centre: the region that Resize(size / crop_fraction) + CenterCrop(size) keeps
+        out_h, out_w = self.size
+        scale = (min(out_h, out_w) / self.crop_fraction) / torch.minimum(height, width)
+        box_h, box_w = out_h / scale, out_w / scale
+        return {
+            "top": (height - box_h) / 2,
+            "left": (width - box_w) / 2,
+            "height": box_h,
+            "width": box_w,
+        }
+
+    def forward(self, encoded: Sequence[Tensor], params: Params | None = None) -> Tensor:
+        images = self.decode(encoded)
+        # The sizes are known on the host: draw the boxes there and send them without
+        # a stream sync (a tensor made from a list on the GPU would wait for the stream).
+        sizes = torch.tensor([image.shape[-2:] for image in images], dtype=torch.float32)
+        if params is None:
+            params = self.sample_params(sizes, self.generator)
+        return self._resample(
+            images, {key: self._to_device(value) for key, value in params.items()}
+        )
+
+    def _to_device(self, values: Tensor) -> Tensor:
+        if self.device.type != "cuda" or values.device.type == "cuda":
+            return values.to(self.device)
+        return values.pin_memory().to(self.device, non_blocking=True)
+
+    def _resample(self, images: list[Tensor], params: Params) -> Tensor:
+        """Copy the images into float32 canvases (chunked under ``memory``) and resample
+        every box of a chunk in one roi_align."""
+        out = torch.empty((len(images), 3, *self.size), dtype=torch.uint8, device=self.device)
+        start = 0
+        while start < len(images):
+            end, tallest, widest = start, 0, 0
+            while end < len(images):
+                h, w = images[end].shape[-2:]
+                grown = (end - start + 1) * 3 * max(tallest, h) * max(widest, w) * 4
+                if end > start and grown > self.memory:
+                    break
+                tallest, widest, end = max(tallest, h), max(widest, w), end + 1
+            canvas = torch.zeros(
+                (end - start, 3, tallest, widest), dtype=torch.float32, device=self.device
+            )
+            for slot, image in enumerate(
+                images[start:end]
+            ):  # one copy per image, inherent to a list
+                canvas[slot, :, : image.shape[-2], : image.shape[-1]] = image
+            chunk = {key: value[start:end] for key, value in params.items()}
+            out[start:end] = (
+                resized_crops(canvas, chunk, self.size).round_().clamp_(0, 255).to(torch.uint8)
+            )
+            start = end
+        return out
+
+    def extra_repr(self) -> str:
+        return (
+            f"size={self.size}, crop={self.crop!r}, device={self.device}, "
+            f"cpu_fallbacks={self.cpu_fallbacks}"
+        )
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_pool=None, _nvjpeg=None)  # threads and extension handles stay behind
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._nvjpeg = _nvjpeg() if self._accelerated else None

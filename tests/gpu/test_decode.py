@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import pickle
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torchvision.transforms.v2 import functional as TF
+
+from fastload import DataPrefetcher, FastLoader, LMDBDataset, write_lmdb
+from fastload.decode import ImageDecodeError, decode_image
+from fastload.gpu import GPUDecoder
+from fastload.synthetic import photo_like_image
+from fastload.transforms import encoded_collate
+
+
+def encode(
+    height: int, width: int, extension: str = ".jpg", seed: int = 0, **params
+) -> torch.Tensor:
+    bgr = photo_like_image(np.random.default_rng(seed), height, width)
+    flags = [cv2.IMWRITE_JPEG_PROGRESSIVE, 1] if params.get("progressive") else []
+    ok, data = cv2.imencode(extension, bgr, flags)
+    assert ok
+    return torch.from_numpy(data.reshape(-1).copy())
+
+
+def reference(data: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(decode_image(data.numpy())).permute(2, 0, 1)
+
+
+MIXED = [
+    encode(48, 64),
+    encode(80, 60, ".png", seed=1),
+    encode(30, 40, ".bmp", seed=2),
+    encode(64, 64, seed=3),
+]
+
+
+def test_cpu_decoding_equals_opencv_for_every_format():
+    decoded = GPUDecoder(32, device="cpu").decode(MIXED)
+    assert [tuple(image.shape) for image in decoded] == [
+        (3, 48, 64),
+        (3, 80, 60),
+        (3, 30, 40),
+        (3, 64, 64),
+    ]
+    assert all(
+        torch.equal(image, reference(data)) for image, data in zip(decoded, MIXED, strict=True)
+    )
+
+
+def test_variable_sizes_in_one_size_out():
+    out = GPUDecoder((24, 32), crop="random", device="cpu")(MIXED)
+    assert out.shape == (4, 3, 24, 32) and out.dtype == torch.uint8
+
+
+def test_resize_mode_matches_torchvision_resize():
+    out = GPUDecoder((24, 32), crop="resize", device="cpu")(MIXED)
+    for image, data in zip(out, MIXED, strict=True):
+        want = TF.resize(reference(data).float(), [24, 32], antialias=True)
+        difference = (image.float() - want).abs()
+        # roi_align averages a box of input pixels per output pixel; torchvision's
+        # antialias uses a triangle twice as wide: on textured images ~3 levels apart.
+        assert difference.mean() < 4.0 and difference.max() < 48
+
+
+def test_center_mode_is_resize_then_center_crop():
+    # 128 -> Resize(64) -> CenterCrop(56): sizes that divide exactly, so torchvision's
+    # two steps round nothing and only the resampling filters differ.
+    data = [encode(128, 128)]
+    out = GPUDecoder(56, crop="center", crop_fraction=0.875, device="cpu")(data)[0]
+    want = TF.center_crop(TF.resize(reference(data[0]).float(), 64, antialias=True), [56, 56])
+    assert (out.float() - want).abs().mean() < 4.0
+
+
+def test_fixed_params_replay():
+    decoder = GPUDecoder(16, device="cpu")
+    sizes = torch.tensor([[48.0, 64.0], [80, 60], [30, 40], [64, 64]])
+    params = decoder.sample_params(sizes, torch.Generator().manual_seed(0))
+    assert torch.equal(decoder(MIXED, params=params), decoder(MIXED, params=params))
+
+
+@given(sizes=st.lists(st.tuples(st.integers(1, 900), st.integers(1, 900)), min_size=1, max_size=16))
+def test_random_boxes_lie_inside_each_image(sizes):
+    decoder = GPUDecoder(224, device="cpu")
+    size_tensor = torch.tensor(sizes, dtype=torch.float32)
+    params = decoder.sample_params(size_tensor)
+    heights, widths = size_tensor[:, 0], size_tensor[:, 1]
+    assert (params["top"] >= 0).all() and (params["left"] >= 0).all()
+    assert (params["top"] + params["height"] <= heights).all() and (
+        params["left"] + params["width"] <= widths
+    ).all()
+
+
+def test_a_corrupt_image_is_an_error_naming_its_place_in_the_batch():
+    broken = torch.tensor(list(b"\xff\xd8\xff not a jpeg at all"), dtype=torch.uint8)
+    with pytest.raises(ImageDecodeError, match="image 2 of the batch"):
+        GPUDecoder(16, device="cpu")([MIXED[0], MIXED[1], broken])
+
+
+def test_input_must_be_a_list_of_tensors():
+    with pytest.raises(TypeError, match="expects a list of 1-D uint8 tensors of encoded images"):
+        GPUDecoder(16, device="cpu")(torch.zeros(2, 10, dtype=torch.uint8))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="crop must be one of"):
+        GPUDecoder(16, crop="zoom")
+    with pytest.raises(ValueError, match=r"crop_fraction must be in \(0, 1\]"):
+        GPUDecoder(16, crop_fraction=0)
+
+
+class RefusesProgressive:
+    """Stands in for nvJPEG: decodes like the CPU but, as nvJPEG may, refuses
+    progressive JPEGs, and fails a whole batch call when one image fails."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, batch, device):
+        self.calls.append(len(batch))
+        for data in batch:
+            if b"\xff\xc2" in bytes(data.numpy()):  # SOF2: progressive
+                raise RuntimeError("nvjpeg: unsupported")
+        return [reference(data).to(device) for data in batch]
+
+
+def test_fallback_to_the_cpu_is_per_image_counted_and_warned_once():
+    decoder = GPUDecoder(16, device="cpu")
+    decoder._accelerated, decoder._nvjpeg = True, RefusesProgressive()  # the GPU code path
+    batch = [
+        encode(40, 40),
+        encode(40, 50, progressive=True),
+        encode(30, 30, ".png"),
+        encode(20, 20),
+    ]
+    with pytest.warns(
+        UserWarning, match=r"2 image\(s\) decoded on the CPU: not JPEG, or refused by nvJPEG \(1\)"
+    ):
+        decoded = decoder.decode(batch)
+    assert decoder._nvjpeg.calls == [3, 1, 1, 1]  # the batch of JPEGs, then one by one
+    assert all(
+        torch.equal(image, reference(data)) for image, data in zip(decoded, batch, strict=True)
+    )
+    assert decoder.cpu_fallbacks == 2
+    decoder.decode(batch)  # counted again, not warned again (pytest's error filter would fail)
+    assert decoder.cpu_fallbacks == 4
+
+
+def test_pickles_without_its_thread_pool():
+    decoder = GPUDecoder(16, device="cpu")
+    decoder(MIXED)
+    clone = pickle.loads(pickle.dumps(decoder))
+    assert clone._pool is None and clone(MIXED).shape == (4, 3, 16, 16)
+
+
+def test_encoded_collate_keeps_bytes_as_a_list():
+    images, labels = encoded_collate([(MIXED[0], 3), (MIXED[1], 4)])
+    assert isinstance(images, list) and images[1] is MIXED[1] and labels.tolist() == [3, 4]
+    assert encoded_collate([MIXED[0]]) == [MIXED[0]]
+
+
+def test_lmdb_bytes_to_a_normalised_batch_through_the_prefetcher(tmp_path):
+    from fastload import make_image_folder
+
+    root = make_image_folder(tmp_path / "images", num_classes=2, images_per_class=5, size=(80, 60))
+    write_lmdb(root, tmp_path / "db", workers=0, progress=False)
+    loader = FastLoader(
+        LMDBDataset(tmp_path / "db", decode=None),
+        batch_size=4,
+        num_workers=2,
+        collate_fn=encoded_collate,
+    )
+    prefetcher = DataPrefetcher(
+        loader, "cpu", decode=GPUDecoder(32, device="cpu"), mean=(0.5,) * 3, std=(0.5,) * 3
+    )
+    batches = list(prefetcher)
+    assert [tuple(images.shape) for images, _ in batches] == [
+        (4, 3, 32, 32),
+        (4, 3, 32, 32),
+        (2, 3, 32, 32),
+    ]
+    assert all(
+        images.dtype == torch.float32 and images.abs().max() <= 1.0 + 1e-5 for images, _ in batches
+    )
+    assert [label for _, labels in batches for label in labels.tolist()] == [0] * 5 + [1] * 5
+
+
+def test_prefetcher_decode_needs_a_list_at_the_named_place():
+    prefetcher = DataPrefetcher(
+        [{"pixels": MIXED}], "cpu", decode=GPUDecoder(8, device="cpu"), image="image"
+    )
+    with pytest.raises(
+        KeyError, match="image='image' names no list of encoded images in a batch of type dict"
+    ):
+        next(iter(prefetcher))
+
+
+@pytest.mark.needs_cuda
+def test_cuda_decoding_matches_the_cpu_within_decoder_tolerance():
+    batch = [encode(48, 64, seed=i) for i in range(8)]
+    on_gpu = GPUDecoder(32, device="cuda").decode(batch)
+    for image, data in zip(on_gpu, batch, strict=True):
+        # nvJPEG and libjpeg-turbo round the IDCT and upsampling differently.
+        assert (image.cpu().int() - reference(data).int()).abs().float().mean() < 1.5
+    params = {
+        k: v
+        for k, v in GPUDecoder(32, device="cpu")
+        .sample_params(torch.tensor([[48.0, 64.0]] * 8))
+        .items()
+    }
+    gpu_out = GPUDecoder(32, device="cuda")(batch, params=params).cpu()
+    cpu_out = GPUDecoder(32, device="cpu")(batch, params=params)
+    assert (gpu_out.int() - cpu_out.int()).abs().float().mean() < 1.5
