@@ -57,6 +57,15 @@ def test_variable_sizes_in_one_size_out():
     assert out.shape == (4, 3, 24, 32) and out.dtype == torch.uint8
 
 
+@pytest.mark.parametrize("crop", ["resize", "center"])
+def test_an_image_comes_out_the_same_in_a_batch_of_larger_ones(crop):
+    # The small image's canvas slot is padded; its border must not blend with padding.
+    decoder = GPUDecoder((24, 32), crop=crop, device="cpu")
+    alone = decoder([MIXED[2]])[0]
+    in_batch = decoder([MIXED[1], MIXED[2], MIXED[3]])[1]
+    assert torch.equal(in_batch, alone)
+
+
 def test_resize_mode_matches_torchvision_resize():
     out = GPUDecoder((24, 32), crop="resize", device="cpu")(MIXED)
     for image, data in zip(out, MIXED, strict=True):

@@ -44,6 +44,16 @@ def _nvjpeg() -> Callable[[list[Tensor], torch.device], list[Tensor]]:
         return lambda data, device: decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
 
 
+def _place(slot: Tensor, image: Tensor) -> None:
+    """Copy ``image`` into the top-left of ``slot`` and repeat its last column and row into
+    the rest: bilinear samples at the image's edge then see the edge, not padding (as in
+    torchvision's resize, which clamps at the border)."""
+    height, width = image.shape[-2:]
+    slot[:, :height, :width] = image
+    slot[:, :height, width:] = slot[:, :height, width - 1 : width]
+    slot[:, height:, :] = slot[:, height - 1 : height, :]
+
+
 def _is_jpeg(data: Tensor) -> bool:
     return data.numel() > 2 and bytes(data[:2].tolist()) == _JPEG_START
 
@@ -204,8 +214,8 @@ class GPUDecoder(nn.Module):
         return values.pin_memory().to(self.device, non_blocking=True)
 
     def _resample(self, images: list[Tensor], params: Params) -> Tensor:
-        """Copy the images into float32 canvases (chunked under ``memory``) and resample
-        every box of a chunk in one roi_align."""
+        """Copy the images into float32 canvases (chunked under ``memory``), edges
+        repeated into the padding, and resample every box of a chunk in one roi_align."""
         out = torch.empty((len(images), 3, *self.size), dtype=torch.uint8, device=self.device)
         start = 0
         while start < len(images):
@@ -216,13 +226,11 @@ class GPUDecoder(nn.Module):
                 if end > start and grown > self.memory:
                     break
                 tallest, widest, end = max(tallest, h), max(widest, w), end + 1
-            canvas = torch.zeros(
+            canvas = torch.empty(
                 (end - start, 3, tallest, widest), dtype=torch.float32, device=self.device
             )
-            for slot, image in enumerate(
-                images[start:end]
-            ):  # one copy per image, inherent to a list
-                canvas[slot, :, : image.shape[-2], : image.shape[-1]] = image
+            for slot, image in enumerate(images[start:end]):  # a list: one copy per image
+                _place(canvas[slot], image)
             chunk = {key: value[start:end] for key, value in params.items()}
             out[start:end] = (
                 resized_crops(canvas, chunk, self.size).round_().clamp_(0, 255).to(torch.uint8)
