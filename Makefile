@@ -28,6 +28,7 @@ bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/cpu_augment.py --plot
 	$(BIN)/python -m pip install -q kornia  # the gpu_augment comparison, not a dependency
 	$(BIN)/python benchmarks/gpu_augment.py --count 256 --plot
+	$(BIN)/python benchmarks/gpu_decode.py --plot
 
 clean:
 	rm -rf $(VENV) benchmarks/.data
