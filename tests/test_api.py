@@ -17,7 +17,9 @@ PUBLIC_NAMES = {
     "LMDBDataset",
     "__version__",
     "auto_num_workers",
+    "diagnose",
     "make_image_folder",
+    "timed",
     "write_lmdb",
 }
 
@@ -72,3 +74,9 @@ def test_gpu_module_names():
     assert set(gpu.__all__) == GPU_NAMES
     modules = GPU_NAMES - {"GPUDecoder"}  # it takes a list of encoded images, not a batch
     assert all(issubclass(getattr(gpu, name), gpu.BatchTransform) for name in modules)
+
+
+def test_diagnose_stays_the_function_after_its_module_is_imported():
+    import fastload.bottleneck
+
+    assert fastload.diagnose is fastload.bottleneck.diagnose and callable(fastload.diagnose)

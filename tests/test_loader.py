@@ -256,7 +256,9 @@ def test_auto_num_workers_rule(cpus, local_world_size, expected):
 
 @pytest.mark.parametrize("bad", [-1, "many", "AUTO", 1.5, True, None])
 def test_bad_num_workers_is_rejected(bad):
-    with pytest.raises(ValueError, match=r"num_workers must be a non-negative int or 'auto', got"):
+    with pytest.raises(
+        ValueError, match=r"num_workers must be a non-negative int, 'auto' or 'tune', got"
+    ):
         FastLoader(SquaresDataset(), num_workers=bad)
 
 

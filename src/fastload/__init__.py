@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DataPrefetcher": "fastload.prefetch",
     "FastLoader": "fastload.loader",
+    "diagnose": "fastload.bottleneck",
+    "timed": "fastload.bottleneck",
     "ImageFolder": "fastload.folder",
     "LMDBDataset": "fastload.lmdb",
     "write_lmdb": "fastload.lmdb",
@@ -28,11 +30,14 @@ __all__ = [
     "LMDBDataset",
     "__version__",
     "auto_num_workers",
+    "diagnose",
     "make_image_folder",
+    "timed",
     "write_lmdb",
 ]
 
 if TYPE_CHECKING:
+    from fastload.bottleneck import diagnose, timed
     from fastload.folder import ImageFolder
     from fastload.lmdb import LMDBDataset, write_lmdb
     from fastload.loader import FastLoader, auto_num_workers

@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from fastload import FastLoader
+from fastload import diagnose as diagnose_module
+from fastload.diagnose import Facts, WaitSummary, diagnose, recommend, timed, tune_workers
+from fastload.loader import worker_candidates
+
+
+class FakeClock:
+    """perf_counter that only moves when told: exact timings in tests."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_timed_counts_iterations_and_sums_waits_exactly(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(diagnose_module.time, "perf_counter", clock)
+
+    def slow_loader():
+        for index in range(4):
+            clock.advance(0.25 + index)  # loading batch i takes 0.25 + i seconds
+            yield index
+
+    loop = timed(list_like := _Replayable(slow_loader))
+    seen = []
+    for batch in loop:
+        seen.append(batch)
+        clock.advance(0.5)  # the step
+    summary = loop.summary()
+    assert seen == [0, 1, 2, 3] and summary.iterations == 4 and len(loop) == 4
+    assert summary.waits == (0.25, 1.25, 2.25, 3.25)
+    assert summary.computes == (0.5, 0.5, 0.5, 0.5)
+    assert summary.wait_fraction == pytest.approx(7.0 / 9.0)
+    assert list_like.size == 4  # attributes pass through
+    assert loop.size == 4
+    assert "4 iterations: waited 7.00 s for data (77.8% of the loop)" in str(summary)
+
+
+class _Replayable:
+    size = 4
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+    def __iter__(self):
+        return self.make()
+
+    def __len__(self) -> int:
+        return 4
+
+
+class Sleepy(Dataset):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int):
+        time.sleep(self.seconds)
+        return torch.zeros(3, 8, 8), index
+
+
+def test_a_slow_loader_is_reported_and_more_workers_recommended():
+    loader = FastLoader(Sleepy(0.003), batch_size=4, num_workers=0)
+    report = diagnose(loader, step=lambda batch: None, batches=8, warmup=1, device="cpu")
+    assert report.facts.wait_fraction > 0.8
+    assert report.facts.loader_seconds >= 0.012  # 4 samples x 3 ms
+    assert report.predicted_speedup > 5
+    assert any(advice.startswith("more workers: 0 of") for advice in report.recommendations)
+    assert "real loop: waiting for data" in str(report)
+
+
+def test_an_instant_loader_is_compute_bound():
+    batches = [(torch.zeros(4, 3, 8, 8), torch.arange(4))] * 8
+    report = diagnose(
+        batches, step=lambda batch: time.sleep(0.01), batches=6, warmup=1, device="cpu"
+    )
+    assert report.facts.wait_fraction < 0.05
+    assert report.recommendations[0].startswith("compute-bound")
+    assert report.predicted_speedup == pytest.approx(1.0, abs=0.05)
+    payload = json.loads(report.to_json())
+    assert payload["recommendations"] == report.recommendations and "step_seconds" in payload
+
+
+def facts(**overrides) -> Facts:
+    values = dict(
+        step_seconds=0.1,
+        loader_seconds=0.3,
+        wait_fraction=0.6,
+        loop_seconds=0.3,
+        num_workers=1,
+        cpus=8,
+    )
+    return Facts(**(values | overrides))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected", "absent"),
+    [
+        ({"wait_fraction": 0.02}, "compute-bound", "more workers"),
+        ({}, "more workers: 1 of 8 CPUs", "compute-bound"),
+        ({"num_workers": 8}, None, "more workers"),
+        ({"cuda": True, "pin_memory": False}, "pin_memory=True", None),
+        ({"cuda": True, "pin_memory": True}, None, "pin_memory=True"),
+        ({"cuda": True, "prefetcher": False}, "wrap the loader in DataPrefetcher", None),
+        ({"cuda": True, "prefetcher": True}, None, "DataPrefetcher"),
+        ({"storage": "files"}, "fastload convert", None),
+        ({"storage": "lmdb"}, None, "fastload convert"),
+        ({"image_side": 2000, "batch_side": 224}, "decode at reduced size", None),
+        ({"image_side": 300, "batch_side": 224}, None, "reduced size"),
+        (
+            {"num_workers": 8, "worker_busy": (0.95,) * 8, "cuda": True},
+            "the CPU is saturated (8 workers at 95%): move work to the GPU",
+            None,
+        ),
+        ({"num_workers": 8, "worker_busy": (0.4,) * 8}, None, "saturated"),
+        ({"batch_size": 8}, "batch size 8", None),
+        ({"batch_size": 256}, None, "batch size"),
+    ],
+)
+def test_each_rule(overrides, expected, absent):
+    advice = recommend(facts(**overrides))
+    if expected is not None:
+        assert any(expected in line for line in advice), advice
+    if absent is not None:
+        assert not any(absent in line for line in advice), advice
+
+
+def test_predicted_speedup_is_loop_time_over_step_time():
+    report = diagnose_module.DiagnoseReport(facts(step_seconds=0.1, loop_seconds=0.25), [])
+    assert report.predicted_speedup == pytest.approx(2.5)
+    assert diagnose_module.DiagnoseReport(facts(step_seconds=0.0), []).predicted_speedup == 1.0
+
+
+def test_autotune_picks_the_best_of_a_throughput_curve():
+    curve = {
+        (0, 2): 10.0,
+        (1, 2): 30.0,
+        (1, 4): 31.0,
+        (2, 2): 55.0,
+        (2, 4): 52.0,
+        (4, 2): 40.0,
+        (4, 4): 41.0,
+    }
+    workers, prefetch, measured = tune_workers(
+        lambda w, p: (w, p),
+        workers=[0, 1, 2, 4],
+        prefetch=(2, 4),
+        throughput=lambda loader, batches: curve[loader],
+    )
+    assert (workers, prefetch) == (2, 2) and measured == curve
+
+
+def test_autotune_prefers_fewer_workers_on_a_tie():
+    workers, _, _ = tune_workers(
+        lambda w, p: w, workers=[1, 2, 4], prefetch=(2,), throughput=lambda loader, b: 5.0
+    )
+    assert workers == 1
+
+
+def test_worker_candidates():
+    assert worker_candidates(1) == [0, 1]
+    assert worker_candidates(2) == [0, 1, 2]
+    assert worker_candidates(12) == [0, 1, 2, 4, 8, 12]
+
+
+def test_fastloader_tune_measures_and_explains():
+    loader = FastLoader(Sleepy(0.001), batch_size=8, num_workers="tune")
+    assert loader.num_workers in worker_candidates(2)
+    assert "tuned, batches/s" in repr(loader)
+    assert sum(len(labels) for _, labels in loader) == 256
+
+
+def test_wait_summary_of_nothing():
+    assert str(WaitSummary((), ())) == "no iterations"
+    assert WaitSummary((), ()).wait_fraction == 0.0
