@@ -415,7 +415,7 @@ class FastLoader(DataLoader):
     def _tune(
         self, view, batch_size, collate_fn, drop_last, pin_memory, worker_init_fn, prefetch_factor
     ):
-        from fastload.diagnose import tune_workers
+        from fastload.bottleneck import tune_workers
 
         def trial(workers: int, prefetch: int) -> DataLoader:
             return DataLoader(

@@ -8,8 +8,8 @@ import torch
 from torch.utils.data import Dataset
 
 from fastload import FastLoader
-from fastload import diagnose as diagnose_module
-from fastload.diagnose import Facts, WaitSummary, diagnose, recommend, timed, tune_workers
+from fastload import bottleneck as diagnose_module
+from fastload.bottleneck import Facts, WaitSummary, diagnose, recommend, timed, tune_workers
 from fastload.loader import worker_candidates
 
 

@@ -1,5 +1,8 @@
 """Is data loading what slows training, and by how much? Measure it, then say what to do.
 
+``fastload.diagnose`` and ``fastload.timed`` live here (a module named ``diagnose`` would
+shadow the function of the same name on the package).
+
 The method of the articles in shared/seeds (002, 004): time the training step on one
 cached batch (the compute-bound time), time the loader alone, and compare with the real
 loop's per-iteration wait for data. ``diagnose`` does the three and applies clear rules.
