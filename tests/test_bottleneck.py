@@ -112,7 +112,12 @@ def facts(**overrides) -> Facts:
 @pytest.mark.parametrize(
     ("overrides", "expected", "absent"),
     [
-        ({"wait_fraction": 0.02}, "compute-bound", "more workers"),
+        ({"wait_fraction": 0.02, "loop_seconds": 0.1}, "compute-bound", "more workers"),
+        (
+            {"wait_fraction": 0.02, "loop_seconds": 0.14},
+            "the step runs 40% slower while the loader runs",
+            "compute-bound",
+        ),
         ({}, "more workers: 1 of 8 CPUs", "compute-bound"),
         ({"num_workers": 8}, None, "more workers"),
         ({"cuda": True, "pin_memory": False}, "pin_memory=True", None),

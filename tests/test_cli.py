@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -53,3 +54,36 @@ def test_format_table_lines_up_columns():
         "| 1   | 2  |",
         "| xyz | 3  |",
     ]
+
+
+@pytest.fixture(scope="module")
+def small_folder(tmp_path_factory):
+    return make_image_folder(
+        tmp_path_factory.mktemp("cli"), num_classes=2, images_per_class=8, size=(64, 48)
+    )
+
+
+def test_diagnose_prints_a_json_report_and_a_timeline(small_folder, tmp_path, capsys):
+    plot = tmp_path / "timeline.png"
+    main(["diagnose", str(small_folder), "--batch-size", "4", "--image-size", "32", "--batches", "3",
+          "--warmup", "1", "--workers", "0", "--model", "resnet18", "--json", "--plot", str(plot)])  # fmt: skip
+    out = capsys.readouterr().out
+    report = json.loads(out[: out.rindex("}") + 1])
+    assert report["num_workers"] == 0 and report["batch_size"] == 4 and report["storage"] == "files"
+    assert report["step_seconds"] > 0 and 0 <= report["wait_fraction"] <= 1
+    assert report["recommendations"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_sweeps_workers_and_names_the_best(small_folder, tmp_path, capsys):
+    plot = tmp_path / "workers.png"
+    main(["bench", str(small_folder), "--batch-size", "4", "--image-size", "32", "--batches", "2",
+          "--workers", "0,1", "--prefetch", "2", "--plot", str(plot)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert [
+        line.split("|")[1].strip()
+        for line in out.splitlines()
+        if line.startswith("| ") and "num_workers" not in line
+    ] == ["0", "1"]
+    assert re.search(r"best: FastLoader\(num_workers=[01], prefetch_factor=2\)", out)
+    assert plot.exists()

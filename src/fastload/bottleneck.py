@@ -194,9 +194,24 @@ def _loader_bound(facts: Facts) -> bool:
     return facts.wait_fraction > 0.10
 
 
+def _slowdown(facts: Facts) -> float:
+    """How much slower an iteration of the real loop is than the step alone."""
+    return facts.loop_seconds / facts.step_seconds if facts.step_seconds else 1.0
+
+
 def rule_compute_bound(facts: Facts) -> str | None:
-    if facts.wait_fraction < 0.05 and facts.step_seconds > 0:
+    if facts.wait_fraction < 0.05 and facts.step_seconds > 0 and _slowdown(facts) <= 1.15:
         return "compute-bound: data loading is not what slows this loop; look at the model step"
+    return None
+
+
+def rule_contention(facts: Facts) -> str | None:
+    if facts.wait_fraction < 0.10 and _slowdown(facts) > 1.15:
+        return (
+            f"the step runs {100 * (_slowdown(facts) - 1):.0f}% slower while the loader runs, "
+            "though it seldom waits: the workers compete with it for the CPU; try fewer "
+            "workers, or move decoding and augmentation to the GPU"
+        )
     return None
 
 
@@ -275,6 +290,7 @@ def rule_batch_size(facts: Facts) -> str | None:
 
 RULES: tuple[Rule, ...] = (
     rule_compute_bound,
+    rule_contention,
     rule_workers,
     rule_pin_memory,
     rule_prefetcher,
@@ -411,13 +427,14 @@ def diagnose(
         _synchronize(device)
         step_seconds = (time.perf_counter() - start) / batches
 
+    batches_alone = _one_pass(loader, warmup + batches)
+    for _ in range(warmup):
+        next(batches_alone, None)
+        bar.update()
     workers_before = process_cpu(_children(os.getpid()))
     wall_start, count = time.perf_counter(), 0
-    for index, _batch in enumerate(_one_pass(loader, warmup + batches)):
-        if index == warmup:
-            workers_before = process_cpu(_children(os.getpid()))
-            wall_start = time.perf_counter()
-        count = index + 1 - warmup
+    for _batch in batches_alone:  # the clock runs from the end of the warm-up
+        count += 1
         bar.update()
     elapsed = time.perf_counter() - wall_start
     loader_seconds = elapsed / max(count, 1)

@@ -53,6 +53,107 @@ def _verify(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _image_dataset(data: Path, image_size: int):
+    """An LMDB file or an image folder, decoded by OpenCV and augmented by albumentations
+    (RandomResizedCrop, flip): the CPU pipeline that fastload recommends."""
+    try:
+        import albumentations as A
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "diagnose and bench augment with albumentations: pip install 'fastload[augment]'"
+        ) from error
+    from fastload.folder import ImageFolder
+    from fastload.lmdb import LMDBDataset
+    from fastload.transforms import Albumentations
+
+    augment = Albumentations(
+        A.Compose([A.RandomResizedCrop((image_size, image_size)), A.HorizontalFlip()])
+    )
+    if data.is_file() or (data / "data.mdb").exists():
+        return LMDBDataset(data, transform=augment)
+    return ImageFolder(data, transform=augment)
+
+
+def _num_workers(value: str) -> int | str:
+    return value if value in ("auto", "tune") else int(value)
+
+
+def _diagnose(args: argparse.Namespace) -> None:
+    import torch
+    import torchvision
+
+    from fastload.bottleneck import diagnose
+    from fastload.loader import FastLoader
+    from fastload.prefetch import DataPrefetcher
+    from fastload.transforms import uint8_collate
+
+    dataset = _image_dataset(args.data, args.image_size)
+    loader = FastLoader(
+        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+        collate_fn=uint8_collate,
+    )  # fmt: skip
+    prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    step = None
+    if args.model != "none":
+        classes = max(2, len(getattr(dataset, "classes", []) or []))
+        model = getattr(torchvision.models, args.model)(num_classes=classes).to(prefetcher.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step(batch):
+            images, labels = batch
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    report = diagnose(prefetcher, step, batches=args.batches, warmup=args.warmup, progress=True)
+    print(report.to_json() if args.json else report)
+    if args.plot is not None:
+        from fastload.plots import plot_timeline
+
+        print(f"wrote {plot_timeline(report.timeline, args.plot)}")
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from fastload.bottleneck import tune_workers
+    from fastload.loader import FastLoader
+    from fastload.timing import format_table
+    from fastload.transforms import uint8_collate
+
+    dataset = _image_dataset(args.data, args.image_size)
+
+    def make(workers: int, prefetch: int) -> FastLoader:
+        return FastLoader(
+            dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers,
+            prefetch_factor=prefetch if workers else None, persistent_workers=False,
+            collate_fn=uint8_collate,
+        )  # fmt: skip
+
+    if args.workers is None:
+        from fastload.loader import _available_cpus, worker_candidates
+
+        workers = worker_candidates(_available_cpus())
+    else:
+        workers = [int(w) for w in args.workers.split(",")]
+    prefetch = [int(p) for p in args.prefetch.split(",")]
+    best_workers, best_prefetch, curve = tune_workers(
+        make, workers=workers, prefetch=prefetch, batches=args.batches, progress=True
+    )
+    rows = [
+        [w, p if w else "-", f"{rate:.2f}", f"{rate * args.batch_size:,.0f}"]
+        for (w, p), rate in sorted(curve.items())
+    ]
+    print(format_table(["num_workers", "prefetch_factor", "batches/s", "images/s"], rows))
+    print(f"best: FastLoader(num_workers={best_workers}, prefetch_factor={best_prefetch})")
+    if args.plot is not None:
+        from fastload.plots import plot_workers
+
+        print(f"wrote {plot_workers(curve, args.plot)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastload", description="Keep the GPU fed.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what fastload chooses")
@@ -84,6 +185,30 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="read, check and decode every record")
     verify.add_argument("database", type=Path)
     verify.set_defaults(run=_verify)
+
+    diagnose = commands.add_parser(
+        "diagnose", help="is data loading the bottleneck? step vs loader vs real loop"
+    )
+    diagnose.add_argument("data", type=Path, help="image folder or LMDB file")
+    diagnose.add_argument("--batch-size", type=int, default=64)
+    diagnose.add_argument("--image-size", type=int, default=224)
+    diagnose.add_argument("--batches", type=int, default=30)
+    diagnose.add_argument("--warmup", type=int, default=3)
+    diagnose.add_argument("--workers", type=_num_workers, default="auto", help="int, auto or tune")
+    diagnose.add_argument("--model", default="resnet18", help="a torchvision model name, or none")
+    diagnose.add_argument("--json", action="store_true", help="print the report as JSON")
+    diagnose.add_argument("--plot", type=Path, help="PNG of each iteration's wait and step")
+    diagnose.set_defaults(run=_diagnose)
+
+    bench = commands.add_parser("bench", help="throughput over worker counts and prefetch depth")
+    bench.add_argument("data", type=Path, help="image folder or LMDB file")
+    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--image-size", type=int, default=224)
+    bench.add_argument("--batches", type=int, default=10)
+    bench.add_argument("--workers", default=None, help="comma-separated counts (default 0..CPUs)")
+    bench.add_argument("--prefetch", default="2,4", help="comma-separated prefetch factors")
+    bench.add_argument("--plot", type=Path, help="PNG of throughput vs workers")
+    bench.set_defaults(run=_bench)
     return parser
 
 
