@@ -65,8 +65,8 @@ def small_folder(tmp_path_factory):
 
 def test_diagnose_prints_a_json_report_and_a_timeline(small_folder, tmp_path, capsys):
     plot = tmp_path / "timeline.png"
-    main(["diagnose", str(small_folder), "--batch-size", "4", "--image-size", "32", "--batches", "3",
-          "--warmup", "1", "--workers", "0", "--model", "resnet18", "--json", "--plot", str(plot)])  # fmt: skip
+    options = "--batch-size 4 --image-size 32 --batches 3 --warmup 1 --workers 0 --model resnet18"
+    main(["diagnose", str(small_folder), *options.split(), "--json", "--plot", str(plot)])
     out = capsys.readouterr().out
     report = json.loads(out[: out.rindex("}") + 1])
     assert report["num_workers"] == 0 and report["batch_size"] == 4 and report["storage"] == "files"
@@ -77,8 +77,8 @@ def test_diagnose_prints_a_json_report_and_a_timeline(small_folder, tmp_path, ca
 
 def test_bench_sweeps_workers_and_names_the_best(small_folder, tmp_path, capsys):
     plot = tmp_path / "workers.png"
-    main(["bench", str(small_folder), "--batch-size", "4", "--image-size", "32", "--batches", "2",
-          "--workers", "0,1", "--prefetch", "2", "--plot", str(plot)])  # fmt: skip
+    options = "--batch-size 4 --image-size 32 --batches 2 --workers 0,1 --prefetch 2"
+    main(["bench", str(small_folder), *options.split(), "--plot", str(plot)])
     out = capsys.readouterr().out
     assert [
         line.split("|")[1].strip()
