@@ -23,7 +23,15 @@ import torch
 
 from fastload.timing import format_table
 
-__all__ = ["DiagnoseReport", "TimedLoader", "WaitSummary", "diagnose", "timed", "tune_workers"]
+__all__ = [
+    "DiagnoseReport",
+    "TimedLoader",
+    "WaitSummary",
+    "cpu_seconds_with_workers",
+    "diagnose",
+    "timed",
+    "tune_workers",
+]
 
 
 def _synchronize(device: torch.device | None) -> None:
@@ -162,6 +170,17 @@ def _rss_bytes(pid: int) -> int | None:
 def process_cpu(pids: Sequence[int]) -> dict[int, float]:
     """CPU seconds used so far by each of ``pids`` (Linux; empty elsewhere)."""
     return {pid: cpu for pid in pids if (cpu := _cpu_seconds(pid)) is not None}
+
+
+def cpu_seconds_with_workers() -> float:
+    """CPU seconds of this process, of its finished child processes and of the live ones
+    (persistent DataLoader workers are only counted by ``getrusage`` once they exit)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    done = resource.getrusage(resource.RUSAGE_CHILDREN)
+    live = sum(process_cpu(_children(os.getpid())).values())
+    return own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime + live
 
 
 # --- the report -----------------------------------------------------------------------------------
