@@ -29,6 +29,7 @@ bench: $(BIN)/fastload
 	$(BIN)/python -m pip install -q kornia  # the gpu_augment comparison, not a dependency
 	$(BIN)/python benchmarks/gpu_augment.py --count 256 --plot
 	$(BIN)/python benchmarks/gpu_decode.py --plot
+	$(BIN)/python benchmarks/end_to_end.py --plot
 
 clean:
 	rm -rf $(VENV) benchmarks/.data

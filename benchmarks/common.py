@@ -126,11 +126,11 @@ def plot(result: Path) -> Path:
     speedups = [row["speedup"] for row in data["rows"]]
     baselines = {row.get("versus", data["baseline"]) for row in data["rows"]}
     colours = ["#999999" if name in baselines else "#2a7ab0" for name in names]
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.4))
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(names) + 1.4))
     bars = ax.barh(names, speedups, color=colours)
     ax.bar_label(bars, labels=[f"{s:.1f}x" for s in speedups], padding=3)
     ax.invert_yaxis()
-    versus = data["baseline"] if baselines == {data["baseline"]} else "the grey bar of its group"
+    versus = "the grey bar" if len(baselines) == 1 else "the grey bar of its group"
     repeats = len(data["rows"][0]["seconds"])
     ax.set_xlabel(f"speed-up over {versus} (median of {repeats} runs)")
     machine = data["machine"]
