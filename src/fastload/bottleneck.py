@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from fastload.passthrough import LoaderProxy
 from fastload.timing import format_table
 
 __all__ = [
@@ -78,7 +79,7 @@ class WaitSummary:
         )
 
 
-class TimedLoader:
+class TimedLoader(LoaderProxy):
     """Iterate ``loader`` and record, for each iteration, the time spent waiting for the
     batch and the time until the next one was asked for (your step).
 
@@ -118,14 +119,6 @@ class TimedLoader:
             handed_out = time.perf_counter()
             self.waits.append(handed_out - asked)
             yield batch
-
-    def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "loader" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.loader, name)
 
     def summary(self) -> WaitSummary:
         return WaitSummary(tuple(self.waits), tuple(self.computes))

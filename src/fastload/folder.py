@@ -7,9 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import Dataset
-
-from fastload.decode import DecodeMode, check_decode_mode, load_image
+from fastload.datasets import ImageDataset
+from fastload.decode import DecodeMode
 
 __all__ = ["ImageFolder", "folder_samples"]
 
@@ -28,7 +27,7 @@ def folder_samples(
     return classes, class_to_idx, [(str(path), int(label)) for path, label in samples]
 
 
-class ImageFolder(Dataset):
+class ImageFolder(ImageDataset):
     """A drop-in for ``torchvision.datasets.ImageFolder`` that decodes with OpenCV.
 
     Same ``classes``, ``class_to_idx``, ``samples`` and ``targets`` as torchvision's (it
@@ -61,28 +60,17 @@ class ImageFolder(Dataset):
         decode: DecodeMode = "numpy",
         min_size: int | tuple[int, int] | None = None,
     ) -> None:
-        check_decode_mode(decode)
+        super().__init__(transform, target_transform, decode, min_size)
         self.root = Path(root)
         self.classes, self.class_to_idx, self.samples = folder_samples(root)
         self.targets = [label for _, label in self.samples]
-        self.transform = transform
-        self.target_transform = target_transform
-        self.decode = decode
-        self.min_size = min_size
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         path, label = self.samples[index]
-        image = load_image(
-            Path(path).read_bytes(), self.decode, source=path, min_size=self.min_size
-        )
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        return image, label
+        return self._finish(self._load(Path(path).read_bytes(), source=path), label)
 
     def __repr__(self) -> str:
         return (

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fastload.passthrough import LoaderProxy
+
 __all__ = ["DataPrefetcher", "map_tensors"]
 
 _FloatDtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -101,7 +103,7 @@ class _InFlight:
     end: bool = False
 
 
-class DataPrefetcher:
+class DataPrefetcher(LoaderProxy):
     """Iterate over ``loader`` with every batch already on ``device`` and finished there.
 
     For each batch, on a side CUDA stream: copy every tensor with ``non_blocking=True``
@@ -340,16 +342,6 @@ class DataPrefetcher:
     def _close(self) -> None:
         self._pending.clear()
         self._iterator = None
-
-    def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
-
-    def __getattr__(self, name: str) -> Any:
-        # Pass-through of the loader's attributes (sampler, dataset, batch_size, ...),
-        # as timm's PrefetchLoader does; guarded against recursion before __init__ ends.
-        if name == "loader" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.loader, name)
 
     def __repr__(self) -> str:
         return (

@@ -149,3 +149,10 @@ def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:
 
 def log_uniform(low: float, high: float) -> tuple[float, float]:
     return math.log(low), math.log(high)
+
+
+def first_fit(fits: Tensor, *candidates: Tensor) -> tuple[Tensor, ...]:
+    """Per sample (row), each candidate's value at the first try that ``fits`` (the first
+    try where none does: the caller decides what then). For torchvision's 10-try boxes."""
+    first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)
+    return tuple(candidate.gather(1, first).squeeze(1) for candidate in candidates)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from fastload.gpu.base import BatchTransform, Params, log_uniform, pair
+from fastload.gpu.base import BatchTransform, Params, first_fit, log_uniform, pair
 
 __all__ = ["RandomErasing", "box_mask"]
 
@@ -65,11 +65,11 @@ class RandomErasing(BatchTransform):
         box_h = torch.sqrt(erase_area * aspect).round()
         box_w = torch.sqrt(erase_area / aspect).round()
         fits = (box_h < height) & (box_w < width)
-        first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)
-        pick = lambda values: values.gather(1, first).squeeze(1)  # noqa: E731
-        box_h, box_w = pick(box_h), pick(box_w)
-        top = (pick(draws[..., 2]) * (height - box_h + 1)).floor()
-        left = (pick(draws[..., 3]) * (width - box_w + 1)).floor()
+        box_h, box_w, top_draw, left_draw = first_fit(
+            fits, box_h, box_w, draws[..., 2], draws[..., 3]
+        )
+        top = (top_draw * (height - box_h + 1)).floor()
+        left = (left_draw * (width - box_w + 1)).floor()
         apply = self._applies(n, device, generator) & fits.any(dim=1)
         return {"apply": apply, "top": top, "left": left, "height": box_h, "width": box_w}
 

@@ -13,6 +13,7 @@ from fastload.gpu.base import (
     BatchTransform,
     Params,
     blend_where,
+    first_fit,
     log_uniform,
     pair,
     restore,
@@ -276,12 +277,12 @@ class RandomResizedCrop(BatchTransform):
         crop_w = torch.sqrt(target_area * aspect).round()
         crop_h = torch.sqrt(target_area / aspect).round()
         fits = (crop_w > 0) & (crop_w <= width) & (crop_h > 0) & (crop_h <= height)
-        first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # first try that fits
-        pick = lambda values: values.gather(1, first).squeeze(1)  # noqa: E731
-        crop_h, crop_w = pick(crop_h), pick(crop_w)
+        crop_h, crop_w, top_draw, left_draw = first_fit(
+            fits, crop_h, crop_w, draws[..., 2], draws[..., 3]
+        )
         height, width = height.squeeze(1), width.squeeze(1)
-        top = (pick(draws[..., 2]) * (height - crop_h + 1)).floor()
-        left = (pick(draws[..., 3]) * (width - crop_w + 1)).floor()
+        top = (top_draw * (height - crop_h + 1)).floor()
+        left = (left_draw * (width - crop_w + 1)).floor()
 
         # torchvision's fallback when no try fits: the whole image, ratio clamped, centred.
         in_ratio = width / height

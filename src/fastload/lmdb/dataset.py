@@ -7,16 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import Dataset
-
-from fastload.decode import DecodeMode, as_output, check_decode_mode, load_image
+from fastload.datasets import ImageDataset
+from fastload.decode import DecodeMode, as_output
 from fastload.lmdb.format import Record, index_key, unpack_record
 from fastload.lmdb.store import close_reader, read_meta, read_transaction
 
 __all__ = ["LMDBDataset"]
 
 
-class LMDBDataset(Dataset):
+class LMDBDataset(ImageDataset):
     """Images and labels from a database written by :func:`fastload.write_lmdb`.
 
     The dataset holds only the path and the metadata: each process opens the database
@@ -63,13 +62,9 @@ class LMDBDataset(Dataset):
         min_size: int | tuple[int, int] | None = None,
         readahead: bool = True,
     ) -> None:
-        check_decode_mode(decode)
+        super().__init__(transform, target_transform, decode, min_size)
         self.path = Path(path)
         self._path = os.fspath(path)
-        self.transform = transform
-        self.target_transform = target_transform
-        self.decode = decode
-        self.min_size = min_size
         self.readahead = readahead
         try:
             self.meta = read_meta(self._transaction(), self.path)
@@ -121,16 +116,10 @@ class LMDBDataset(Dataset):
     def _sample(self, txn, index: int) -> tuple[Any, Any]:
         record = self._record(txn, index, copy=False)  # decoded or copied before the next read
         if record.encoded:
-            source = f"{self._path}:{index}"
-            image = load_image(record.payload, self.decode, source=source, min_size=self.min_size)
+            image = self._load(record.payload, source=f"{self._path}:{index}")
         else:
             image = as_output(record.payload, self.decode)
-        label = record.label
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        return image, label
+        return self._finish(image, record.label)
 
     def __repr__(self) -> str:
         return f"LMDBDataset({str(self.path)!r}, records={len(self)}, decode={self.decode!r})"

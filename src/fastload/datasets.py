@@ -1,0 +1,40 @@
+"""The base of the datasets that store encoded images: decode mode and transforms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from fastload.decode import DecodeMode, check_decode_mode, load_image
+
+__all__ = ["ImageDataset"]
+
+
+class ImageDataset(Dataset):
+    """Shared by ImageFolder and LMDBDataset: ``decode`` and ``min_size`` say what an
+    image becomes; ``transform`` and ``target_transform`` run on the result."""
+
+    def __init__(
+        self,
+        transform: Callable[[Any], Any] | None,
+        target_transform: Callable[[Any], Any] | None,
+        decode: DecodeMode,
+        min_size: int | tuple[int, int] | None,
+    ) -> None:
+        check_decode_mode(decode)
+        self.transform = transform
+        self.target_transform = target_transform
+        self.decode = decode
+        self.min_size = min_size
+
+    def _load(self, data: bytes | memoryview, source: str) -> Any:
+        return load_image(data, self.decode, source=source, min_size=self.min_size)
+
+    def _finish(self, image: Any, label: Any) -> tuple[Any, Any]:
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        return image, label
