@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -44,6 +45,14 @@ def rgb_to_hsv(rgb: Tensor) -> Tensor:
     return torch.stack((hue, saturation, maxc), dim=1)
 
 
+@functools.cache
+def _sector_table(device: torch.device) -> Tensor:
+    """For each of the six hue sectors, which of (v, q, p, t) each channel takes; made
+    once per device, as a tensor built from a list is a blocking host-to-device copy."""
+    rows = [[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]]
+    return torch.tensor(rows, device=device)
+
+
 def hsv_to_rgb(hsv: Tensor) -> Tensor:
     """The inverse of :func:`rgb_to_hsv`, batched (N, 3, H, W)."""
     hue, saturation, value = hsv.unbind(dim=1)
@@ -53,10 +62,7 @@ def hsv_to_rgb(hsv: Tensor) -> Tensor:
     p = (value * (1.0 - saturation)).clamp(0.0, 1.0)
     q = (value * (1.0 - saturation * fraction)).clamp(0.0, 1.0)
     t = (value * (1.0 - saturation * (1.0 - fraction))).clamp(0.0, 1.0)
-    # For each of the six sectors, which of (v, q, p, t) each channel takes.
-    table = torch.tensor(
-        [[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]], device=hsv.device
-    )
+    table = _sector_table(hsv.device)
     candidates = torch.stack((value, q, p, t), dim=1)  # (N, 4, H, W)
     choice = table[sector].permute(0, 3, 1, 2)  # (N, 3, H, W)
     return candidates.gather(1, choice)

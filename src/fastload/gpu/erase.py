@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -21,6 +22,13 @@ def box_mask(
     inside_rows = (rows >= top.view(-1, 1, 1)) & (rows < (top + height).view(-1, 1, 1))
     inside_cols = (cols >= left.view(-1, 1, 1)) & (cols < (left + width).view(-1, 1, 1))
     return (inside_rows & inside_cols).unsqueeze(1)
+
+
+@functools.cache
+def _fill(value: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Per-channel fill values, made once per device and dtype (a tensor built from a
+    list is a blocking host-to-device copy)."""
+    return torch.tensor(value, device=device).to(dtype).view(1, -1, 1, 1)
 
 
 class RandomErasing(BatchTransform):
@@ -82,5 +90,7 @@ class RandomErasing(BatchTransform):
             params["top"], params["left"], params["height"], params["width"], images.shape[-2:]
         )
         mask = mask & params["apply"].view(-1, 1, 1, 1)
-        fill = torch.tensor(self.value, device=images.device).view(1, -1, 1, 1).to(images.dtype)
+        if len(self.value) == 1:  # a Python scalar: nothing to copy to the device
+            return torch.where(mask, torch.tensor(self.value[0], dtype=images.dtype), images)
+        fill = _fill(self.value, images.device, images.dtype)
         return torch.where(mask, fill, images)

@@ -146,10 +146,10 @@ class RandomCrop(BatchTransform):
                 f"crop size {self.size} is larger than the (padded) image {(padded_h, padded_w)}"
             )
         offsets = self._rand(n, 2, device=device, generator=generator)
-        top_left = (
-            offsets * torch.tensor([padded_h - crop_h + 1, padded_w - crop_w + 1], device=device)
-        ).long()
-        return {"top": top_left[:, 0], "left": top_left[:, 1]}
+        # Python scalars, not a tensor built from a list: that would be a blocking copy.
+        top = (offsets[:, 0] * (padded_h - crop_h + 1)).long()
+        left = (offsets[:, 1] * (padded_w - crop_w + 1)).long()
+        return {"top": top, "left": left}
 
     def apply(self, images: Tensor, params: Params) -> Tensor:
         left, right, top, bottom = self._padding(images.shape[-2], images.shape[-1])
@@ -261,7 +261,8 @@ class RandomResizedCrop(BatchTransform):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n, _, height, width = shape
-        sizes = torch.tensor([[height, width]], device=device, dtype=torch.float32).expand(n, 2)
+        sizes = torch.empty((n, 2), device=device)  # filled on the device: no host copy
+        sizes[:, 0], sizes[:, 1] = height, width
         return self.sample_boxes(sizes, generator)
 
     def sample_boxes(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
