@@ -15,6 +15,8 @@ def test_demo_prints_a_before_after_table(capsys):
     main(["demo", "--images-per-class", "2", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "16 JPEGs of 500x375" in out
+    assert "2. fastload.diagnose on a ResNet-18 training loop" in out
+    assert "real loop: waiting for data" in out and "Recommendations:" in out
     rows = [
         line
         for line in out.splitlines()
