@@ -389,3 +389,20 @@ def test_error_in_batched_fetch_names_the_indices():
     with pytest.raises(IndexError) as caught:
         next(batches)
     assert "while loading dataset indices [4, 9]" in full_text(caught.value)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """An iterable dataset that shards itself across workers, as the docs advise."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        start, step = (info.id, info.num_workers) if info else (0, 1)
+        yield from (torch.tensor([i]) for i in range(start, 20, step))
+
+
+def test_iterable_datasets_pass_through_untouched():
+    loader = FastLoader(Stream(), batch_size=5, num_workers=2)
+    assert isinstance(loader.dataset, Stream)  # no view: no indices to fetch by
+    assert not isinstance(loader.sampler, torch.utils.data.DistributedSampler)
+    values = sorted(v for batch in loader for v in batch.flatten().tolist())
+    assert values == list(range(20))
