@@ -28,6 +28,7 @@ __all__ = [
     "DiagnoseReport",
     "TimedLoader",
     "WaitSummary",
+    "classifier_step",
     "cpu_seconds_with_workers",
     "diagnose",
     "timed",
@@ -519,6 +520,24 @@ def _limited(loader: Iterable[Any], count: int) -> Iterable[Any]:
             return _one_pass(loader, count)
 
     return Limited()
+
+
+def classifier_step(model: str, num_classes: int, device: torch.device) -> Callable[[Any], None]:
+    """A training step of a torchvision classifier (SGD, cross-entropy) on an
+    ``(images, labels)`` batch: what ``fastload diagnose`` and the demo measure with."""
+    import torchvision
+
+    network = getattr(torchvision.models, model)(num_classes=max(2, num_classes)).to(device)
+    optimizer = torch.optim.SGD(network.parameters(), lr=0.01, momentum=0.9)
+
+    def step(batch: Any) -> None:
+        images, labels = batch
+        loss = torch.nn.functional.cross_entropy(network(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
 
 
 # --- worker autotuning ------------------------------------------------------------------------

@@ -53,9 +53,6 @@ def _verify(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
 def _image_dataset(data: Path, image_size: int):
     """An LMDB file or an image folder, decoded by OpenCV and augmented by albumentations
     (RandomResizedCrop, flip): the CPU pipeline that fastload recommends."""
@@ -82,12 +79,9 @@ def _num_workers(value: str) -> int | str:
 
 
 def _diagnose(args: argparse.Namespace) -> None:
-    import torch
-    import torchvision
-
-    from fastload.bottleneck import diagnose
+    from fastload.bottleneck import classifier_step, diagnose
     from fastload.loader import FastLoader
-    from fastload.prefetch import DataPrefetcher
+    from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher
     from fastload.transforms import uint8_collate
 
     dataset = _image_dataset(args.data, args.image_size)
@@ -96,19 +90,8 @@ def _diagnose(args: argparse.Namespace) -> None:
         collate_fn=uint8_collate,
     )  # fmt: skip
     prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
-    step = None
-    if args.model != "none":
-        classes = max(2, len(getattr(dataset, "classes", []) or []))
-        model = getattr(torchvision.models, args.model)(num_classes=classes).to(prefetcher.device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-        def step(batch):
-            images, labels = batch
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
+    classes = len(getattr(dataset, "classes", []) or [])
+    step = None if args.model == "none" else classifier_step(args.model, classes, prefetcher.device)
     report = diagnose(prefetcher, step, batches=args.batches, warmup=args.warmup, progress=True)
     print(report.to_json() if args.json else report)
     if args.plot is not None:

@@ -87,25 +87,12 @@ def loader_table(runs: list[LoaderRun]) -> str:
 def diagnose_small_training(root: Path, *, batches: int = 6) -> str:
     """``fastload.diagnose`` on a ResNet-18 trained on ``root`` at 64 px: the report a
     user gets for their own loop."""
-    import torchvision
-
-    from fastload.bottleneck import diagnose
-    from fastload.prefetch import DataPrefetcher
+    from fastload.bottleneck import classifier_step, diagnose
+    from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher
 
     loader = FastLoader(_imagefolder(root, 64), batch_size=16, shuffle=True)
-    prefetcher = DataPrefetcher(loader, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-    model = torchvision.models.resnet18(num_classes=len(loader.dataset.classes)).to(
-        prefetcher.device
-    )
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step(batch):
-        images, labels = batch
-        loss = torch.nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
+    prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    step = classifier_step("resnet18", len(loader.dataset.classes), prefetcher.device)
     return str(diagnose(prefetcher, step, batches=batches, warmup=2))
 
 

@@ -18,7 +18,10 @@ from torch import nn
 
 from fastload.passthrough import LoaderProxy
 
-__all__ = ["DataPrefetcher", "map_tensors"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher", "map_tensors"]
+
+#: The usual normalisation statistics, on the 0..1 scale.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 _FloatDtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 Path = tuple[Any, ...]
