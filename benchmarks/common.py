@@ -1,34 +1,46 @@
-"""Shared plumbing of the benchmark scripts: one result type, JSON out, a table, a plot."""
+"""Shared plumbing of the benchmark scripts: one result type, interleaved rounds, JSON out,
+a table, a plot."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
+import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from fastload.timing import Measurement, format_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
+T = TypeVar("T")
 
 
 @dataclass
 class Row:
-    """One variant of a benchmark: its timings and the work each timed repeat did."""
+    """One variant of a benchmark: its timings and the work each timed repeat did.
+
+    A variant that could not run (a peer that does not install, an error on this
+    machine) has no measurement and says why in ``note``.
+    """
 
     name: str
-    measurement: Measurement
+    measurement: Measurement | None
     items: int  # images or batches per timed repeat, for the throughput column
     extra: dict[str, object] = field(default_factory=dict)
     versus: str | None = None  # the row this one is compared with; default: the report's baseline
+    note: str | None = None
 
     @property
-    def per_second(self) -> float:
-        return self.items / self.measurement.median
+    def per_second(self) -> float | None:
+        return None if self.measurement is None else self.items / self.measurement.median
 
 
 def device_name() -> str:
@@ -37,20 +49,41 @@ def device_name() -> str:
     return "no GPU (CPU only)"
 
 
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
 def machine() -> dict[str, object]:
     import cv2
     import numpy
     import torchvision
 
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count()
+    cuda = torch.cuda.is_available()
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
-        "cpus": cpus,
+        "cpus": cpu_count(),
         "device": device_name(),
+        "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+        if cuda
+        else None,
+        "driver": nvidia_driver() if cuda else None,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
@@ -59,14 +92,77 @@ def machine() -> dict[str, object]:
     }
 
 
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def suite_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every part of the GPU suite takes."""
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: does it run?")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per variant")
+    parser.add_argument("--out", type=Path, default=RESULTS / "gpu", help="folder for JSON, PNG")
+    parser.add_argument("--plot", action="store_true")
+
+
+def describe(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def interleaved(
+    variants: Mapping[str, Callable[[], T]], *, rounds: int, warmup: int = 1
+) -> dict[str, list[T] | str]:
+    """Run every variant ``warmup`` times untimed, then ``rounds`` rounds in turn (A B C A B
+    C ...), so that a noisy minute hurts every variant alike.
+
+    Returns each variant's results, or for one that raised, the error as one line (its
+    traceback goes to stderr); the others go on.
+    """
+    results: dict[str, list[T]] = {name: [] for name in variants}
+    failed: dict[str, str] = {}
+    for index in range(warmup + rounds):
+        for name, run in variants.items():
+            if name in failed:
+                continue
+            try:
+                value = run()
+            except Exception as error:  # one variant's failure must not cost the others
+                traceback.print_exc()
+                failed[name] = describe(error)
+                continue
+            if index >= warmup:
+                results[name].append(value)
+    return {name: failed.get(name, results[name]) for name in variants}
+
+
 def report(
-    benchmark: str, rows: list[Row], *, baseline: str, unit: str, settings: dict[str, object]
+    benchmark: str,
+    rows: list[Row],
+    *,
+    baseline: str,
+    unit: str,
+    settings: dict[str, object],
+    out: Path = RESULTS,
+    summary: dict[str, object] | None = None,
 ) -> Path:
-    """Print the table (ratios against ``baseline``) and write ``results/<benchmark>.json``."""
+    """Print the table (ratios against ``baseline``) and write ``<out>/<benchmark>.json``."""
     by_name = {row.name: row for row in rows}
 
-    def speedup(row: Row) -> float:
-        return by_name[row.versus or baseline].measurement.median / row.measurement.median
+    def speedup(row: Row) -> float | None:
+        """Throughput over the reference's (its time ratio when both did the same work)."""
+        reference = by_name[row.versus or baseline].per_second
+        if row.per_second is None or reference is None:
+            return None
+        return row.per_second / reference
+
+    def ratio(row: Row) -> str:
+        if row.measurement is None:
+            return row.note or "no measurement"
+        if row.name == (row.versus or baseline):
+            return "1.00x"
+        value = speedup(row)
+        return "-" if value is None else f"{value:.2f}x vs {row.versus or baseline}"
 
     extra_columns = list(dict.fromkeys(key for row in rows for key in row.extra))
     table = format_table(
@@ -74,42 +170,43 @@ def report(
         [
             [
                 row.name,
-                f"{row.measurement.median:.4f}",
-                f"{row.per_second:,.0f}",
-                f"{speedup(row):.2f}x vs {row.versus or baseline}"
-                if row.name != (row.versus or baseline)
-                else "1.00x",
+                "-" if row.measurement is None else f"{row.measurement.median:.4f}",
+                "-" if row.per_second is None else f"{row.per_second:,.0f}",
+                ratio(row),
                 *(row.extra.get(key, "") for key in extra_columns),
             ]
             for row in rows
         ],
     )
     print(table)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{benchmark}.json"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{benchmark}.json"
     payload = {
         "benchmark": benchmark,
         "machine": machine(),
-        "settings": settings,
+        "settings": {key: str(value) if isinstance(value, Path) else value
+                     for key, value in settings.items()},
         "baseline": baseline,
         "unit": unit,
         "rows": [
             {
                 "name": row.name,
-                "seconds": list(row.measurement.seconds),
-                "median_s": row.measurement.median,
+                "seconds": None if row.measurement is None else list(row.measurement.seconds),
+                "median_s": None if row.measurement is None else row.measurement.median,
                 "items": row.items,
                 "per_second": row.per_second,
                 "versus": row.versus or baseline,
                 "speedup": speedup(row),
+                "note": row.note,
                 **row.extra,
             }
             for row in rows
         ],
+        "summary": summary or {},
         "table": table,
-    }
+    }  # fmt: skip
     path.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    print(f"wrote {path}")
     return path
 
 
@@ -122,16 +219,20 @@ def plot(result: Path) -> Path:
     import matplotlib.pyplot as plt
 
     data = json.loads(result.read_text())
-    names = [row["name"] for row in data["rows"]]
-    speedups = [row["speedup"] for row in data["rows"]]
-    baselines = {row.get("versus", data["baseline"]) for row in data["rows"]}
+    measured = [row for row in data["rows"] if row["speedup"] is not None]
+    if not measured:
+        print(f"nothing measured in {result}: no plot")
+        return result.with_suffix(".png")
+    names = [row["name"] for row in measured]
+    speedups = [row["speedup"] for row in measured]
+    baselines = {row.get("versus", data["baseline"]) for row in measured}
     colours = ["#999999" if name in baselines else "#2a7ab0" for name in names]
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(names) + 1.4))
     bars = ax.barh(names, speedups, color=colours)
     ax.bar_label(bars, labels=[f"{s:.1f}x" for s in speedups], padding=3)
     ax.invert_yaxis()
     versus = "the grey bar" if len(baselines) == 1 else "the grey bar of its group"
-    repeats = len(data["rows"][0]["seconds"])
+    repeats = len(measured[0]["seconds"])
     ax.set_xlabel(f"speed-up over {versus} (median of {repeats} runs)")
     machine = data["machine"]
     ax.set_title(f"{data['benchmark']}: {machine['device']}, {machine['cpus']} CPUs")
@@ -139,5 +240,6 @@ def plot(result: Path) -> Path:
     fig.tight_layout()
     png = result.with_suffix(".png")
     fig.savefig(png, dpi=120)
-    print(f"wrote {png.relative_to(RESULTS.parent.parent)}")
+    plt.close(fig)
+    print(f"wrote {png}")
     return png

@@ -1,18 +1,25 @@
 """End to end: the plain torchvision pipeline vs fastload's, files to a normalised batch
-on the device, alone and (with a GPU, or --with-model) with a ResNet-18 training step.
+on the device, alone or with a training step.
 
-Each variant runs examples/train_classifier.py in its own process for several epochs
-on the generated JPEGs; the table holds the median over the epochs after the first.
+Each variant runs examples/train_classifier.py in its own process on generated JPEGs
+(``--images``, 500x375, as a folder and as an LMDB file); rounds are interleaved (every
+variant once, then again), each process runs ``--epochs`` epochs and the first is a
+warm-up; the table holds the median over the timed epochs.
 
 - baseline: torchvision ImageFolder, PIL transforms (RandomResizedCrop, flip,
-  ColorJitter 0.2/0.2/0.2, ToTensor, Normalize), DataLoader with 2 workers (and with its
-  defaults, 0 workers), .to(device) in the loop;
-- fastload: FastLoader + OpenCV decode + the same augmentation (in the workers on uint8
-  without a GPU, per sample on the GPU with one) + DataPrefetcher, from the folder and
-  from an LMDB file; with CUDA also GPUDecoder.
+  ColorJitter 0.2/0.2/0.2, ToTensor, Normalize), DataLoader with each of
+  ``--baseline-workers`` workers (pin_memory on a GPU), ``.to(device)`` in the loop;
+- fastload: FastLoader + OpenCV decode in the workers (``cpu``) or GPUDecoder (``gpu``),
+  for each of ``--decodes``, from the folder and from the LMDB file, the rest of the
+  augmentation where ``--augment`` says, DataPrefetcher.
+
+Columns: images/s, data wait (the share of each iteration spent waiting for the batch,
+the GPU synchronised), CPU ms per image and CPU cores busy (this process and workers).
 
 Usage:
-    python benchmarks/end_to_end.py [--epochs 4] [--with-model] [--plot]
+    python benchmarks/end_to_end.py [--images 1000] [--epochs 4] [--rounds 1]
+        [--model none] [--batch-size 64] [--image-size 160] [--workers auto]
+        [--baseline-workers 0,2] [--decodes cpu] [--augment cpu|gpu] [--out DIR] [--plot]
 """
 
 from __future__ import annotations
@@ -26,73 +33,131 @@ from pathlib import Path
 
 import torch
 
-from common import Row, device_name, plot, report
-from data import jpeg_folder
+from common import RESULTS, Row, describe, device_name, plot, report
+from data import DATA, jpeg_folder, photo_folder
 from fastload import write_lmdb
 from fastload.timing import Measurement
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_classifier.py"
-DATABASE = Path(__file__).resolve().parent / ".data" / "train.lmdb"
+# NVIDIA's published figure, quoted beside ours as a reference; never measured here.
+DALI_PUBLISHED = (
+    "DALI, ResNet-50 AMP on one A100: 2,470 images/s (published by NVIDIA, not measured here)"
+)
 
 
 def run(data: Path, options: list[str], epochs: int) -> list[dict]:
     command = [sys.executable, str(EXAMPLE), str(data), "--epochs", str(epochs), "--json", *options]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    if completed.returncode != 0:
+        print(completed.stderr[-3000:], file=sys.stderr)
+        lines = completed.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit status {completed.returncode}")
+    return [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+
+
+def data_sets(images: int, source: str) -> tuple[Path, Path]:
+    """The JPEG folder and its LMDB copy, generated on first use."""
+    if source == "photos":
+        folder, database = photo_folder(DATA / f"photos-{images}", images), DATA / f"photos-{images}.lmdb"
+    elif images == 1000:
+        folder, database = jpeg_folder(), DATA / "train.lmdb"
+    else:
+        per_class = max(1, images // 10)
+        folder = jpeg_folder(DATA / f"jpeg-{per_class * 10}", per_class)
+        database = DATA / f"train-{per_class * 10}.lmdb"
+    if not database.exists():
+        write_lmdb(folder, database, progress=False)
+    return folder, database
+
+
+def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[str]]]:
+    found = {}
+    for workers in args.baseline_workers.split(","):
+        name = f"baseline: torchvision + DataLoader, {workers} workers"
+        found[name] = (folder, ["--baseline", "--workers", workers])
+    for decode in args.decodes.split(","):
+        for storage, data in (("image folder", folder), ("LMDB", database)):
+            name = f"fastload, {storage}, {decode.upper()} decode"
+            found[name] = (data, ["--decode", decode, "--workers", args.workers])
+            if args.augment:
+                found[name][1].extend(["--augment", args.augment])
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument(
+        "--source", choices=["synthetic", "photos"], default="synthetic",
+        help="photo-like generated images, or crops of real photographs (scikit-image)",
+    )  # fmt: skip
+    parser.add_argument("--epochs", type=int, default=4, help="per process, the first untimed")
+    parser.add_argument("--rounds", type=int, default=1, help="processes per variant")
+    parser.add_argument("--model", default="none", help="a torchvision model, or none")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=160)
-    parser.add_argument(
-        "--with-model", action="store_true", help="also time a ResNet-18 step on a CPU"
-    )
+    parser.add_argument("--workers", default="auto", help="fastload's workers")
+    parser.add_argument("--baseline-workers", default="0,2")
+    parser.add_argument("--decodes", default="cpu", help="fastload decode modes: cpu,gpu")
+    parser.add_argument("--augment", choices=["cpu", "gpu"], default=None)
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, three variants")
     args = parser.parse_args()
+    if args.smoke:
+        args.images, args.epochs, args.rounds, args.model = 40, 2, 1, "squeezenet1_1"
+        args.batch_size, args.image_size, args.baseline_workers = 8, 32, "2"
+        args.decodes, args.augment = "cpu,gpu", "gpu"
 
-    folder = jpeg_folder()
-    if not DATABASE.exists():
-        write_lmdb(folder, DATABASE, progress=False)
-    cuda = torch.cuda.is_available()
-    common = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size)]
-    variants = {
-        "baseline: torchvision + DataLoader, 0 workers": (folder, ["--baseline", "--workers", "0"]),
-        "baseline: torchvision + DataLoader, 2 workers": (folder, ["--baseline", "--workers", "2"]),
-        "fastload, image folder": (folder, []),
-        "fastload, LMDB": (DATABASE, []),
-    }
-    if cuda:
-        variants["fastload, LMDB, GPUDecoder"] = (DATABASE, ["--decode", "gpu"])
-    models = ["none", "resnet18"] if cuda or args.with_model else ["none"]
+    folder, database = data_sets(args.images, args.source)
+    common = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
+              "--model", args.model]  # fmt: skip
+    found = variants(args, folder, database)
+    if args.smoke:  # one of each code path: the baseline, CPU decode, GPU decode
+        keep = [name for name in found if "baseline" in name or "folder, CPU" in name
+                or "LMDB, GPU" in name]  # fmt: skip
+        found = {name: found[name] for name in keep}
+    epochs: dict[str, list[dict] | str] = {name: [] for name in found}
+    for _ in range(args.rounds):
+        for name, (data, options) in found.items():
+            if isinstance(epochs[name], str):
+                continue
+            try:
+                epochs[name] += run(data, [*common, *options], args.epochs)[1:]
+            except RuntimeError as error:  # the other variants still run
+                epochs[name] = describe(error)
 
+    reference = next(name for name in found if name.startswith("baseline") and " 0 " not in name)
     rows = []
-    for model in models:
-        group = []
-        for name, (data, options) in variants.items():
-            label = f"{name} (pipeline alone)" if model == "none" else f"{name} + ResNet-18 step"
-            epochs = run(data, [*common, "--model", model, *options], args.epochs)[1:]
-            # One "item" per image: the median seconds per image gives images/s.
-            seconds = tuple(1.0 / epoch["images_per_second"] for epoch in epochs)
-            waits = [e["data_wait_fraction"] for e in epochs if e["data_wait_fraction"] is not None]
-            cpu = statistics.median(e["cpu_seconds_per_image"] for e in epochs)
-            extra = {
-                "CPU ms/image": f"{1000 * cpu:.2f}",
-                "data wait": f"{100 * statistics.median(waits):.1f}%" if waits else "-",
-            }
-            group.append(Row(label, Measurement(seconds), 1, extra))
-        reference = next(row.name for row in group if "2 workers" in row.name)
-        for row in group:
-            row.versus = reference
-        rows += group
+    for name, measured in epochs.items():
+        if isinstance(measured, str):
+            rows.append(Row(name, None, 1, note=measured))
+            continue
+        # One "item" per image: the median seconds per image gives images/s.
+        seconds = tuple(1.0 / epoch["images_per_second"] for epoch in measured)
+        waits = [e["data_wait_fraction"] for e in measured if e["data_wait_fraction"] is not None]
+        cpu = statistics.median(e["cpu_seconds_per_image"] for e in measured)
+        extra = {
+            "CPU ms/image": f"{1000 * cpu:.2f}",
+            "CPU cores busy": f"{cpu * statistics.median(e['images_per_second'] for e in measured):.1f}",
+            "data wait": f"{100 * statistics.median(waits):.1f}%" if waits else "-",
+        }  # fmt: skip
+        rows.append(Row(name, Measurement(seconds), 1, extra))
+    cuda = torch.cuda.is_available()
+    summary = {}
+    if args.model == "resnet50" and cuda:
+        rows.append(Row("NVIDIA DALI (published, not measured here)", None, 1, note=DALI_PUBLISHED))
+        summary["reference"] = DALI_PUBLISHED
     print(f"device: {device_name()}" + ("" if cuda else ": no GPU, the pipeline runs on the CPU"))
     result = report(
         "end_to_end",
         rows,
-        baseline=rows[1].name,
+        baseline=reference,
         unit="images",
-        settings=vars(args) | {"device": "cuda" if cuda else "cpu", "images": "1000 JPEG 500x375"},
+        settings={key: value for key, value in vars(args).items() if key != "out"}
+        | {"device": "cuda" if cuda else "cpu", "data": f"{args.images} JPEG 500x375, {args.source}"},
+        out=args.out,
+        summary=summary,
     )
     if args.plot:
         plot(result)

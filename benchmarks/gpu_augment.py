@@ -1,163 +1,285 @@
-"""Batch augmentation: torchvision per sample on CPU workers vs fastload.gpu on the batch.
+"""GPU batch augmentation: fastload.gpu vs torchvision v2 and Kornia, and vs the CPU.
 
-The "Data augmentation on GPU" table of shared/seeds/000: images already decoded and
-resized to 384x384 (uint8, in memory), then RandomCrop 224, HorizontalFlip and
-ColorJitter(0.2, 0.2), for 1x to 4x the image count:
+A batch of 256 uint8 images of 384x384 becomes a float32 batch of 224x224 (0..1) through
+two recipes:
 
-- torchvision per sample: the transforms in the Dataset, 2 DataLoader workers, then
-  the batch to the device (the CPU recipe of the article);
-- torchvision on the batch: the article's GPU recipe, an nn.Sequential of torchvision
-  transforms on the batch, which draws ONE crop, flip and jitter for the whole batch;
-- fastload.gpu on the batch: per-sample parameters, one vectorised call per module;
-- Kornia on the batch (if it is installed): per-sample parameters, float input.
+- seed: RandomResizedCrop 224, horizontal flip, ColorJitter(0.2, 0.2) (shared/seeds/000);
+- timm: RandomResizedCrop 224, flip, ColorJitter(0.4, 0.4, 0.4), RandomErasing(p=0.25),
+  then MixUp (alpha 0.8) or CutMix (alpha 1.0), one of the two per batch, as timm does.
 
-Without CUDA the batch variants run on the CPU as a correctness fallback: the table
-then says where the time goes, not how fast a GPU is.
+Ways to run each recipe:
+
+- torchvision per sample on the CPU in one DataLoader worker per core, then the batch
+  to the device (what the recipe costs without a GPU: the baseline);
+- torchvision v2 on the batch on the device (one draw for the whole batch: every image
+  gets the same crop);
+- torchvision per sample in a Python loop on the device;
+- fastload.gpu (per-sample parameters, one vectorised call per module), and the same
+  under ``torch.compile``;
+- Kornia's AugmentationSequential (per-sample parameters; float input, so the batch is
+  converted first; Kornia's own MixUp/CutMix), if installed.
+
+Images/s are medians of interleaved rounds after a warm-up round; "CPU ms/image" counts
+this process and its workers.
 
 Usage:
-    python benchmarks/gpu_augment.py [--count 512] [--batch-size 128] [--repeats 3] [--plot]
+    python benchmarks/gpu_augment.py [--batch-size 256] [--batches 8] [--workers N]
+        [--rounds 3] [--no-compile] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import random
+import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
-from common import Row, device_name, plot, report
-from fastload import FastLoader, gpu
-from fastload.timing import measure
+from common import (
+    Row,
+    cpu_count,
+    device_name,
+    interleaved,
+    plot,
+    report,
+    suite_arguments,
+    synchronize,
+)
+from fastload import gpu
+from fastload.bottleneck import cpu_seconds_with_workers
+from fastload.timing import Measurement
 
-SIZE, CROP = 384, 224
-
-
-class PerSample(Dataset):
-    def __init__(self, images: torch.Tensor, transform) -> None:
-        self.images, self.transform = images, transform
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return self.transform(self.images[index])
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+NUM_CLASSES = 1000
+JITTER = {"seed": (0.2, 0.2, 0.0), "timm": (0.4, 0.4, 0.4)}
+Augment = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def per_sample_epoch(images, batch_size, device):
-    transform = v2.Compose(
-        [v2.RandomCrop(CROP), v2.RandomHorizontalFlip(), v2.ColorJitter(0.2, 0.2)]
-    )
-    loader = DataLoader(PerSample(images, transform), batch_size=batch_size, num_workers=2)
+class MixOrCut:
+    """timm's batch mode: MixUp or CutMix, one of the two for the whole batch."""
 
-    def run():
-        for batch in loader:
-            batch.to(device, non_blocking=True)
-        synchronize(device)
+    def __init__(self, mixup: Callable, cutmix: Callable) -> None:
+        self.mixup, self.cutmix = mixup, cutmix
 
-    return run
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor):
+        return (self.mixup if random.random() < 0.5 else self.cutmix)(images, labels)
 
 
-def batch_epoch(images, batch_size, device, augment: nn.Module, *, as_float: bool = False):
-    loader = FastLoader(TensorDataset(images), batch_size=batch_size)
-
-    def run():
-        for (batch,) in loader:
-            batch = batch.to(device, non_blocking=True)
-            if as_float:
-                batch = batch.float().div_(255)
-            augment(batch)
-        synchronize(device)
-
-    return run
+def torchvision_ops(recipe: str, size: int) -> list[nn.Module]:
+    ops = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(),
+           v2.ColorJitter(*JITTER[recipe]), v2.ToDtype(torch.float32, scale=True)]  # fmt: skip
+    return [*ops, v2.RandomErasing(p=0.25)] if recipe == "timm" else ops
 
 
-def kornia_augment() -> nn.Module | None:
+def torchvision_mix(recipe: str) -> Callable | None:
+    if recipe != "timm":
+        return None
+    return MixOrCut(v2.MixUp(alpha=0.8, num_classes=NUM_CLASSES),
+                    v2.CutMix(alpha=1.0, num_classes=NUM_CLASSES))  # fmt: skip
+
+
+def fastload_ops(recipe: str, size: int) -> nn.Sequential:
+    ops = [gpu.RandomResizedCrop(size), gpu.RandomHorizontalFlip(),
+           gpu.ColorJitter(*JITTER[recipe]), gpu.ToDtype(torch.float32, scale=True)]  # fmt: skip
+    return nn.Sequential(*ops, gpu.RandomErasing(p=0.25)) if recipe == "timm" else nn.Sequential(*ops)
+
+
+def fastload_mix(recipe: str) -> Callable | None:
+    if recipe != "timm":
+        return None
+    return MixOrCut(gpu.MixUp(alpha=0.8, num_classes=NUM_CLASSES),
+                    gpu.CutMix(alpha=1.0, num_classes=NUM_CLASSES))  # fmt: skip
+
+
+def kornia_recipe(recipe: str, size: int) -> tuple[nn.Module, Callable | None] | str:
     try:
         import kornia.augmentation as K
     except ImportError:
-        return None
-    return K.AugmentationSequential(
-        K.RandomCrop((CROP, CROP)), K.RandomHorizontalFlip(), K.ColorJitter(0.2, 0.2)
-    )
+        return "not installed: pip install kornia"
+    ops = [K.RandomResizedCrop((size, size)), K.RandomHorizontalFlip(),
+           K.ColorJitter(*JITTER[recipe])]  # fmt: skip
+    if recipe == "timm":
+        ops.append(K.RandomErasing(p=0.25))
+        cutmix_options = {"data_keys": ["input", "class"]}
+        if "use_correct_lambda" in inspect.signature(K.RandomCutMixV2).parameters:
+            cutmix_options["use_correct_lambda"] = True  # the paper's lambda, as ours
+        mix = MixOrCut(K.RandomMixUpV2(data_keys=["input", "class"]),
+                       K.RandomCutMixV2(**cutmix_options))  # fmt: skip
+        return K.AugmentationSequential(*ops), mix
+    return K.AugmentationSequential(*ops), None
 
 
-def where_the_time_goes(images: torch.Tensor, device: torch.device) -> str:
-    """Per-module time of fastload.gpu on one batch, to explain the CPU fallback."""
-    batch = images[:128].to(device)
-    lines = []
-    for module in (gpu.RandomCrop(CROP), gpu.RandomHorizontalFlip(), gpu.ColorJitter(0.2, 0.2)):
-        module(batch)  # warm-up
+def on_batch(ops: Callable, mix: Callable | None, *, to_float: bool = False) -> Augment:
+    def augment(images, labels):
+        if to_float:
+            images = images.float().div_(255)
+        out = ops(images)
+        return mix(out, labels) if mix is not None else (out, labels)
+
+    return augment
+
+
+def per_sample_loop(ops: list[nn.Module], mix: Callable | None) -> Augment:
+    transform = v2.Compose(ops)
+
+    def augment(images, labels):
+        out = torch.stack([transform(image) for image in images])
+        return mix(out, labels) if mix is not None else (out, labels)
+
+    return augment
+
+
+class PerSample(Dataset):
+    def __init__(self, images: torch.Tensor, length: int, transform: Callable) -> None:
+        self.images, self.length, self.transform = images, length, transform
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        return self.transform(self.images[index % len(self.images)]), index % NUM_CLASSES
+
+
+class MixCollate:
+    def __init__(self, mix: Callable | None) -> None:
+        self.mix = mix
+
+    def __call__(self, samples):
+        batch = default_collate(samples)
+        return self.mix(*batch) if self.mix is not None else batch
+
+
+def cpu_pass(images, recipe, args, device) -> Callable[[], dict[str, float]]:
+    """One pass of the per-sample CPU recipe through a DataLoader, batches to the device."""
+    batches = max(args.batches, 4 * args.workers)  # every worker busy for a while
+    loader = DataLoader(
+        PerSample(images, batches * args.batch_size, v2.Compose(torchvision_ops(recipe, args.size))),
+        batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0,
+        pin_memory=device.type == "cuda", collate_fn=MixCollate(torchvision_mix(recipe)),
+    )  # fmt: skip
+
+    def run():
+        cpu, start = cpu_seconds_with_workers(), time.perf_counter()
+        for out, labels in loader:
+            out.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        synchronize(device)
+        return {"seconds": time.perf_counter() - start, "cpu": cpu_seconds_with_workers() - cpu,
+                "images": batches * args.batch_size}  # fmt: skip
+
+    return run
+
+
+def device_pass(augment: Augment, batch, labels, args, device) -> Callable[[], dict[str, float]]:
+    def run():
+        synchronize(device)
+        cpu, start = cpu_seconds_with_workers(), time.perf_counter()
+        for _ in range(args.batches):
+            augment(batch, labels)
+        synchronize(device)
+        return {"seconds": time.perf_counter() - start, "cpu": cpu_seconds_with_workers() - cpu,
+                "images": args.batches * args.batch_size}  # fmt: skip
+
+    return run
+
+
+def variants(recipe: str, args, device, cpu_images, batch, labels) -> dict[str, Callable | str]:
+    found: dict[str, Callable | str] = {}
+    baseline = f"{recipe}: torchvision per sample, CPU, {args.workers} workers"
+    found[baseline] = cpu_pass(cpu_images, recipe, args, device)
+    tv_ops, tv_mix = torchvision_ops(recipe, args.size), torchvision_mix(recipe)
+    ours, our_mix = fastload_ops(recipe, args.size).to(device), fastload_mix(recipe)
+    augments: dict[str, Augment | str] = {
+        "torchvision v2 on the batch (one draw per batch)": on_batch(nn.Sequential(*tv_ops), tv_mix),
+        "torchvision per sample, Python loop on the device": per_sample_loop(tv_ops, tv_mix),
+        "fastload.gpu": on_batch(ours, our_mix),
+    }
+    if args.compile:
+        augments["fastload.gpu + torch.compile"] = on_batch(torch.compile(ours), our_mix)
+    else:
+        augments["fastload.gpu + torch.compile"] = "not run (--no-compile)"
+    kornia = kornia_recipe(recipe, args.size)
+    augments["Kornia AugmentationSequential"] = (
+        kornia if isinstance(kornia, str)
+        else on_batch(kornia[0].to(device), kornia[1], to_float=True)
+    )  # fmt: skip
+    for name, augment in augments.items():
+        found[f"{recipe}: {name}"] = (
+            augment if isinstance(augment, str) else device_pass(augment, batch, labels, args, device)
+        )  # fmt: skip
+    return found
+
+
+def where_the_time_goes(recipe: str, args, batch: torch.Tensor, device) -> dict[str, float]:
+    """Milliseconds per batch of each fastload.gpu module of the recipe, in order."""
+    times, images = {}, batch
+    for module in fastload_ops(recipe, args.size).to(device):
+        module(images)  # warm-up
         synchronize(device)
         start = time.perf_counter()
-        out = module(batch)
+        for _ in range(args.batches):
+            out = module(images)
         synchronize(device)
-        lines.append(f"{type(module).__name__} {1000 * (time.perf_counter() - start):.1f} ms")
-        batch = out if out.shape[-1] == CROP else batch
-    return ", ".join(lines) + " (128 images)"
+        times[type(module).__name__] = round(1000 * (time.perf_counter() - start) / args.batches, 3)
+        images = out
+    return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=512, help="images at 1x")
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--plot", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--input-size", type=int, default=384)
+    parser.add_argument("--size", type=int, default=224, help="output side")
+    parser.add_argument("--batches", type=int, default=8, help="batches per timed pass")
+    parser.add_argument("--workers", type=int, default=cpu_count(), help="CPU baseline workers")
+    parser.add_argument("--recipes", default="seed,timm")
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    suite_arguments(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.batch_size, args.input_size, args.size, args.batches = 8, 48, 32, 2
+        args.workers, args.compile = min(args.workers, 2), False
+    args.rounds = args.rounds or (1 if args.smoke else 3)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     generator = torch.Generator().manual_seed(0)
-    base = torch.randint(
-        0, 256, (args.count, 3, SIZE, SIZE), dtype=torch.uint8, generator=generator
-    )
-    ours = nn.Sequential(
-        gpu.RandomCrop(CROP), gpu.RandomHorizontalFlip(), gpu.ColorJitter(0.2, 0.2)
-    )
-    torchvision_batch = nn.Sequential(
-        v2.RandomCrop(CROP), v2.RandomHorizontalFlip(), v2.ColorJitter(0.2, 0.2)
-    )
-    kornia = kornia_augment()
+    shape = (args.batch_size, 3, args.input_size, args.input_size)
+    cpu_images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
+    batch = cpu_images.to(device)
+    labels = torch.randint(0, NUM_CLASSES, (args.batch_size,), generator=generator).to(device)
 
-    rows = []
-    for multiple in range(1, 5):
-        images = base.repeat(multiple, 1, 1, 1)
-        count = len(images)
-        baseline = f"{multiple}x: torchvision per sample, 2 workers"
-        variants = {
-            baseline: per_sample_epoch(images, args.batch_size, device),
-            f"{multiple}x: torchvision on the batch (one crop per batch)": batch_epoch(
-                images, args.batch_size, device, torchvision_batch
-            ),
-            f"{multiple}x: fastload.gpu on the batch": batch_epoch(
-                images, args.batch_size, device, ours
-            ),
-        }
-        if kornia is not None:
-            variants[f"{multiple}x: Kornia on the batch"] = batch_epoch(
-                images, args.batch_size, device, kornia.to(device), as_float=True
-            )
-        for name, run in variants.items():
-            rows.append(Row(name, measure(run, repeats=args.repeats), count, versus=baseline))
-    where = where_the_time_goes(base, device)
-    print(
-        f"device: {device_name()}"
-        + ("" if device.type == "cuda" else ": CPU fallback, no GPU figure")
-    )
-    print(f"fastload.gpu per module: {where}")
+    rows, breakdown = [], {}
+    for recipe in args.recipes.split(","):
+        found = variants(recipe, args, device, cpu_images, batch, labels)
+        runnable = {name: run for name, run in found.items() if not isinstance(run, str)}
+        results = interleaved(runnable, rounds=args.rounds)
+        baseline = next(iter(found))
+        for name in found:
+            runs = results.get(name, found[name])
+            if isinstance(runs, str):
+                rows.append(Row(name, None, 0, versus=baseline, note=runs))
+                continue
+            images = runs[0]["images"]
+            cpu = statistics.median(run["cpu"] for run in runs)
+            rows.append(Row(name, Measurement(tuple(run["seconds"] for run in runs)), images,
+                            {"CPU ms/image": f"{1000 * cpu / images:.3f}"}, versus=baseline))  # fmt: skip
+        breakdown[recipe] = where_the_time_goes(recipe, args, batch, device)
+    cuda = device.type == "cuda"
+    print(f"device: {device_name()}" + ("" if cuda else ": CPU fallback, no GPU figure"))
+    print(f"fastload.gpu ms per batch, module by module: {breakdown}")
     result = report(
         "gpu_augment",
         rows,
         baseline=rows[0].name,
         unit="images",
-        settings=vars(args)
-        | {"device": str(device), "kornia": kornia is not None, "where_the_time_goes": where},
+        settings={key: value for key, value in vars(args).items() if key != "out"}
+        | {"device": str(device), "output": f"float32 0..1, {args.size}x{args.size}"},
+        out=args.out,
+        summary={"fastload_ms_per_batch_by_module": breakdown},
     )
     if args.plot:
         plot(result)

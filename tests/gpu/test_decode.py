@@ -213,8 +213,12 @@ def test_cuda_decoding_matches_the_cpu_within_decoder_tolerance():
     batch = [encode(48, 64, seed=i) for i in range(8)]
     on_gpu = GPUDecoder(32, device="cuda").decode(batch)
     for image, data in zip(on_gpu, batch, strict=True):
-        # nvJPEG and libjpeg-turbo round the IDCT and upsampling differently.
-        assert (image.cpu().int() - reference(data).int()).abs().float().mean() < 1.5
+        # nvJPEG (NVJPEG_FLAGS_DEFAULT, as torchvision and torchcodec create it) repeats
+        # each 4:2:0 chroma sample; libjpeg-turbo interpolates ("fancy upsampling"). On
+        # these images, whose colour noise is per pixel, libjpeg-turbo's own repeating
+        # mode is 2.7-3.6 levels from its default (seeds 0-7), 3.9 with its fast IDCT;
+        # about 2 levels after resampling to 32 px. A wrong channel order is tens.
+        assert (image.cpu().int() - reference(data).int()).abs().float().mean() < 5
     params = {
         k: v
         for k, v in GPUDecoder(32, device="cpu")
@@ -223,4 +227,4 @@ def test_cuda_decoding_matches_the_cpu_within_decoder_tolerance():
     }
     gpu_out = GPUDecoder(32, device="cuda")(batch, params=params).cpu()
     cpu_out = GPUDecoder(32, device="cpu")(batch, params=params)
-    assert (gpu_out.int() - cpu_out.int()).abs().float().mean() < 1.5
+    assert (gpu_out.int() - cpu_out.int()).abs().float().mean() < 3

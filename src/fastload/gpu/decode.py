@@ -38,7 +38,7 @@ def _nvjpeg() -> Callable[[list[Tensor], torch.device], list[Tensor]]:
         from torchcodec.decoders import decode_jpeg
 
         return lambda data, device: decode_jpeg(data, mode="RGB", device=device)
-    except ImportError:
+    except (ImportError, OSError, RuntimeError):  # absent, or built for another torch
         from torchvision.io import ImageReadMode, decode_jpeg
 
         return lambda data, device: decode_jpeg(data, mode=ImageReadMode.RGB, device=device)

@@ -1,0 +1,122 @@
+"""Every GPU claim in one command: the CUDA tests and the GPU benchmarks, each part in its own
+process, JSON and PNG into benchmarks/results/gpu/.
+
+Parts, in the order they run (each compares with its baseline in the same run):
+
+  tests       the whole pytest suite with CUDA visible (cuda_tests.py)
+  prefetch    ResNet-50 step fed by the usual loop, apex, timm, DataPrefetcher (prefetch.py)
+  augment     fastload.gpu vs torchvision v2, Kornia, the per-sample CPU recipe (gpu_augment.py)
+  decode      GPUDecoder vs torchvision's nvJPEG call vs OpenCV on every core (gpu_decode.py)
+  memory      reserved CUDA memory over 5 epochs (gpu_memory.py)
+  end_to_end  ResNet-50 training from 20,000 JPEGs, folder and LMDB (end_to_end.py)
+
+A part that crashes or runs out of time is recorded as such in ``suite.json`` and the
+next one starts. ``--smoke`` runs every part at tiny sizes (on a CPU in about a minute)
+into a scratch folder, so the suite cannot rot between GPU runs. After a real run,
+``python benchmarks/gpu_readme.py`` puts the tables into the README.
+
+On the GPU machine (torch there; lmdb, albumentations and kornia as wheels in .whl):
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    PYTHONPATH=$PWD/src:/tmp/site python3 benchmarks/gpu_suite.py --parts tests,prefetch,...
+
+Usage:
+    python benchmarks/gpu_suite.py [--parts all] [--budget-s 3600] [--out DIR] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import RESULTS, cpu_count
+
+HERE = Path(__file__).resolve().parent
+
+
+def end_to_end_options() -> list[str]:
+    workers = str(cpu_count())
+    return ["--source", "photos", "--images", "20000", "--epochs", "3", "--rounds", "2",
+            "--model", "resnet50", "--batch-size", "256", "--image-size", "224",
+            "--workers", workers, "--baseline-workers", workers, "--decodes", "cpu,gpu",
+            "--augment", "gpu"]  # fmt: skip
+
+
+#: Part name -> (script, its options on a GPU run, seconds it may take at most).
+PARTS: dict[str, tuple[str, list[str], int]] = {
+    "tests": ("cuda_tests.py", [], 480),
+    "prefetch": ("prefetch.py", [], 420),
+    "augment": ("gpu_augment.py", [], 360),
+    "decode": ("gpu_decode.py", [], 240),
+    "memory": ("gpu_memory.py", [], 240),
+    "end_to_end": ("end_to_end.py", end_to_end_options(), 570),
+}
+
+
+def run_part(name: str, out: Path, smoke: bool, timeout: float) -> dict[str, object]:
+    """Run one part in its own process group (its DataLoader workers die with it)."""
+    script, options, _ = PARTS[name]
+    command = [sys.executable, str(HERE / script), "--out", str(out), "--plot",
+               *(["--smoke"] if smoke else options)]  # fmt: skip
+    print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=HERE, start_new_session=True)
+    try:
+        returncode: int | None = process.wait(timeout=timeout)
+        status = "ok" if returncode == 0 else f"failed (exit status {returncode})"
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        returncode, status = None, f"timed out after {timeout:.0f} s"
+    seconds = time.perf_counter() - start
+    result = out / f"{Path(script).stem}.json"
+    fresh = result.exists() and result.stat().st_mtime >= time.time() - seconds - 1
+    print(f"=== {name}: {status} in {seconds:.0f} s", flush=True)
+    return {"part": name, "status": status, "returncode": returncode,
+            "seconds": round(seconds, 1), "result": result.name if fresh else None}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="all", help=f"comma list of {', '.join(PARTS)}")
+    parser.add_argument("--budget-s", type=float, default=3600, help="stop starting parts after")
+    parser.add_argument("--out", type=Path, default=None, help="default: results/gpu")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, scratch folder")
+    args = parser.parse_args()
+    names = list(PARTS) if args.parts == "all" else args.parts.split(",")
+    unknown = [name for name in names if name not in PARTS]
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    out = args.out or (Path(tempfile.mkdtemp(prefix="gpu-suite-")) if args.smoke else RESULTS / "gpu")
+    out.mkdir(parents=True, exist_ok=True)
+
+    deadline = time.perf_counter() + args.budget_s
+    parts = []
+    for name in names:
+        left = deadline - time.perf_counter()
+        if left < 30:
+            parts.append({"part": name, "status": "not started: out of budget", "result": None})
+            continue
+        parts.append(run_part(name, out, args.smoke, min(PARTS[name][2], left)))
+    summary = out / ("suite.json" if not args.smoke else "suite-smoke.json")
+    previous = json.loads(summary.read_text())["parts"] if summary.exists() else []
+    merged = {part["part"]: part for part in [*previous, *parts]}  # a later run of a part wins
+    summary.write_text(json.dumps({"smoke": args.smoke, "parts": list(merged.values())},
+                                  indent=2) + "\n")  # fmt: skip
+    print(f"\n=== summary ({out})")
+    for part in parts:
+        print(f"{part['part']:<11} {part['status']}")
+        if part.get("result"):
+            print(json.loads((out / part["result"]).read_text())["table"])
+    failed = [part for part in parts if part["status"] != "ok"]
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
