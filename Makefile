@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-gpu clean
 
 $(BIN)/fastload: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,13 +23,17 @@ lint: $(BIN)/fastload
 bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/tensor_dataset.py --plot
 	$(BIN)/python benchmarks/loader_defaults.py --plot
-	$(BIN)/python benchmarks/prefetch.py --plot
 	$(BIN)/python benchmarks/lmdb_vs_files.py --plot
 	$(BIN)/python benchmarks/cpu_augment.py --plot
-	$(BIN)/python -m pip install -q kornia  # the gpu_augment comparison, not a dependency
-	$(BIN)/python benchmarks/gpu_augment.py --count 256 --plot
-	$(BIN)/python benchmarks/gpu_decode.py --plot
 	$(BIN)/python benchmarks/end_to_end.py --plot
+
+# The GPU suite (benchmarks/gpu_suite.py). On a GPU machine whose Python already has torch,
+# it runs the package from src/ with that Python, no venv: `make bench-gpu PYTHON=python3`.
+PARTS ?= all
+SUITE_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+bench-gpu:
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(SUITE_PYTHON) benchmarks/gpu_suite.py --parts $(PARTS)
+	$(SUITE_PYTHON) benchmarks/gpu_readme.py
 
 clean:
 	rm -rf $(VENV) benchmarks/.data

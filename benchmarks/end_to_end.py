@@ -58,7 +58,10 @@ def run(data: Path, options: list[str], epochs: int) -> list[dict]:
 def data_sets(images: int, source: str) -> tuple[Path, Path]:
     """The JPEG folder and its LMDB copy, generated on first use."""
     if source == "photos":
-        folder, database = photo_folder(DATA / f"photos-{images}", images), DATA / f"photos-{images}.lmdb"
+        folder, database = (
+            photo_folder(DATA / f"photos-{images}", images),
+            DATA / f"photos-{images}.lmdb",
+        )
     elif images == 1000:
         folder, database = jpeg_folder(), DATA / "train.lmdb"
     else:
@@ -137,11 +140,12 @@ def main() -> None:
         seconds = tuple(1.0 / epoch["images_per_second"] for epoch in measured)
         waits = [e["data_wait_fraction"] for e in measured if e["data_wait_fraction"] is not None]
         cpu = statistics.median(e["cpu_seconds_per_image"] for e in measured)
+        rate = statistics.median(e["images_per_second"] for e in measured)
         extra = {
             "CPU ms/image": f"{1000 * cpu:.2f}",
-            "CPU cores busy": f"{cpu * statistics.median(e['images_per_second'] for e in measured):.1f}",
+            "CPU cores busy": f"{cpu * rate:.1f}",
             "data wait": f"{100 * statistics.median(waits):.1f}%" if waits else "-",
-        }  # fmt: skip
+        }
         rows.append(Row(name, Measurement(seconds), 1, extra))
     cuda = torch.cuda.is_available()
     summary = {}
@@ -155,7 +159,10 @@ def main() -> None:
         baseline=reference,
         unit="images",
         settings={key: value for key, value in vars(args).items() if key != "out"}
-        | {"device": "cuda" if cuda else "cpu", "data": f"{args.images} JPEG 500x375, {args.source}"},
+        | {
+            "device": "cuda" if cuda else "cpu",
+            "data": f"{args.images} JPEG 500x375, {args.source}",
+        },
         out=args.out,
         summary=summary,
     )

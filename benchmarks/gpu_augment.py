@@ -86,7 +86,9 @@ def torchvision_mix(recipe: str) -> Callable | None:
 def fastload_ops(recipe: str, size: int) -> nn.Sequential:
     ops = [gpu.RandomResizedCrop(size), gpu.RandomHorizontalFlip(),
            gpu.ColorJitter(*JITTER[recipe]), gpu.ToDtype(torch.float32, scale=True)]  # fmt: skip
-    return nn.Sequential(*ops, gpu.RandomErasing(p=0.25)) if recipe == "timm" else nn.Sequential(*ops)
+    return (
+        nn.Sequential(*ops, gpu.RandomErasing(p=0.25)) if recipe == "timm" else nn.Sequential(*ops)
+    )
 
 
 def fastload_mix(recipe: str) -> Callable | None:
@@ -157,8 +159,9 @@ class MixCollate:
 def cpu_pass(images, recipe, args, device) -> Callable[[], dict[str, float]]:
     """One pass of the per-sample CPU recipe through a DataLoader, batches to the device."""
     batches = max(args.batches, 4 * args.workers)  # every worker busy for a while
+    transform = v2.Compose(torchvision_ops(recipe, args.size))
     loader = DataLoader(
-        PerSample(images, batches * args.batch_size, v2.Compose(torchvision_ops(recipe, args.size))),
+        PerSample(images, batches * args.batch_size, transform),
         batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0,
         pin_memory=device.type == "cuda", collate_fn=MixCollate(torchvision_mix(recipe)),
     )  # fmt: skip
@@ -194,7 +197,9 @@ def variants(recipe: str, args, device, cpu_images, batch, labels) -> dict[str, 
     tv_ops, tv_mix = torchvision_ops(recipe, args.size), torchvision_mix(recipe)
     ours, our_mix = fastload_ops(recipe, args.size).to(device), fastload_mix(recipe)
     augments: dict[str, Augment | str] = {
-        "torchvision v2 on the batch (one draw per batch)": on_batch(nn.Sequential(*tv_ops), tv_mix),
+        "torchvision v2 on the batch (one draw per batch)": on_batch(
+            nn.Sequential(*tv_ops), tv_mix
+        ),
         "torchvision per sample, Python loop on the device": per_sample_loop(tv_ops, tv_mix),
         "fastload.gpu": on_batch(ours, our_mix),
     }
@@ -208,9 +213,9 @@ def variants(recipe: str, args, device, cpu_images, batch, labels) -> dict[str, 
         else on_batch(kornia[0].to(device), kornia[1], to_float=True)
     )  # fmt: skip
     for name, augment in augments.items():
-        found[f"{recipe}: {name}"] = (
-            augment if isinstance(augment, str) else device_pass(augment, batch, labels, args, device)
-        )  # fmt: skip
+        if not isinstance(augment, str):
+            augment = device_pass(augment, batch, labels, args, device)
+        found[f"{recipe}: {name}"] = augment
     return found
 
 
@@ -265,8 +270,9 @@ def main() -> None:
                 continue
             images = runs[0]["images"]
             cpu = statistics.median(run["cpu"] for run in runs)
-            rows.append(Row(name, Measurement(tuple(run["seconds"] for run in runs)), images,
-                            {"CPU ms/image": f"{1000 * cpu / images:.3f}"}, versus=baseline))  # fmt: skip
+            seconds = Measurement(tuple(run["seconds"] for run in runs))
+            extra = {"CPU ms/image": f"{1000 * cpu / images:.3f}"}
+            rows.append(Row(name, seconds, images, extra, versus=baseline))
         breakdown[recipe] = where_the_time_goes(recipe, args, batch, device)
     cuda = device.type == "cuda"
     print(f"device: {device_name()}" + ("" if cuda else ": CPU fallback, no GPU figure"))

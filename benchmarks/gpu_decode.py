@@ -90,14 +90,18 @@ def batches_of(encoded: list[torch.Tensor], size: int) -> list[list[torch.Tensor
 def opencv_decode(pool: ThreadPoolExecutor, resize: int | None, device) -> Callable:
     def one(data: torch.Tensor) -> np.ndarray:
         image = decode_image(data.numpy(), source="benchmark image")
-        return cv2.resize(image, (resize, resize), interpolation=cv2.INTER_AREA) if resize else image
+        return (
+            cv2.resize(image, (resize, resize), interpolation=cv2.INTER_AREA) if resize else image
+        )
 
     def decode(batch: list[torch.Tensor]):
         images = list(pool.map(one, batch))
         if resize is None:
             return images
         stacked = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2)
-        return stacked.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else stacked
+        return (
+            stacked.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else stacked
+        )
 
     return decode
 

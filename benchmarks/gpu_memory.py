@@ -64,7 +64,9 @@ def memory_mib(device: torch.device) -> dict[str, float]:
 def pipelines(args, device: torch.device) -> dict[str, DataPrefetcher]:
     size = args.input_size
     generator = torch.Generator().manual_seed(0)
-    pixels = list(torch.randint(0, 256, (64, 3, size, size), dtype=torch.uint8, generator=generator))
+    pixels = list(
+        torch.randint(0, 256, (64, 3, size, size), dtype=torch.uint8, generator=generator)
+    )
     length = args.batches * args.batch_size
     augment = nn.Sequential(
         gpu.RandomResizedCrop(args.size), gpu.RandomHorizontalFlip(), gpu.ColorJitter(0.4, 0.4, 0.4)

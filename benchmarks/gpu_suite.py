@@ -78,7 +78,7 @@ def run_part(name: str, out: Path, smoke: bool, timeout: float) -> dict[str, obj
     result = out / f"{Path(script).stem}.json"
     fresh = result.exists() and result.stat().st_mtime >= time.time() - seconds - 1
     print(f"=== {name}: {status} in {seconds:.0f} s", flush=True)
-    return {"part": name, "status": status, "returncode": returncode,
+    return {"part": name, "benchmark": result.stem, "status": status, "returncode": returncode,
             "seconds": round(seconds, 1), "result": result.name if fresh else None}  # fmt: skip
 
 
@@ -92,8 +92,12 @@ def main() -> None:
     names = list(PARTS) if args.parts == "all" else args.parts.split(",")
     unknown = [name for name in names if name not in PARTS]
     if unknown:
-        parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
-    out = args.out or (Path(tempfile.mkdtemp(prefix="gpu-suite-")) if args.smoke else RESULTS / "gpu")
+        print(f"gpu_suite: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    out = args.out or (
+        Path(tempfile.mkdtemp(prefix="gpu-suite-")) if args.smoke else RESULTS / "gpu"
+    )
     out.mkdir(parents=True, exist_ok=True)
 
     deadline = time.perf_counter() + args.budget_s
@@ -101,7 +105,8 @@ def main() -> None:
     for name in names:
         left = deadline - time.perf_counter()
         if left < 30:
-            parts.append({"part": name, "status": "not started: out of budget", "result": None})
+            parts.append({"part": name, "benchmark": Path(PARTS[name][0]).stem,
+                          "status": "not started: out of budget", "result": None})  # fmt: skip
             continue
         parts.append(run_part(name, out, args.smoke, min(PARTS[name][2], left)))
     summary = out / ("suite.json" if not args.smoke else "suite-smoke.json")

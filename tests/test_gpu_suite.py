@@ -1,0 +1,195 @@
+"""The GPU suite must work the first time it meets a GPU: its smoke run exercises every part
+here, on the CPU, and its plumbing (interleaving, time limits, the README block) is tested."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+README = BENCHMARKS.parent / "README.md"
+sys.path.insert(0, str(BENCHMARKS))
+
+import common  # noqa: E402
+import cuda_tests  # noqa: E402
+import gpu_readme  # noqa: E402
+import gpu_suite  # noqa: E402
+
+MACHINE_KEYS = {"device", "driver", "cuda", "torch", "torchvision", "cpus"}
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gpu-suite")
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_suite.py"), "--smoke", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return out
+
+
+def rows(out: Path, benchmark: str) -> dict[str, dict]:
+    return {row["name"]: row for row in json.loads((out / f"{benchmark}.json").read_text())["rows"]}
+
+
+@pytest.mark.slow
+def test_smoke_run_completes_every_part_with_json_and_png(smoke_results: Path):
+    suite = json.loads((smoke_results / "suite-smoke.json").read_text())
+    assert [part["part"] for part in suite["parts"]] == list(gpu_suite.PARTS)
+    assert {part["status"] for part in suite["parts"]} == {"ok"}
+    for part in suite["parts"]:
+        data = json.loads((smoke_results / part["result"]).read_text())
+        assert set(data["machine"]) >= MACHINE_KEYS, part["part"]
+        assert (smoke_results / part["result"]).with_suffix(".png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_smoke_prefetch_measures_every_feeding_variant(smoke_results: Path):
+    found = rows(smoke_results, "prefetch")
+    expected = {
+        "step alone (batch already on the device)",
+        "usual loop (.cuda() then normalise)",
+        "apex data_prefetcher",
+        "timm PrefetchLoader",
+        "fastload DataPrefetcher, depth 1",
+        "fastload DataPrefetcher, depth 2",
+        "fastload DataPrefetcher, depth 3",
+        "slow loader (2x the step): usual loop",
+        "slow loader (2x the step): DataPrefetcher, depth 2",
+    }
+    assert set(found) == expected
+    for name, row in found.items():
+        assert row["per_second"] > 0, name
+        assert row["data wait"].endswith("%") and row["CPU ms/image"], name
+
+
+@pytest.mark.slow
+def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
+    augment = rows(smoke_results, "gpu_augment")
+    for recipe in ("seed", "timm"):
+        measured = [
+            name for name, row in augment.items() if name.startswith(recipe) and row["speedup"]
+        ]
+        assert len(measured) == 5, measured  # all but torch.compile, which smoke skips
+        assert (
+            augment[f"{recipe}: fastload.gpu + torch.compile"]["note"] == "not run (--no-compile)"
+        )
+    decode = rows(smoke_results, "gpu_decode")
+    assert len(decode) == 5 and all(row["per_second"] > 0 for row in decode.values())
+    memory = json.loads((smoke_results / "gpu_memory.json").read_text())
+    assert [len(epochs) for epochs in memory["summary"]["per_epoch"].values()] == [3, 3]
+    end_to_end = rows(smoke_results, "end_to_end")
+    assert set(end_to_end) == {
+        "baseline: torchvision + DataLoader, 2 workers",
+        "fastload, image folder, CPU decode",
+        "fastload, LMDB, GPU decode",
+    }
+    assert all(row["per_second"] > 0 for row in end_to_end.values())
+
+
+@pytest.mark.slow
+def test_readme_block_is_rebuilt_from_the_results(smoke_results: Path, tmp_path: Path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\n{gpu_readme.BEGIN}\nold text\n{gpu_readme.END}\n\nafter\n")
+    assert gpu_readme.rewrite(readme, smoke_results)
+    text = readme.read_text()
+    assert "old text" not in text and text.endswith("\n\nafter\n")
+    for title, _ in gpu_readme.PARTS.values():
+        assert f"#### {title}" in text
+    assert json.loads((smoke_results / "prefetch.json").read_text())["table"] in text
+    assert not gpu_readme.rewrite(readme, smoke_results)  # a second run changes nothing
+
+
+def test_interleaved_runs_rounds_in_turn_and_isolates_a_failure():
+    calls = []
+
+    def variant(name: str, fail: bool = False):
+        def run():
+            calls.append(name)
+            if fail:
+                raise RuntimeError("no such kernel\nsecond line")
+            return len(calls)
+
+        return run
+
+    results = common.interleaved(
+        {"a": variant("a"), "b": variant("b", fail=True), "c": variant("c")}, rounds=2, warmup=1
+    )
+    assert calls == ["a", "b", "c", "a", "c", "a", "c"]
+    assert results == {"a": [4, 6], "b": "RuntimeError: no such kernel", "c": [5, 7]}
+
+
+def test_a_part_that_crashes_or_overruns_is_recorded(tmp_path: Path, monkeypatch):
+    crash = tmp_path / "crash.py"
+    crash.write_text("raise SystemExit(3)\n")
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setitem(gpu_suite.PARTS, "crash", (str(crash), [], 10))
+    monkeypatch.setitem(gpu_suite.PARTS, "sleeper", (str(sleeper), [], 10))
+    crashed = gpu_suite.run_part("crash", tmp_path, smoke=True, timeout=30)
+    assert crashed["status"] == "failed (exit status 3)" and crashed["result"] is None
+    overran = gpu_suite.run_part("sleeper", tmp_path, smoke=True, timeout=1)
+    assert overran["status"] == "timed out after 1 s" and overran["seconds"] < 30
+
+
+def test_junit_outcomes_count_and_name_failures(tmp_path: Path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="test_ok"/>'
+        '<testcase classname="tests.test_a" name="test_bad">'
+        '<failure message="AssertionError: 1 != 2">details</failure></testcase>'
+        '<testcase classname="tests.test_b" name="test_cuda"><skipped message="needs CUDA"/>'
+        "</testcase>"
+        '<testcase classname="tests.test_b" name="test_setup"><error message="fixture broke"/>'
+        "</testcase></testsuite></testsuites>"
+    )
+    counts, failures = cuda_tests.outcomes(junit)
+    assert counts == {"passed": 1, "failed": 1, "errors": 1, "skipped": 1}
+    assert failures == [
+        {
+            "test": "tests.test_a::test_bad",
+            "outcome": "failed",
+            "message": "AssertionError: 1 != 2",
+        },
+        {"test": "tests.test_b::test_setup", "outcome": "errors", "message": "fixture broke"},
+    ]
+
+
+def test_without_results_the_block_says_nothing_was_measured(tmp_path: Path):
+    text = gpu_readme.block(tmp_path, README)
+    assert text.startswith("**No GPU run yet.**")
+
+
+def test_a_readme_without_markers_is_refused_in_one_line(tmp_path: Path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_readme.py"), "--readme", str(readme)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert len(completed.stderr.strip().splitlines()) == 1 and "needs one" in completed.stderr
+    assert readme.read_text() == "# no markers\n"
+
+
+def test_the_readme_gpu_block_matches_the_committed_results():
+    text = README.read_text()
+    inside = text.split(gpu_readme.BEGIN)[1].split(gpu_readme.END)[0].strip()
+    assert inside == gpu_readme.block(common.RESULTS / "gpu", README)
+
+
+def test_unknown_part_is_refused_in_one_line():
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_suite.py"), "--parts", "tests,warp"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (
+        "gpu_suite: unknown part(s) warp; choose from " + ", ".join(gpu_suite.PARTS)
+    )
