@@ -19,7 +19,8 @@ the GPU synchronised), CPU ms per image and CPU cores busy (this process and wor
 Usage:
     python benchmarks/end_to_end.py [--images 1000] [--epochs 4] [--rounds 1]
         [--model none] [--batch-size 64] [--image-size 160] [--workers auto]
-        [--baseline-workers 0,2] [--decodes cpu] [--augment cpu|gpu] [--out DIR] [--plot]
+        [--baseline-workers 0,2] [--decodes cpu] [--augment cpu|gpu] [--budget-s S]
+        [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -103,6 +105,10 @@ def main() -> None:
     parser.add_argument("--baseline-workers", default="0,2")
     parser.add_argument("--decodes", default="cpu", help="fastload decode modes: cpu,gpu")
     parser.add_argument("--augment", choices=["cpu", "gpu"], default=None)
+    parser.add_argument(
+        "--budget-s", type=float, default=float("inf"),
+        help="start no process that would end past this many seconds; report what was measured",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, three variants")
@@ -121,14 +127,22 @@ def main() -> None:
                 or "LMDB, GPU" in name]  # fmt: skip
         found = {name: found[name] for name in keep}
     epochs: dict[str, list[dict] | str] = {name: [] for name in found}
-    for _ in range(args.rounds):
+    deadline, longest = time.perf_counter() + args.budget_s, 0.0
+    for round_index in range(args.rounds):
         for name, (data, options) in found.items():
             if isinstance(epochs[name], str):
                 continue
+            if time.perf_counter() + 1.2 * longest > deadline:  # keep what was measured
+                if not epochs[name]:
+                    epochs[name] = "not run: out of the time budget (--budget-s)"
+                continue
+            started = time.perf_counter()
             try:
                 epochs[name] += run(data, [*common, *options], args.epochs)[1:]
             except RuntimeError as error:  # the other variants still run
                 epochs[name] = describe(error)
+            longest = max(longest, time.perf_counter() - started)
+        print(f"round {round_index + 1} of {args.rounds} done", flush=True)
 
     reference = next(name for name in found if name.startswith("baseline") and " 0 " not in name)
     rows = []
