@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "MAX_PIXELS",
     "DecodeMode",
     "ImageDecodeError",
     "as_output",
@@ -40,6 +41,15 @@ _CHECK_JPEG_END = int(cv2.__version__.split(".")[0]) < 5
 _JPEG_START = b"\xff\xd8"
 _JPEG_SCAN = b"\xff\xda"
 _JPEG_END = b"\xff\xd9"
+
+
+#: Images whose header declares more pixels than this are refused before decoding: a
+#: few hundred bytes can declare 20000x20000 and take gigabytes to decode (a
+#: "decompression bomb"). PIL's limit; set it higher, or None to turn the check off.
+MAX_PIXELS: int | None = 178_956_970
+
+_EXIF_ORIENTATION = 0x0112
+_TRANSPOSED = frozenset({5, 6, 7, 8})  # EXIF orientations that swap width and height
 
 
 class ImageDecodeError(ValueError):
@@ -76,14 +86,28 @@ def reduction_factor(height: int, width: int, min_size: int | tuple[int, int] | 
     return 1
 
 
-def _jpeg_factor(data: np.ndarray, min_size: int | tuple[int, int]) -> int:
-    from PIL import Image  # reads the header only: ~40 us
+def _displayed_size(data: np.ndarray, source: str) -> tuple[int, int] | None:
+    """``(height, width)`` from the header, as OpenCV returns the image (EXIF rotation
+    applied); None when the header is unreadable (the decode then reports it)."""
+    from PIL import Image, JpegImagePlugin  # reads the header only: ~40 us
 
+    head = io.BytesIO(data[:65536].tobytes())
     try:
-        width, height = Image.open(io.BytesIO(data[:65536].tobytes())).size
-    except Exception:  # an unreadable header: the full decode below reports it properly
-        return 1
-    return reduction_factor(height, width, min_size)
+        if data[:2].tobytes() == _JPEG_START:
+            # The plugin itself: Image.open would apply PIL's own pixel limit first.
+            header = JpegImagePlugin.JpegImageFile(head)
+            orientation = header.getexif().get(_EXIF_ORIENTATION, 1)
+        else:
+            header, orientation = Image.open(head), 1
+        with header:
+            width, height = header.size
+    except Image.DecompressionBombError as error:
+        if MAX_PIXELS is None:
+            return None
+        raise ImageDecodeError(f"{source}: {error}") from error
+    except Exception:
+        return None
+    return (width, height) if orientation in _TRANSPOSED else (height, width)
 
 
 def decode_image(
@@ -106,7 +130,8 @@ def decode_image(
             other images are decoded at full size.
 
     Raises:
-        ImageDecodeError: Empty, truncated, corrupt or not an image; names ``source``.
+        ImageDecodeError: Empty, truncated, corrupt or not an image, or over
+            :data:`MAX_PIXELS`; names ``source``.
 
     Example:
         >>> ok, png = cv2.imencode(".png", np.zeros((2, 3), np.uint8))
@@ -117,12 +142,22 @@ def decode_image(
     if buffer.size == 0:
         raise ImageDecodeError(f"{source}: empty, no image data")
     is_jpeg = buffer[:2].tobytes() == _JPEG_START
-    factor = _jpeg_factor(buffer, min_size) if is_jpeg and min_size is not None else 1
+    size = _displayed_size(buffer, source)
+    if size is not None and MAX_PIXELS is not None and size[0] * size[1] > MAX_PIXELS:
+        raise ImageDecodeError(
+            f"{source}: {size[1]}x{size[0]} is {size[0] * size[1]:,} pixels, over the limit of "
+            f"{MAX_PIXELS:,} (a decompression bomb?); raise fastload.decode.MAX_PIXELS to allow it"
+        )
+    factor = reduction_factor(*size, min_size) if is_jpeg and size is not None else 1
     if factor > 1:
         flag, bgr = _REDUCED[factor], True
     else:
         flag, bgr = (cv2.IMREAD_COLOR, True) if _FULL_RGB is None else (_FULL_RGB, False)
-    image = cv2.imdecode(buffer, flag)
+    try:
+        image = cv2.imdecode(buffer, flag)
+    except cv2.error as error:  # e.g. over OpenCV's own pixel limit
+        reason = str(error).strip().splitlines()[-1]
+        raise ImageDecodeError(f"{source}: OpenCV refused it: {reason}") from error
     if image is None:
         raise ImageDecodeError(
             f"{source}: not an image OpenCV can decode (corrupt or unknown format)"

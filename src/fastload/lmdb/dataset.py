@@ -9,8 +9,14 @@ from typing import Any
 
 from fastload.datasets import ImageDataset
 from fastload.decode import DecodeMode, as_output
-from fastload.lmdb.format import Record, index_key, unpack_record
-from fastload.lmdb.store import close_reader, read_meta, read_transaction
+from fastload.lmdb.format import (
+    PROGRESS_KEY,
+    Record,
+    RecordFormatError,
+    index_key,
+    unpack_record,
+)
+from fastload.lmdb.store import close_reader, read_meta, read_transaction, record_entries
 
 __all__ = ["LMDBDataset"]
 
@@ -67,11 +73,27 @@ class LMDBDataset(ImageDataset):
         self._path = os.fspath(path)
         self.readahead = readahead
         try:
-            self.meta = read_meta(self._transaction(), self.path)
+            txn = read_transaction(self._path, readahead=readahead, fresh=True)
+            self.meta = read_meta(txn, self.path)
+            self._count = self._checked_count(txn)
         except Exception:
             close_reader(self.path)  # keep nothing open: the next step may be a --resume
             raise
-        self._count = int(self.meta["count"])
+
+    def _checked_count(self, txn) -> int:
+        """The metadata's record count, checked against the file: a count that lies would
+        make a sampler allocate for records that do not exist."""
+        count = self.meta.get("count")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise RecordFormatError(f"{self.path}: metadata count {count!r} is not a count")
+        bookkeeping = 1 + (txn.get(PROGRESS_KEY) is not None)  # the metadata (and progress)
+        stored = record_entries(self._path) - bookkeeping
+        if stored != count or (count and txn.get(index_key(count - 1)) is None):
+            raise RecordFormatError(
+                f"{self.path}: metadata says {count:,} records, the file holds {stored:,}; "
+                "the database is damaged (verify it, or convert again)"
+            )
+        return count
 
     @property
     def classes(self) -> list[str]:

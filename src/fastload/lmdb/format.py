@@ -27,6 +27,7 @@ committed in the same transaction as the records it describes.
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
 from typing import Any, NamedTuple
@@ -58,6 +59,7 @@ LABEL_INT, LABEL_ARRAY, LABEL_NONE = 0, 1, 2
 _HEADER = struct.Struct("<4sBBBBIq")
 _ALLOWED_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: never object dtypes
 _PICKLE_PROTOCOL_MARK = 0x80
+MAX_NDIM = 32  # NumPy 1.x's own limit: a record can always be read back
 
 
 class RecordFormatError(ValueError):
@@ -84,8 +86,8 @@ def index_key(index: int) -> bytes:
 def _pack_array(array: np.ndarray) -> bytes:
     if array.dtype.kind not in _ALLOWED_KINDS:
         raise TypeError(f"only numeric and bool arrays can be stored, got dtype {array.dtype}")
-    if array.ndim > 255:
-        raise ValueError(f"arrays of at most 255 dimensions can be stored, got {array.ndim}")
+    if array.ndim > MAX_NDIM:
+        raise ValueError(f"arrays of at most {MAX_NDIM} dimensions can be stored, got {array.ndim}")
     dtype = array.dtype.str.encode("ascii")
     shape = struct.pack(f"<B{array.ndim}I", array.ndim, *array.shape)
     return bytes([len(dtype)]) + dtype + shape + np.ascontiguousarray(array).tobytes()
@@ -99,11 +101,13 @@ def _unpack_array(view: memoryview, offset: int, *, what: str) -> tuple[np.ndarr
         ndim = view[offset]
         shape = struct.unpack_from(f"<{ndim}I", view, offset + 1)
         offset += 1 + 4 * ndim
-    except (IndexError, struct.error, TypeError, UnicodeDecodeError) as error:
-        raise RecordFormatError(f"{what}: malformed array descriptor") from error
-    if dtype.kind not in _ALLOWED_KINDS:
+    except (IndexError, struct.error, TypeError, ValueError) as error:  # incl. Unicode errors
+        raise RecordFormatError(f"{what}: malformed array descriptor ({error})") from error
+    if dtype.kind not in _ALLOWED_KINDS or dtype.fields is not None or dtype.subdtype:
         raise RecordFormatError(f"{what}: refusing array of dtype {dtype}")
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if ndim > MAX_NDIM:
+        raise RecordFormatError(f"{what}: array of {ndim} dimensions, at most {MAX_NDIM} allowed")
+    size = math.prod(shape) * dtype.itemsize  # Python ints: a crafted shape cannot wrap
     if offset + size > len(view):
         raise RecordFormatError(f"{what}: array needs {size} bytes, record is shorter")
     array = np.frombuffer(

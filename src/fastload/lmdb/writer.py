@@ -7,6 +7,7 @@ progress in the same transaction, so a conversion killed at any point (even by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -29,6 +30,7 @@ from fastload.lmdb.format import (
     META_KEY,
     PROGRESS_KEY,
     RecordFormatError,
+    decode_meta,
     encode_meta,
     index_key,
     pack_record,
@@ -174,16 +176,23 @@ def _load(position: int) -> tuple[int, bytes | None, str | None]:
         return position, None, str(error)
 
 
+@contextlib.contextmanager
 def _records(
     source: FileSource | DatasetSource, encoding: Encoding, start: int, workers: int
-) -> Iterator[tuple[int, bytes | None, str | None]]:
+) -> Iterator[Iterator[tuple[int, bytes | None, str | None]]]:
+    """The loaded items from ``start`` on, in order. Leaving the block (a bad file, an
+    interrupt) stops the workers there and then: none is left behind."""
     positions = range(start, len(source))
     if workers == 0:
         _init_worker(source, encoding)
-        yield from map(_load, positions)
+        yield map(_load, positions)
         return
-    with multiprocessing.get_context().Pool(workers, _init_worker, (source, encoding)) as pool:
-        yield from pool.imap(_load, positions, chunksize=8)
+    pool = multiprocessing.get_context().Pool(workers, _init_worker, (source, encoding))
+    try:
+        yield pool.imap(_load, positions, chunksize=8)
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 # --- the database ----------------------------------------------------------------------------
@@ -200,13 +209,19 @@ def _commit(
                     txn.put(key, value)
                 if delete is not None:
                     txn.delete(delete)
-            return
         except lmdb.MapFullError:
             size = env.info()["map_size"] * 2
             logger.info(
                 "LMDB map full: growing it to %d MiB and redoing the transaction", size >> 20
             )
             env.set_mapsize(size)
+        except lmdb.Error as error:  # a full disk, an I/O error: the transaction is undone
+            raise OSError(
+                f"{env.path()}: writing failed ({error}); is the disk full? The records "
+                "committed before are kept: make room and run again with --resume"
+            ) from error
+        else:
+            return
 
 
 @dataclass
@@ -217,30 +232,37 @@ class Progress:
     next_position: int = 0
     count: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
+    last_name: str | None = None  # the item at next_position - 1: what a resume checks
 
     def encode(self) -> bytes:
         return json.dumps(self.__dict__).encode()
 
 
 def _fingerprint(source: FileSource | DatasetSource, encoding: Encoding) -> dict[str, Any]:
-    size = len(source)
+    """What must not change between a conversion and its resume. Items after the point
+    reached may: removing the bad file a conversion stopped at is how to go on."""
     return {
         "source": source.description,
-        "length": size,
-        "first": source.name(0) if size else None,
-        "last": source.name(size - 1) if size else None,
+        "first": source.name(0) if len(source) else None,
         "resize": encoding.resize,
         "quality": encoding.quality,
     }
 
 
 def _start(
-    env: lmdb.Environment, path: Path, fingerprint: dict[str, Any], resume: bool
+    env: lmdb.Environment, path: Path, items: FileSource | DatasetSource, encoding: Encoding
 ) -> Progress | None:
     """The progress to continue from, or None when the database is already complete."""
+    fingerprint = _fingerprint(items, encoding)
     with env.begin() as txn:
         meta, progress, entries = txn.get(META_KEY), txn.get(PROGRESS_KEY), txn.stat()["entries"]
     if meta is not None:
+        done = decode_meta(meta, what=str(path)).get("fingerprint")
+        if done is not None and done != fingerprint:
+            raise ValueError(
+                f"{path}: already complete, converted from a different source or settings "
+                f"({done}); now {fingerprint}"
+            )
         return None
     if progress is None:
         if entries:
@@ -249,10 +271,13 @@ def _start(
             )
         return Progress(fingerprint)
     state = Progress(**json.loads(progress))
-    if state.fingerprint != fingerprint:
+    last = state.next_position - 1
+    moved = last >= 0 and (last >= len(items) or items.name(last) != state.last_name)
+    if state.fingerprint != fingerprint or moved:
         raise ValueError(
             f"{path}: cannot resume, it was started from a different source or settings "
-            f"({state.fingerprint}); now {fingerprint}"
+            f"({state.fingerprint}, item {last} {state.last_name}); now {fingerprint}"
+            + (f", item {last} {items.name(last)}" if 0 <= last < len(items) else "")
         )
     logger.info(
         "%s: resuming at item %d (%d records written)", path, state.next_position, state.count
@@ -330,7 +355,7 @@ def write_lmdb(
     close_reader(path)  # a dataset in this process may have it open for reading
     env = open_for_writing(path, map_size=map_size)
     try:
-        state = _start(env, path, _fingerprint(items, encoding), resume)
+        state = _start(env, path, items, encoding)
         if state is None:
             logger.info("%s is already complete", path)
             with env.begin() as txn:
@@ -340,7 +365,7 @@ def write_lmdb(
         env.sync()
     finally:
         env.close()
-    lock_path(path).unlink(missing_ok=True)  # readers open without locks
+        lock_path(path).unlink(missing_ok=True)  # readers open without locks
     return meta
 
 
@@ -363,27 +388,29 @@ def _convert(
         _commit(env, [*pending, (PROGRESS_KEY, state.encode())])
         pending, pending_bytes = [], 0
 
-    bar = tqdm(total=len(items), initial=state.next_position, unit="img", disable=not progress)
-    with bar:
-        for position, record, error in _records(items, encoding, state.next_position, workers):
-            if error is not None:
-                if not skip_bad:
-                    commit()  # keep what was done: --resume continues from here
-                    raise ImageDecodeError(
-                        f"{error}\n(item {position} of the source; the {state.count} records "
-                        "before it are kept: fix or remove the file, or pass --skip-bad, "
-                        "and run again with --resume)"
-                    )
-                state.skipped.append({"path": items.name(position), "error": error})
-                bar.set_postfix(skipped=len(state.skipped))
-            else:
-                pending.append((index_key(state.count), record))
-                pending_bytes += len(record)
-                state.count += 1
-            state.next_position = position + 1
-            bar.update()
-            if len(pending) >= commit_every or pending_bytes >= COMMIT_BYTES:
-                commit()
+    # The workers fork before the progress bar starts its thread: no lock is copied held.
+    with _records(items, encoding, state.next_position, workers) as records:
+        bar = tqdm(total=len(items), initial=state.next_position, unit="img", disable=not progress)
+        with bar:
+            for position, record, error in records:
+                if error is not None:
+                    if not skip_bad:
+                        commit()  # keep what was done: --resume continues from here
+                        raise ImageDecodeError(
+                            f"{error}\n(item {position} of the source; the {state.count} records "
+                            "before it are kept: fix or remove the file, or pass --skip-bad, "
+                            "and run again with --resume)"
+                        )
+                    state.skipped.append({"path": items.name(position), "error": error})
+                    bar.set_postfix(skipped=len(state.skipped))
+                else:
+                    pending.append((index_key(state.count), record))
+                    pending_bytes += len(record)
+                    state.count += 1
+                state.next_position, state.last_name = position + 1, items.name(position)
+                bar.update()
+                if len(pending) >= commit_every or pending_bytes >= COMMIT_BYTES:
+                    commit()
 
     meta = {
         "format": FORMAT_NAME,
@@ -398,6 +425,7 @@ def _convert(
         else "encoded",
         "skipped": state.skipped,
         "checksum": "crc32 of each record's payload, in its header",
+        "fingerprint": state.fingerprint,
     }
     # The last transaction: the remaining records, the metadata, and no more progress.
     _commit(env, [*pending, (META_KEY, encode_meta(meta))], delete=PROGRESS_KEY)
