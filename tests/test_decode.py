@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import cv2
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
+from fastload import decode
 from fastload.decode import ImageDecodeError, decode_image, load_image, read_image, reduction_factor
 
 
@@ -146,3 +148,46 @@ def test_load_image_modes(decode):
         )
     else:
         assert out.dtype == torch.uint8 and bytes(out.numpy()) == data
+
+
+def _jpeg_declaring(width: int, height: int) -> bytes:
+    """A tiny JPEG whose header claims ``width`` x ``height``: a decompression bomb."""
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(out, "JPEG")
+    data = bytearray(out.getvalue())
+    start = data.find(b"\xff\xc0")  # baseline frame header: height, then width
+    data[start + 5 : start + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("min_size", [None, 224])
+def test_a_decompression_bomb_is_refused_before_decoding(min_size):
+    bomb = _jpeg_declaring(20000, 20000)
+    assert len(bomb) < 1000
+    with pytest.raises(ImageDecodeError, match=r"bomb.jpg: 20000x20000 is 400,000,000 pixels"):
+        decode_image(bomb, source="bomb.jpg", min_size=min_size)
+
+
+def test_the_pixel_limit_is_configurable(monkeypatch):
+    monkeypatch.setattr(decode, "MAX_PIXELS", 100)
+    with pytest.raises(ImageDecodeError, match="over the limit of 100"):
+        decode_image(_jpeg_declaring(11, 10), source="small.jpg")
+    monkeypatch.setattr(decode, "MAX_PIXELS", None)
+    # Past OpenCV's own limit (2**30 pixels): its refusal is an ImageDecodeError too.
+    with pytest.raises(ImageDecodeError, match=r"huge.jpg: OpenCV refused it"):
+        decode_image(_jpeg_declaring(65000, 65000), source="huge.jpg")
+
+
+@pytest.mark.parametrize("orientation", [6, 8])
+def test_reduced_decode_of_an_exif_rotated_jpeg_keeps_min_size(orientation):
+    pixels = np.random.default_rng(0).integers(0, 256, (400, 1000, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = orientation  # rotated by 90 degrees: displayed 400 wide, 1000 high
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG", exif=exif.tobytes())
+    full = decode_image(out.getvalue())
+    assert full.shape == (1000, 400, 3)
+    assert decode_image(out.getvalue(), min_size=(480, 200)).shape == (500, 200, 3)  # 1/2
+    assert decode_image(out.getvalue(), min_size=(600, 100)).shape == (1000, 400, 3)
+    # On the stored (unrotated) 400 x 1000 this would have looked halvable.
+    assert decode_image(out.getvalue(), min_size=(200, 480)).shape == (1000, 400, 3)

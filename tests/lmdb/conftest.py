@@ -16,14 +16,15 @@ class NumberedImages(Dataset):
 
     classes = None
 
-    def __init__(self, count: int = 40, delay: float = 0.0) -> None:
-        self.count, self.delay = count, delay
+    def __init__(self, count: int = 40, delay: float = 0.0, offset: int = 0) -> None:
+        self.count, self.delay, self.offset = count, delay, offset
 
     def __len__(self) -> int:
         return self.count
 
     def __getitem__(self, index: int):
         time.sleep(self.delay)
+        index += self.offset
         return torch.full((3, 6, 5), index % 256, dtype=torch.uint8), index
 
 

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import pickle
+import struct
 import sys
 from pathlib import Path
 
@@ -11,12 +13,13 @@ import pytest
 import torch
 
 import lmdb
-from fastload import FastLoader, LMDBDataset
+from fastload import FastLoader, LMDBDataset, write_lmdb
 from fastload.decode import ImageDecodeError
 from fastload.lmdb.format import META_KEY, PROGRESS_KEY, RecordFormatError, index_key, pack_record
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import rgb
+from conftest import NumberedImages, rgb
+from fastload.lmdb.verify import verify_lmdb
 
 
 def test_decode_modes(image_folder, database):
@@ -185,3 +188,76 @@ def test_batched_reads_equal_single_reads(database):
     for (image, label), index in zip(batch, [5, 0, 3], strict=True):
         want_image, want_label = dataset[index]
         assert label == want_label and torch.equal(image, want_image)
+
+
+def copy_of(database, tmp_path) -> Path:
+    path = tmp_path / "copy.lmdb"
+    path.write_bytes(Path(database).read_bytes())
+    return path
+
+
+def test_a_truncated_file_is_refused_at_open_not_with_sigbus(database, tmp_path):
+    path = copy_of(database, tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(
+        RecordFormatError, match=r"copy.lmdb: truncated, .* bytes where the database"
+    ):
+        LMDBDataset(path)
+
+
+@pytest.mark.parametrize("content", [b"", None], ids=["empty file", "fifo"])
+def test_an_empty_file_or_a_fifo_is_refused_without_blocking(tmp_path, content):
+    path = tmp_path / "db.lmdb"
+    if content is None:
+        os.mkfifo(path)  # opening it for reading would block forever
+    else:
+        path.write_bytes(content)
+    with pytest.raises(RecordFormatError, match=r"db.lmdb: (empty file|not a regular file)"):
+        LMDBDataset(path)
+
+
+def rewrite_meta(path: Path, **changes) -> None:
+    with lmdb.open(str(path), subdir=False) as env, env.begin(write=True) as txn:
+        meta = json.loads(bytes(txn.get(META_KEY)))
+        txn.put(META_KEY, json.dumps(meta | changes).encode())
+
+
+@pytest.mark.parametrize(("count", "message"), [
+    (10**12, "metadata says 1,000,000,000,000 records, the file holds 6"),
+    (5, "metadata says 5 records, the file holds 6"),
+    (-1, "metadata count -1 is not a count"),
+    ("6", "metadata count '6' is not a count"),
+])  # fmt: skip
+def test_a_metadata_count_that_lies_is_refused(database, tmp_path, count, message):
+    path = copy_of(database, tmp_path)
+    rewrite_meta(path, count=count)
+    with pytest.raises(RecordFormatError, match=message):
+        LMDBDataset(path)
+
+
+def test_a_database_written_again_at_the_same_path_is_read_afresh(tmp_path):
+    path = tmp_path / "db.lmdb"
+    write_lmdb(NumberedImages(4), path, workers=0, progress=False)
+    assert LMDBDataset(path)[3][1] == 3
+    path.unlink()
+    write_lmdb(NumberedImages(6, offset=100), path, workers=0, progress=False)
+    fresh = LMDBDataset(path)
+    assert len(fresh) == 6 and fresh[3][1] == 103
+
+
+@pytest.mark.parametrize("descriptor", [
+    b"\x03<u1\x05" + struct.pack("<5I", *[2**32 - 1] * 5),  # a product that wraps in int64
+    b"\x03<u1\xff" + b"\x01\x00\x00\x00" * 255,  # 255 dimensions
+    b"\x05zz<9\x01\x01\x00\x00\x00",  # not a dtype
+])  # fmt: skip
+def test_a_malformed_array_names_its_record_and_verify_goes_on(database, tmp_path, descriptor):
+    path = copy_of(database, tmp_path)
+    header = struct.pack("<4sBBBBIq", b"FLR1", 1, 1, 2, 0, 0, 0)  # array payload, no label
+    with lmdb.open(str(path), subdir=False) as env, env.begin(write=True) as txn:
+        txn.put(index_key(2), header + descriptor + b"\x00" * 64)
+    with pytest.raises(RecordFormatError, match=r"copy.lmdb:0000000002: (malformed|array)"):
+        LMDBDataset(path)[2]
+    report = verify_lmdb(path, progress=False)
+    assert report.checked == 5 and len(report.problems) == 1
+    assert "0000000002" in report.problems[0]

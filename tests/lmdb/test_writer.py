@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -180,7 +181,7 @@ def folder_with_bad_files(image_folder, tmp_path):
 
 
 def test_a_bad_file_stops_the_conversion_with_its_name(folder_with_bad_files, tmp_path):
-    with pytest.raises(ImageDecodeError, match=r"class_00/img_00001.jpg.*\n.*item 1 of the source"):
+    with pytest.raises(ImageDecodeError, match=r"class_00/img_00001.jpg.* \(item 1 of the source"):
         write_lmdb(folder_with_bad_files, tmp_path / "db", workers=0, progress=False)
     assert committed_records(tmp_path / "db") == 1  # the good record before it is kept
 
@@ -223,3 +224,52 @@ def test_the_metadata_is_the_last_record(database):
     ):
         keys = [key for key, _ in txn.cursor()]
     assert keys[-1] == META_KEY and len(keys) == 7
+
+
+def test_a_bad_file_stops_the_workers_at_once_and_leaves_none_behind(
+    folder_with_bad_files, tmp_path
+):
+    start = time.perf_counter()
+    for attempt in range(3):  # it used to hang about one run in three
+        with pytest.raises(ImageDecodeError, match=r"class_00/img_00001.jpg"):
+            write_lmdb(folder_with_bad_files, tmp_path / f"db{attempt}", workers=2, progress=False)
+        assert multiprocessing.active_children() == []
+    assert time.perf_counter() - start < 60
+
+
+def test_removing_the_bad_file_and_resuming_finishes_the_conversion(
+    folder_with_bad_files, tmp_path
+):
+    path = tmp_path / "db"
+    with pytest.raises(ImageDecodeError, match=r"remove the file.*run again with --resume"):
+        write_lmdb(folder_with_bad_files, path, workers=0, progress=False)
+    (folder_with_bad_files / "class_00" / "img_00001.jpg").unlink()  # the advice, followed
+    with pytest.raises(ImageDecodeError, match=r"class_01/img_00004.jpg"):
+        write_lmdb(folder_with_bad_files, path, resume=True, workers=0, progress=False)
+    (folder_with_bad_files / "class_01" / "img_00004.jpg").unlink()
+    meta = write_lmdb(folder_with_bad_files, path, resume=True, workers=0, progress=False)
+    assert meta["count"] == 4
+    assert [LMDBDataset(path)[i][1] for i in range(4)] == [0, 0, 1, 1]
+
+
+def test_resume_refuses_items_that_moved_before_the_point_reached(folder_with_bad_files, tmp_path):
+    path = tmp_path / "db"
+    with pytest.raises(ImageDecodeError):
+        write_lmdb(folder_with_bad_files, path, workers=0, progress=False)
+    (folder_with_bad_files / "class_00" / "img_00000.jpg").unlink()  # already converted
+    with pytest.raises(ValueError, match="cannot resume, it was started from a different"):
+        write_lmdb(folder_with_bad_files, path, resume=True, workers=0, progress=False)
+
+
+def test_resuming_a_complete_database_from_another_source_is_refused(image_folder, tmp_path):
+    path = tmp_path / "db"
+    write_lmdb(image_folder, path, workers=0, progress=False)
+    with pytest.raises(ValueError, match="already complete, converted from a different source"):
+        write_lmdb(NumberedImages(5), path, resume=True, workers=0, progress=False)
+    write_lmdb(image_folder, path, resume=True, workers=0, progress=False)
+    assert not lock_path(path).exists()  # a finished resume leaves no lock file
+
+
+def test_a_missing_destination_directory_is_named(image_folder, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no-such-dir: no such directory to write db"):
+        write_lmdb(image_folder, tmp_path / "no-such-dir" / "db", workers=0, progress=False)

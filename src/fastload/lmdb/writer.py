@@ -397,7 +397,7 @@ def _convert(
                     if not skip_bad:
                         commit()  # keep what was done: --resume continues from here
                         raise ImageDecodeError(
-                            f"{error}\n(item {position} of the source; the {state.count} records "
+                            f"{error} (item {position} of the source; the {state.count} records "
                             "before it are kept: fix or remove the file, or pass --skip-bad, "
                             "and run again with --resume)"
                         )
