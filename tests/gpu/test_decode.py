@@ -228,3 +228,9 @@ def test_cuda_decoding_matches_the_cpu_within_decoder_tolerance():
     gpu_out = GPUDecoder(32, device="cuda")(batch, params=params).cpu()
     cpu_out = GPUDecoder(32, device="cpu")(batch, params=params)
     assert (gpu_out.int() - cpu_out.int()).abs().float().mean() < 3
+
+
+@pytest.mark.parametrize("crop", ["random", "center", "resize"])
+def test_an_empty_list_gives_an_empty_batch(crop):
+    out = GPUDecoder((24, 32), crop=crop, device="cpu")([])
+    assert out.shape == (0, 3, 24, 32) and out.dtype == torch.uint8

@@ -114,6 +114,47 @@ def test_bad_input_is_rejected_clearly(name):
         module(images().int())
 
 
+@pytest.mark.parametrize("name", MODULES | FLOAT_ONLY)
+def test_an_empty_batch_gives_an_empty_batch(name):
+    empty = images(dtype=torch.float32)[:0]
+    out = (MODULES | FLOAT_ONLY)[name]()(empty)
+    assert out.shape == (0, 3, *OUTPUT_SHAPE.get(name, (40, 56))) and out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_channels_last_batch_is_refused_not_silently_misread(name):
+    nhwc = images().permute(0, 2, 3, 1)  # (6, 40, 56, 3): what an HWC dataset collates to
+    with pytest.raises(ValueError, match=rf"{name} expects channels first .* looks channels-last"):
+        MODULES[name]()(nhwc)
+    # channels_last *memory format* is still NCHW, and fine
+    assert MODULES[name]()(images().contiguous(memory_format=torch.channels_last)).shape[1] == 3
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: gpu.ColorJitter(brightness=NAN),
+    lambda: gpu.ColorJitter(contrast=(0.5, INF)),
+    lambda: gpu.ColorJitter(saturation=INF),
+    lambda: gpu.ColorJitter(hue=NAN),
+    lambda: gpu.RandomHorizontalFlip(p=NAN),
+    lambda: gpu.RandomResizedCrop(24, scale=(NAN, 1.0)),
+    lambda: gpu.RandomResizedCrop(24, ratio=(0.75, INF)),
+    lambda: gpu.GaussianBlur(5, sigma=NAN),
+    lambda: gpu.RandomErasing(value=NAN),
+    lambda: gpu.RandomErasing(scale=(0.02, NAN)),
+    lambda: gpu.RandomCrop(24, padding=4, fill=NAN),
+    lambda: gpu.Normalize((0.5, NAN, 0.5), (0.2, 0.2, 0.2)),
+    lambda: gpu.Normalize((0.5, 0.5, 0.5), (0.2, INF, 0.2)),
+    lambda: gpu.MixUp(alpha=NAN, num_classes=10),
+    lambda: gpu.CutMix(alpha=INF, num_classes=10),
+])  # fmt: skip
+def test_nan_and_infinite_parameters_are_refused(make):
+    with pytest.raises(ValueError, match=r"must be (a finite number|a probability)"):
+        make()
+
+
 @pytest.mark.parametrize("name", ["ColorJitter", "RandomGrayscale"])
 def test_colour_modules_need_three_channels(name):
     with pytest.raises(

@@ -29,6 +29,13 @@ def check_images(images: Any, name: str, *, rgb: bool = False) -> None:
         )
     if images.dtype != torch.uint8 and not images.is_floating_point():
         raise TypeError(f"{name} expects uint8 or floating images, got {images.dtype}")
+    channels, last = images.shape[1], images.shape[-1]
+    if channels > 4 and last in (1, 3, 4):
+        raise ValueError(
+            f"{name} expects channels first (N, C, H, W), got shape {tuple(images.shape)}, "
+            "which looks channels-last (N, H, W, C): use images.permute(0, 3, 1, 2), or a "
+            "dataset that returns CHW tensors (decode='tensor')"
+        )
     if rgb and images.shape[1] != 3:
         raise ValueError(f"{name} works on RGB images (3 channels), got {images.shape[1]} channels")
 
@@ -50,19 +57,28 @@ def max_value(dtype: torch.dtype) -> float:
     return 255.0 if dtype == torch.uint8 else 1.0
 
 
+def finite(value: float, name: str) -> float:
+    """``value`` as a float; a NaN or infinite argument is refused where it is given (it
+    would otherwise turn images black, silently)."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
 def pair(value: float | Sequence[float], name: str) -> tuple[float, float]:
     if isinstance(value, (int, float)):
-        return float(value), float(value)
+        return finite(value, name), finite(value, name)
     if len(value) != 2:
         raise ValueError(f"{name} must be a number or a (min, max) pair, got {value!r}")
-    low, high = float(value[0]), float(value[1])
+    low, high = finite(value[0], name), finite(value[1], name)
     if low > high:
         raise ValueError(f"{name} must be (min, max) with min <= max, got {value!r}")
     return low, high
 
 
 def check_probability(p: float) -> float:
-    if not 0.0 <= p <= 1.0:
+    if not 0.0 <= p <= 1.0:  # NaN fails this too
         raise ValueError(f"p must be a probability in [0, 1], got {p}")
     return float(p)
 

@@ -55,6 +55,8 @@ class GaussianBlur(BatchTransform):
 
     def apply(self, images: Tensor, params: Params) -> Tensor:
         n, c, height, width = images.shape
+        if n == 0:  # a grouped convolution needs at least one group
+            return images.clone()
         kx, ky = self.kernel_size
         if kx // 2 >= width or ky // 2 >= height:  # reflect padding needs a larger image
             raise ValueError(

@@ -13,7 +13,9 @@ from fastload.gpu.base import (
     Params,
     blend_where,
     check_images,
+    finite,
     max_value,
+    pair,
     restore,
     to_float,
 )
@@ -73,15 +75,13 @@ def _range(value: float | Sequence[float] | None, name: str, *, center: float, b
     if value is None:
         return None
     if isinstance(value, (int, float)):
-        if value < 0:
+        if finite(value, name) < 0:
             raise ValueError(f"{name} must be non-negative, got {value}")
         low, high = center - value, center + value
         if bound is None:
             low = max(low, 0.0)
     else:
-        if len(value) != 2 or value[0] > value[1]:
-            raise ValueError(f"{name} must be a number or a (min, max) pair, got {value!r}")
-        low, high = float(value[0]), float(value[1])
+        low, high = pair(value, name)
     if bound is not None and not -bound <= low <= high <= bound:
         raise ValueError(f"{name} values must lie in [-{bound}, {bound}], got {value!r}")
     if bound is None and low < 0:
@@ -186,9 +186,10 @@ class Normalize(BatchTransform):
         super().__init__()
         if len(mean) != len(std):
             raise ValueError(f"mean and std differ in length: {len(mean)} and {len(std)}")
-        if any(s <= 0 for s in std):
+        self.mean = tuple(finite(m, "mean") for m in mean)
+        self.std = tuple(finite(s, "std") for s in std)
+        if any(s <= 0 for s in self.std):
             raise ValueError(f"std must be positive, got {tuple(std)}")
-        self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
         self._cache: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
     def _stats(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

@@ -198,6 +198,8 @@ class GPUDecoder(nn.Module):
         }
 
     def forward(self, encoded: Sequence[Tensor], params: Params | None = None) -> Tensor:
+        if len(encoded) == 0:  # an empty batch (the last of a filtered epoch, say)
+            return torch.empty((0, 3, *self.size), dtype=torch.uint8, device=self.device)
         images = self.decode(encoded)
         # The sizes are known on the host: draw the boxes there and send them without
         # a stream sync (a tensor made from a list on the GPU would wait for the stream).

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from fastload.gpu.base import BatchTransform, Params, first_fit, log_uniform, pair
+from fastload.gpu.base import BatchTransform, Params, finite, first_fit, log_uniform, pair
 
 __all__ = ["RandomErasing", "box_mask"]
 
@@ -58,9 +58,8 @@ class RandomErasing(BatchTransform):
             raise ValueError(
                 f"scale must lie in [0, 1] and ratio be positive, got {scale!r}, {ratio!r}"
             )
-        self.value = (
-            (float(value),) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
-        )
+        values = (value,) if isinstance(value, (int, float)) else tuple(value)
+        self.value = tuple(finite(v, "value") for v in values)
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n, _, height, width = shape

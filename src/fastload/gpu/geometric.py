@@ -13,6 +13,7 @@ from fastload.gpu.base import (
     BatchTransform,
     Params,
     blend_where,
+    finite,
     first_fit,
     log_uniform,
     pair,
@@ -108,7 +109,7 @@ class RandomCrop(BatchTransform):
         self.size = _size(size)
         self.padding = padding
         self.pad_if_needed = pad_if_needed
-        self.fill = fill
+        self.fill = finite(fill, "fill")
         self.padding_mode = padding_mode
 
     def _padding(self, height: int, width: int) -> tuple[int, int, int, int]:

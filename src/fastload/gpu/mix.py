@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fastload.gpu.base import BatchTransform, Params, check_images, restore, to_float
+from fastload.gpu.base import BatchTransform, Params, check_images, finite, restore, to_float
 from fastload.gpu.erase import box_mask
 
 __all__ = ["CutMix", "MixUp"]
@@ -27,7 +27,7 @@ class _Mix(BatchTransform):
         generator=None,
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
-        if alpha <= 0:
+        if finite(alpha, "alpha") <= 0:
             raise ValueError(f"alpha must be positive, got {alpha}")
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
