@@ -1,0 +1,29 @@
+"""The README's code is what a newcomer copies first: it must run as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def python_block(after_heading: str) -> str:
+    text = README.read_text()
+    section = text[text.index(after_heading) :]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+@pytest.mark.slow
+def test_the_before_and_after_script_runs_verbatim(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(python_block("## Before and after"))
+    completed = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert len(list((tmp_path / "data" / "train").rglob("*.jpg"))) == 80
