@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import signal
+import warnings
 from collections import namedtuple
 
 import pytest
@@ -368,3 +369,31 @@ def test_one_stream_and_no_growth_of_reserved_memory_over_epochs():
         reserved.append(torch.cuda.memory_reserved())
     assert prefetcher._stream is stream
     assert reserved[-1] <= reserved[1]
+
+
+def test_a_dict_batch_finds_its_image_whatever_the_key_order():
+    images = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
+    labels = torch.tensor([3, 4])
+    for batch in ({"label": labels, "image": images}, {"label": labels, "pixels": images}):
+        out = next(iter(DataPrefetcher([batch], "cpu", mean=[0.5] * 3, std=[0.5] * 3)))
+        image_key = "image" if "image" in batch else "pixels"
+        assert torch.equal(out["label"], labels)  # moved, not converted
+        assert out[image_key].dtype == torch.float32
+        assert torch.allclose(out[image_key], torch.ones(2, 3, 4, 4))
+
+
+def test_a_batch_without_an_image_like_tensor_says_how_to_name_it():
+    batch = {"label": torch.tensor([3, 4]), "pixels": torch.zeros(2, 12)}
+    with pytest.raises(ValueError, match=r"name it: DataPrefetcher\(\.\.\., image="):
+        next(iter(DataPrefetcher([batch], "cpu", mean=[0.5] * 3, std=[0.5] * 3)))
+
+
+def test_float_images_on_the_0_255_scale_are_warned_about_once():
+    batch = (torch.full((2, 3, 4, 4), 200.0), torch.tensor([0, 1]))
+    prefetcher = DataPrefetcher([batch, batch], "cpu", mean=[0.5] * 3, std=[0.5] * 3)
+    with pytest.warns(UserWarning, match="values up to 200: float pixels are normalised as 0..1"):
+        list(prefetcher)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(prefetcher)  # once per prefetcher
+        list(DataPrefetcher([(batch[0] / 255, batch[1])], "cpu", mean=[0.5] * 3, std=[0.5] * 3))

@@ -385,10 +385,10 @@ def _storage(dataset: Any) -> tuple[str, int | None]:
     return "memory", None
 
 
-def _first_tensor(batch: Any) -> torch.Tensor | None:
-    from fastload.prefetch import _first_tensor_path
+def _image_tensor(batch: Any) -> torch.Tensor | None:
+    from fastload.prefetch import image_leaf_path
 
-    path = _first_tensor_path(batch)
+    path = image_leaf_path(batch)
     if path is None:
         return None
     for key in path:
@@ -470,7 +470,7 @@ def diagnose(
     base = getattr(loader, "loader", loader)  # through a DataPrefetcher
     dataset = getattr(base, "dataset", None)
     storage, image_side = _storage(dataset) if dataset is not None else ("memory", None)
-    sample = _first_tensor(cached) if step is not None else None
+    sample = _image_tensor(cached) if step is not None else None
     memory = [_rss_bytes(pid) for pid in [os.getpid(), *_children(os.getpid())]]
     from fastload.prefetch import DataPrefetcher
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -68,15 +69,22 @@ def _with_item(batch: Any, key: Any, value: Any) -> Any:
     return type(batch)(items)
 
 
-def _first_tensor_path(batch: Any) -> Path | None:
-    found: list[Path] = []
+def image_leaf_path(batch: Any) -> Path | None:
+    """Where the image most likely is: the key ``"image"`` or ``"images"`` of a dict
+    batch, else the first 4-D tensor (N, C, H, W), else the first tensor at all."""
+    if isinstance(batch, Mapping):
+        for key in ("image", "images"):
+            if isinstance(batch.get(key), torch.Tensor):
+                return (key,)
+    found: list[tuple[Path, torch.Tensor]] = []
 
     def visit(path: Path, tensor: torch.Tensor) -> torch.Tensor:
-        found.append(path)
+        found.append((path, tensor))
         return tensor
 
     map_tensors(batch, visit)
-    return found[0] if found else None
+    images = [path for path, tensor in found if tensor.dim() == 4]
+    return images[0] if images else (found[0][0] if found else None)
 
 
 def _default_device() -> torch.device:
@@ -129,7 +137,8 @@ class DataPrefetcher(LoaderProxy):
             normalisation.
         depth: Batches prepared ahead of the one you hold.
         image: Which leaf is the image: an index into a tuple/list batch or a key of a
-            dict batch. Default: the first tensor (with ``decode``: the list holding it).
+            dict batch. Default: the key ``"image"`` (or ``"images"``) of a dict, else the
+            first 4-D tensor, else the first tensor (with ``decode``: the list holding it).
         decode: Turns the image leaf, a list of encoded images, into an NCHW uint8 batch
             on the device, e.g. ``fastload.gpu.GPUDecoder(224)``; runs on the side stream
             before ``transform``.
@@ -180,6 +189,7 @@ class DataPrefetcher(LoaderProxy):
         self.mean, self.std = mean, std
         self._scale, self._shift = self._affine(mean, std)
         self._scale_uint8 = None if self._scale is None else self._scale / 255
+        self._scale_checked = False
         # One stream for the prefetcher's lifetime: a stream per epoch grew reserved
         # memory without bound in timm (issue 2781).
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
@@ -212,8 +222,11 @@ class DataPrefetcher(LoaderProxy):
                 if image.dim() != 4 or image.shape[1] != self._scale.shape[1]:
                     raise ValueError(
                         f"mean/std have {self._scale.shape[1]} channels; the image batch "
-                        f"has shape {tuple(image.shape)} (expected N, C, H, W)"
+                        f"has shape {tuple(image.shape)} (expected N, C, H, W); if that is "
+                        "not the image, name it: DataPrefetcher(..., image=<index or key>)"
                     )
+                if not is_uint8 and not self._scale_checked:
+                    self._check_float_scale(image)
                 scale = self._scale_uint8 if is_uint8 else self._scale
                 pixels = torch.addcmul(self._shift, pixels, scale)
             elif is_uint8:
@@ -223,9 +236,20 @@ class DataPrefetcher(LoaderProxy):
             image = image.contiguous(memory_format=torch.channels_last)
         return image
 
+    def _check_float_scale(self, image: torch.Tensor) -> None:
+        """Once per prefetcher (it waits for the device once): float pixels are taken to
+        be on the 0..1 scale, and 0..255 floats would be normalised silently wrong."""
+        self._scale_checked = True
+        if image.numel() and float(image.amax()) > 1.5:
+            warnings.warn(
+                f"DataPrefetcher got float images with values up to {float(image.amax()):.0f}: "
+                "float pixels are normalised as 0..1; divide by 255, or hand over uint8",
+                stacklevel=2,
+            )
+
     def _image_path(self, batch: Any) -> Path | None:
         if self.image is None:
-            path = _first_tensor_path(batch)
+            path = image_leaf_path(batch)
             # Encoded images come as a list of byte tensors: the image is that list.
             return path[:-1] if self.decode is not None and path else path
         try:
