@@ -95,8 +95,22 @@ def baseline_pipeline(args, device: torch.device):
     return ToDevice(), len(dataset.classes)
 
 
+def describe(metrics: dict) -> str:
+    """One epoch's metrics as a line for people."""
+    wait = metrics["data_wait_fraction"]
+    return (
+        f"epoch {metrics['epoch']}: {metrics['images_per_second']:,.0f} images/s, "
+        + (f"data wait {100 * wait:.1f}%, " if wait is not None else "")
+        + f"{1000 * metrics['cpu_seconds_per_image']:.2f} CPU ms/image"
+        + (f", loss {metrics['loss']:.3f}" if metrics["loss"] is not None else "")
+        + f" ({metrics['pipeline']} on {metrics['device']})"
+    )
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("data", type=Path, help="image folder, or LMDB file (fastload only)")
     parser.add_argument("--baseline", action="store_true", help="plain torchvision + DataLoader")
     parser.add_argument(
@@ -171,11 +185,11 @@ def main() -> None:
             "images_per_second": images / seconds,
             "data_wait_fraction": loop.summary().wait_fraction if step is not None else None,
             "cpu_seconds_per_image": (cpu_seconds_with_workers() - cpu_start) / images,
-            "loss": None if loss is None else float(loss),
+            "loss": None if loss is None else float(loss.detach()),
             "device": str(device),
         }
         if rank == 0:
-            print(json.dumps(metrics) if args.json else metrics, flush=True)
+            print(json.dumps(metrics) if args.json else describe(metrics), flush=True)
     if distributed:
         dist.destroy_process_group()
 

@@ -89,3 +89,23 @@ def test_bench_sweeps_workers_and_names_the_best(small_folder, tmp_path, capsys)
     ] == ["0", "1"]
     assert re.search(r"best: FastLoader\(num_workers=[01], prefetch_factor=2\)", out)
     assert plot.exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["diagnose", "data", "--model", "resnet999"],
+     "fastload diagnose: error: argument --model: 'resnet999' is not a torchvision"),
+    (["diagnose", "data", "--image-size", "0"],
+     "fastload diagnose: error: argument --image-size: must be a positive integer, got 0"),
+    (["diagnose", "data", "--workers", "-1"],
+     "fastload diagnose: error: argument --workers: must be >= 0, auto or tune, got -1"),
+    (["bench", "data", "--prefetch", "2,x"],
+     "fastload bench: error: argument --prefetch: must be comma-separated integers, got '2,x'"),
+    (["convert", "a", "b", "--resize", "0"],
+     "fastload convert: error: argument --resize: must be a positive integer, got 0"),
+])  # fmt: skip
+def test_bad_arguments_are_one_line_and_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1

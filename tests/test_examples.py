@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,25 @@ def test_train_classifier_runs_each_pipeline(tmp_path, variant):
         for e in epochs
     )
     assert epochs[0]["pipeline"].startswith("baseline" if variant == ["--baseline"] else "fastload")
+
+
+def test_train_classifier_talks_to_people_without_warnings(tmp_path):
+    from fastload import make_image_folder
+
+    script = str(EXAMPLES / "train_classifier.py")
+    help_text = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "torchrun --nproc-per-node 8 examples/train_classifier.py train.lmdb" in help_text
+    root = make_image_folder(tmp_path, num_classes=2, images_per_class=4, size=(64, 48))
+    completed = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", script, str(root), "--epochs", "1",
+         "--batch-size", "4", "--image-size", "32", "--workers", "0", "--model", "squeezenet1_1"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert re.fullmatch(
+        r"epoch 0: [\d,]+ images/s, data wait [\d.]+%, [\d.]+ CPU ms/image, loss [\d.]+ "
+        r"\(fastload \(cpu decode, cpu augmentation\) on cpu\)\n",
+        completed.stdout,
+    )

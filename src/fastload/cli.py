@@ -75,7 +75,56 @@ def _image_dataset(data: Path, image_size: int):
 
 
 def _num_workers(value: str) -> int | str:
-    return value if value in ("auto", "tune") else int(value)
+    if value in ("auto", "tune"):
+        return value
+    count = int(value)
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, auto or tune, got {value}")
+    return count
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
+
+
+def _non_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return number
+
+
+def _model(value: str) -> str:
+    import torchvision
+
+    if value != "none" and value not in torchvision.models.list_models(torchvision.models):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a torchvision classification model (e.g. resnet18, resnet50), "
+            "or 'none'"
+        )
+    return value
+
+
+def _int_list(value: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated integers, got {value!r}"
+        ) from None
+    if any(number < 0 for number in numbers):
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value!r}")
+    return numbers
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line, exit status 2: ``fastload <command>: error: ...``."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _diagnose(args: argparse.Namespace) -> None:
@@ -120,8 +169,8 @@ def _bench(args: argparse.Namespace) -> None:
 
         workers = worker_candidates(_available_cpus())
     else:
-        workers = [int(w) for w in args.workers.split(",")]
-    prefetch = [int(p) for p in args.prefetch.split(",")]
+        workers = args.workers
+    prefetch = args.prefetch
     best_workers, best_prefetch, curve = tune_workers(
         make, workers=workers, prefetch=prefetch, batches=args.batches, progress=True
     )
@@ -138,13 +187,13 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fastload", description="Keep the GPU fed.")
+    parser = _Parser(prog="fastload", description="Keep the GPU fed.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what fastload chooses")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = commands.add_parser("demo", help="compare DataLoader and FastLoader on generated JPEGs")
-    demo.add_argument("--images-per-class", type=int, default=16)
-    demo.add_argument("--repeats", type=int, default=3)
+    demo.add_argument("--images-per-class", type=_positive, default=16)
+    demo.add_argument("--repeats", type=_positive, default=3)
     demo.set_defaults(run=_demo)
 
     convert = commands.add_parser("convert", help="write an image folder into one LMDB file")
@@ -155,10 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--skip-bad", action="store_true", help="skip (and list) unreadable images"
     )
     convert.add_argument(
-        "--resize", type=int, metavar="N", help="presize: longest side to N pixels"
+        "--resize", type=_positive, metavar="N", help="presize: longest side to N pixels"
     )
     convert.add_argument("--quality", type=int, metavar="Q", help="JPEG quality when re-encoding")
-    convert.add_argument("--workers", type=int, help="reader processes (default: all CPUs)")
+    convert.add_argument(
+        "--workers", type=_non_negative, help="reader processes (default: all CPUs)"
+    )
     convert.set_defaults(run=_convert)
 
     info = commands.add_parser("info", help="print a database's metadata")
@@ -173,23 +224,29 @@ def build_parser() -> argparse.ArgumentParser:
         "diagnose", help="is data loading the bottleneck? step vs loader vs real loop"
     )
     diagnose.add_argument("data", type=Path, help="image folder or LMDB file")
-    diagnose.add_argument("--batch-size", type=int, default=64)
-    diagnose.add_argument("--image-size", type=int, default=224)
-    diagnose.add_argument("--batches", type=int, default=30)
-    diagnose.add_argument("--warmup", type=int, default=3)
+    diagnose.add_argument("--batch-size", type=_positive, default=64)
+    diagnose.add_argument("--image-size", type=_positive, default=224)
+    diagnose.add_argument("--batches", type=_positive, default=30)
+    diagnose.add_argument("--warmup", type=_non_negative, default=3)
     diagnose.add_argument("--workers", type=_num_workers, default="auto", help="int, auto or tune")
-    diagnose.add_argument("--model", default="resnet18", help="a torchvision model name, or none")
+    diagnose.add_argument(
+        "--model", type=_model, default="resnet18", help="a torchvision model name, or none"
+    )
     diagnose.add_argument("--json", action="store_true", help="print the report as JSON")
     diagnose.add_argument("--plot", type=Path, help="PNG of each iteration's wait and step")
     diagnose.set_defaults(run=_diagnose)
 
     bench = commands.add_parser("bench", help="throughput over worker counts and prefetch depth")
     bench.add_argument("data", type=Path, help="image folder or LMDB file")
-    bench.add_argument("--batch-size", type=int, default=64)
-    bench.add_argument("--image-size", type=int, default=224)
-    bench.add_argument("--batches", type=int, default=10)
-    bench.add_argument("--workers", default=None, help="comma-separated counts (default 0..CPUs)")
-    bench.add_argument("--prefetch", default="2,4", help="comma-separated prefetch factors")
+    bench.add_argument("--batch-size", type=_positive, default=64)
+    bench.add_argument("--image-size", type=_positive, default=224)
+    bench.add_argument("--batches", type=_positive, default=10)
+    bench.add_argument(
+        "--workers", type=_int_list, default=None, help="comma-separated counts (default 0..CPUs)"
+    )
+    bench.add_argument(
+        "--prefetch", type=_int_list, default=[2, 4], help="comma-separated prefetch factors"
+    )
     bench.add_argument("--plot", type=Path, help="PNG of throughput vs workers")
     bench.set_defaults(run=_bench)
     return parser
