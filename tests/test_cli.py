@@ -11,10 +11,13 @@ from fastload.synthetic import make_image_folder
 from fastload.timing import format_table, measure
 
 
-def test_demo_prints_a_before_after_table(capsys):
-    main(["demo", "--images-per-class", "2", "--repeats", "1"])
+def test_demo_prints_a_before_after_table_part_by_part_and_a_plot(capsys, tmp_path):
+    plot = tmp_path / "demo.png"
+    main(["demo", "--images-per-class", "2", "--repeats", "1", "--plot", str(plot)])
     out = capsys.readouterr().out
     assert "16 JPEGs of 500x375" in out
+    assert out.index("measuring...") < out.index("| DataLoader")  # said before measured
+    assert out.rstrip().endswith(f"wrote {plot}") and plot.stat().st_size > 1000
     assert "2. fastload.diagnose on a ResNet-18 training loop" in out
     assert "real loop: waiting for data" in out and "Recommendations:" in out
     rows = [

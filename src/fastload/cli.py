@@ -15,7 +15,12 @@ __all__ = ["main"]
 def _demo(args: argparse.Namespace) -> None:
     from fastload.demo import run_demo
 
-    print(run_demo(images_per_class=args.images_per_class, repeats=args.repeats))
+    run_demo(
+        images_per_class=args.images_per_class,
+        repeats=args.repeats,
+        plot=args.plot,
+        say=lambda text: print(text, flush=True),
+    )
 
 
 def _convert(args: argparse.Namespace) -> None:
@@ -194,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="compare DataLoader and FastLoader on generated JPEGs")
     demo.add_argument("--images-per-class", type=_positive, default=16)
     demo.add_argument("--repeats", type=_positive, default=3)
+    demo.add_argument(
+        "--plot", type=Path, default=Path("fastload-demo.png"),
+        help="PNG of the training loop's wait and step per iteration (default: %(default)s)",
+    )  # fmt: skip
     demo.set_defaults(run=_demo)
 
     convert = commands.add_parser("convert", help="write an image folder into one LMDB file")

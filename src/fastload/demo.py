@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -84,7 +85,7 @@ def loader_table(runs: list[LoaderRun]) -> str:
     )
 
 
-def diagnose_small_training(root: Path, *, batches: int = 6) -> str:
+def diagnose_small_training(root: Path, *, batches: int = 6):
     """``fastload.diagnose`` on a ResNet-18 trained on ``root`` at 64 px: the report a
     user gets for their own loop."""
     from fastload.bottleneck import classifier_step, diagnose
@@ -93,12 +94,22 @@ def diagnose_small_training(root: Path, *, batches: int = 6) -> str:
     loader = FastLoader(_imagefolder(root, 64), batch_size=16, shuffle=True)
     prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
     step = classifier_step("resnet18", len(loader.dataset.classes), prefetcher.device)
-    return str(diagnose(prefetcher, step, batches=batches, warmup=2))
+    return diagnose(prefetcher, step, batches=batches, warmup=2)
 
 
-def run_demo(*, images_per_class: int = 16, num_classes: int = 8, repeats: int = 3) -> str:
+def run_demo(
+    *,
+    images_per_class: int = 16,
+    num_classes: int = 8,
+    repeats: int = 3,
+    plot: Path | None = None,
+    say: Callable[[str], None] = print,
+) -> None:
     """Generate a small photo-like JPEG folder in a temporary directory, compare the
-    loaders, then diagnose a small training loop on it."""
+    loaders, then diagnose a small training loop on it; ``say`` each part as soon as it
+    is measured, and draw the loop's wait/compute timeline to ``plot``."""
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    count = num_classes * images_per_class
     with tempfile.TemporaryDirectory(prefix="fastload-demo-") as tmp:
         root = make_image_folder(
             Path(tmp) / "images",
@@ -106,12 +117,15 @@ def run_demo(*, images_per_class: int = 16, num_classes: int = 8, repeats: int =
             images_per_class=images_per_class,
             progress=True,
         )
-        runs = compare_loaders(root, repeats=repeats)
+        say(f"1. DataLoader vs FastLoader, {count} JPEGs of 500x375 ({device}), "
+            f"{repeats} epochs each after a warm-up: measuring...")  # fmt: skip
+        say(f"\n{loader_table(compare_loaders(root, repeats=repeats))}\n")
+        say("2. fastload.diagnose on a ResNet-18 training loop over the same images "
+            "(FastLoader + DataPrefetcher, 64 px): measuring...")  # fmt: skip
         report = diagnose_small_training(root)
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    return (
-        f"1. DataLoader vs FastLoader, {num_classes * images_per_class} JPEGs of 500x375 "
-        f"({device}):\n\n{loader_table(runs)}\n\n"
-        "2. fastload.diagnose on a ResNet-18 training loop over the same images "
-        f"(FastLoader + DataPrefetcher, 64 px):\n\n{report}"
-    )
+        say(f"\n{report}")
+    if plot is not None and report.timeline is not None:
+        from fastload.plots import plot_timeline
+
+        written = plot_timeline(report.timeline, plot, title="fastload demo: ResNet-18 loop")
+        say(f"\nwrote {written}")
