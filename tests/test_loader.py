@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import collections
 import inspect
 import logging
 import pickle
@@ -22,7 +23,9 @@ from torch.utils.data import (
     random_split,
 )
 
+from common_utils import deadline
 from fastload import FastLoader, auto_num_workers
+from fastload import loader as fastload_loader
 from fastload.loader import MAX_AUTO_WORKERS, DatasetView, IndexBatches, WorkerInit
 
 
@@ -257,7 +260,9 @@ def test_auto_num_workers_rule(cpus, local_world_size, expected):
 @pytest.mark.parametrize("bad", [-1, "many", "AUTO", 1.5, True, None])
 def test_bad_num_workers_is_rejected(bad):
     with pytest.raises(
-        ValueError, match=r"num_workers must be a non-negative int, 'auto' or 'tune', got"
+        ValueError,
+        match=r"^num_workers option should be non-negative; fastload takes a non-negative int, "
+        r"'auto' or 'tune', got",
     ):
         FastLoader(SquaresDataset(), num_workers=bad)
 
@@ -406,3 +411,61 @@ def test_iterable_datasets_pass_through_untouched():
     assert not isinstance(loader.sampler, torch.utils.data.DistributedSampler)
     values = sorted(v for batch in loader for v in batch.flatten().tolist())
     assert values == list(range(20))
+
+
+# --- a true drop-in: what PyTorch's own DataLoader tests expect ------------------------------
+
+
+def test_fastloader_is_generic_like_dataloader():
+    def batches(loader: FastLoader[torch.Tensor]) -> list[torch.Tensor]:
+        return list(loader)
+
+    assert FastLoader[int].__origin__ is FastLoader
+    assert len(batches(FastLoader(tensor_dataset(8), batch_size=4))) == 2
+
+
+class Unsharded(torch.utils.data.IterableDataset):
+    """An iterable dataset that does not split itself across workers."""
+
+    def __iter__(self):
+        yield from (torch.tensor([i]) for i in range(20))
+
+
+def test_auto_never_duplicates_an_iterable_dataset():
+    loader = FastLoader(Unsharded(), batch_size=5)
+    assert loader.num_workers == 0
+    assert "IterableDataset is copied into every worker" in repr(loader)
+    assert sorted(v for batch in loader for v in batch.flatten().tolist()) == list(range(20))
+
+
+def test_a_batch_a_worker_cannot_send_is_an_error_naming_it_not_a_hang():
+    Pair = collections.namedtuple("Pair", "image label")  # local: cannot be pickled
+
+    class Pairs(Dataset):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, index: int):
+            return Pair(torch.tensor([index]), index)
+
+    loader = FastLoader(Pairs(), batch_size=4, num_workers=2, timeout=60)
+    with deadline(60), pytest.raises(TypeError, match=r"cannot send its batch \(Pair\)"):
+        next(iter(loader))
+    assert loader.collate_fn is torch.utils.data.default_collate  # what users see is unchanged
+
+
+@pytest.fixture
+def small_shm(monkeypatch):
+    monkeypatch.setattr(fastload_loader, "_shared_memory_free", lambda: 64 << 20)
+
+
+def test_a_small_dev_shm_gives_no_workers_and_says_how_to_fix_it(small_shm):
+    with pytest.warns(UserWarning, match=r"no workers: only 64 MiB free in /dev/shm.*--shm-size"):
+        loader = FastLoader(SquaresDataset(), batch_size=4)
+    assert loader.num_workers == 0 and len(list(loader)) == 10
+
+
+def test_explicit_workers_with_a_small_dev_shm_are_kept_with_a_warning(small_shm):
+    with pytest.warns(UserWarning, match=r"FastLoader with 2 workers: only 64 MiB free"):
+        loader = FastLoader(SquaresDataset(), batch_size=4, num_workers=2)
+    assert loader.num_workers == 2

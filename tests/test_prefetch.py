@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import signal
 import warnings
 from collections import namedtuple
 
@@ -13,7 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils.data import Dataset
 
-from common_utils import cpu_and_cuda
+from common_utils import cpu_and_cuda, deadline
 from fastload import DataPrefetcher, FastLoader
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -37,22 +35,6 @@ def uint8_images(n=4, c=3, h=8, w=6, seed=0) -> torch.Tensor:
 
 def image_batches(count=5, n=4) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(uint8_images(n=n, seed=i), torch.arange(i * n, (i + 1) * n)) for i in range(count)]
-
-
-@contextlib.contextmanager
-def deadline(seconds: int):
-    """Fail instead of hanging: a prefetcher must never wait for a batch that can't come."""
-
-    def expire(signum, frame):
-        raise TimeoutError(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # --- values -------------------------------------------------------------------------------------

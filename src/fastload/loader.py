@@ -14,13 +14,16 @@ wins; FastLoader only fills in what was left unset:
 
 from __future__ import annotations
 
+import io
 import itertools
 import logging
 import math
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +44,8 @@ from torch.utils.data import (
 
 __all__ = ["FastLoader", "auto_num_workers", "worker_candidates"]
 
+T_co = TypeVar("T_co", covariant=True)
+
 logger = logging.getLogger(__name__)
 
 #: Upper bound of ``num_workers='auto'`` per training process. The folklore is 4 per GPU;
@@ -58,6 +63,33 @@ def _available_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS and Windows have no affinity API
         return os.cpu_count() or 1
+
+
+#: Below this much free /dev/shm, workers are not started by 'auto': batches travel from
+#: workers through shared memory, and running out of it kills a worker with SIGBUS.
+#: Docker gives containers 64 MiB unless told otherwise.
+MIN_SHARED_MEMORY = 256 << 20
+
+
+def _shared_memory_free() -> int | None:
+    """Free bytes in /dev/shm, where worker batches go; None where there is none."""
+    try:
+        stats = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def _small_shared_memory() -> str | None:
+    """Why workers would crash for lack of shared memory, with the fix; else None."""
+    free = _shared_memory_free()
+    if free is None or free >= MIN_SHARED_MEMORY:
+        return None
+    return (
+        f"only {free >> 20} MiB free in /dev/shm, and workers pass batches through it "
+        "(running out kills them with a bus error); in Docker, run with --shm-size=8g or "
+        "--ipc=host"
+    )
 
 
 def _local_world_size() -> int:
@@ -183,6 +215,37 @@ class IndexBatches(Sampler[torch.Tensor]):
         return self._len()
 
 
+class _StructurePickler(ForkingPickler):
+    """Pickles a batch the way a worker sends it, minus the tensor and array data."""
+
+    def persistent_id(self, obj: Any) -> str | None:
+        return "data" if isinstance(obj, (torch.Tensor, np.ndarray)) else None
+
+
+class _SendableBatch:
+    """A worker's collate function that checks the batch can be sent to the main process.
+
+    A batch that cannot be pickled (say a namedtuple defined inside a function) is lost
+    by the worker's queue thread, and DataLoader then waits for it forever; this raises
+    in the worker instead, where DataLoader hands the error to the training loop.
+    """
+
+    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: Any) -> Any:
+        batch = self.collate_fn(samples)
+        try:
+            _StructurePickler(io.BytesIO()).dump(batch)
+        except Exception as error:  # PicklingError, TypeError, AttributeError: all mean lost
+            raise TypeError(
+                f"a worker cannot send its batch ({type(batch).__name__}) to the main process: "
+                f"{error}; a type defined inside a function (a local namedtuple or class) "
+                "cannot be pickled: define it at module level"
+            ) from None
+        return batch
+
+
 def _passthrough_collate(batch: Any) -> Any:
     """Collate for batches that the dataset view already assembled."""
     return batch
@@ -248,7 +311,11 @@ class DatasetView(Dataset):
 
 
 _AUTO, _TUNE = "auto", "tune"
-_NUM_WORKERS_ERROR = "num_workers must be a non-negative int, 'auto' or 'tune', got {!r}"
+# DataLoader's own wording first: code that matches on it keeps working.
+_NUM_WORKERS_ERROR = (
+    "num_workers option should be non-negative; "
+    "fastload takes a non-negative int, 'auto' or 'tune', got {!r}"
+)
 
 
 def _check_num_workers(num_workers: int | str) -> None:
@@ -269,7 +336,7 @@ def worker_candidates(cpus: int) -> list[int]:
     return sorted(counts)
 
 
-class FastLoader(DataLoader):
+class FastLoader(DataLoader[T_co]):
     """A drop-in :class:`~torch.utils.data.DataLoader` with fast defaults.
 
     Arguments are DataLoader's, with the same meanings; the ones left as ``None`` (or
@@ -344,7 +411,11 @@ class FastLoader(DataLoader):
                 view, batch_size, collate_fn, drop_last, pin_memory, worker_init_fn, prefetch_factor
             )
         elif num_workers in (_AUTO, _TUNE):
-            num_workers = self._choose_num_workers(in_memory=in_memory)
+            num_workers = self._choose_num_workers(in_memory=in_memory, iterable=iterable)
+        if isinstance(num_workers, int) and num_workers > 0 and "num_workers" not in self.choices:
+            shortage = _small_shared_memory()  # the caller chose the workers: only say so
+            if shortage is not None:
+                warnings.warn(f"FastLoader with {num_workers} workers: {shortage}", stacklevel=2)
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
             self.choices["pin_memory"] = "CUDA available" if pin_memory else "no CUDA"
@@ -395,15 +466,40 @@ class FastLoader(DataLoader):
         if self.choices:
             logger.info("%s chose %s", type(self).__name__, self._describe_choices())
 
+    def _get_iterator(self) -> Any:
+        # The workers get a collate that checks each batch can be sent; the attribute
+        # users and frameworks read stays what they gave (or DataLoader's default).
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        collate_fn = self.collate_fn
+        self.collate_fn = _SendableBatch(collate_fn)
+        try:
+            return super()._get_iterator()
+        finally:
+            self.collate_fn = collate_fn
+
     @property
     def _index_sampler(self) -> Any:
         if self._index_batches is not None:
             return self._index_batches
         return super()._index_sampler
 
-    def _choose_num_workers(self, *, in_memory: bool) -> int:
+    def _choose_num_workers(self, *, in_memory: bool, iterable: bool) -> int:
         if in_memory:
             self.choices["num_workers"] = "in-memory tensors are indexed a batch at a time"
+            return 0
+        if iterable:
+            # Each worker iterates its own copy: unless the dataset splits itself with
+            # get_worker_info(), every sample would come once per worker.
+            self.choices["num_workers"] = (
+                "an IterableDataset is copied into every worker; pass num_workers=N if it "
+                "shards itself by get_worker_info()"
+            )
+            return 0
+        shortage = _small_shared_memory()
+        if shortage is not None:
+            self.choices["num_workers"] = shortage
+            warnings.warn(f"FastLoader uses no workers: {shortage}", stacklevel=3)
             return 0
         cpus, local = _available_cpus(), _local_world_size()
         workers = auto_num_workers(cpus=cpus, local_world_size=local)
