@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -73,3 +76,44 @@ def test_works_in_fastloader_with_workers(root):
         (1, 3, 48, 64),
     ]
     assert [label for _, labels in batches for label in labels.tolist()] == [0, 0, 1, 1, 2, 2, 2]
+
+
+def private_dirty_kib() -> int:
+    """This process's private dirty memory: pages it wrote, copy-on-write copies included."""
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Private_Dirty:"):
+            return int(line.split()[1])
+    raise AssertionError("no Private_Dirty in smaps_rollup")
+
+
+def growth_of_a_forked_reader(sample, count: int) -> int:
+    """KiB a forked child dirties by looking up every sample once, as a worker does."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: what a DataLoader worker is
+        before = private_dirty_kib()
+        for index in range(count):
+            sample(index)
+        os.write(write, str(private_dirty_kib() - before).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(write)
+    return int(os.read(read, 64))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux /proc only")
+def test_workers_do_not_copy_the_sample_list(tmp_path):
+    for label in range(10):
+        folder = tmp_path / f"class_{label}"
+        folder.mkdir()
+        for index in range(5000):
+            (folder / f"{index:05d}_a_long_name_as_real_datasets_have.jpg").touch()
+    ours = ImageFolder(tmp_path)
+    theirs = torchvision.datasets.ImageFolder(str(tmp_path))
+    assert ours.samples == theirs.samples and len(ours) == 50000
+    assert [ours.sample(i) for i in (0, 49999)] == [theirs.samples[i] for i in (0, 49999)]
+    # torchvision's list of 50,000 tuples gets copied page by page into the reader;
+    # fastload's arrays hold no Python object per sample, so there is nothing to copy.
+    assert growth_of_a_forked_reader(theirs.samples.__getitem__, len(theirs)) > 2048
+    assert growth_of_a_forked_reader(ours.sample, len(ours)) < 512

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fastload.datasets import ImageDataset
 from fastload.decode import DecodeMode
 
@@ -62,14 +64,34 @@ class ImageFolder(ImageDataset):
     ) -> None:
         super().__init__(transform, target_transform, decode, min_size)
         self.root = Path(root)
-        self.classes, self.class_to_idx, self.samples = folder_samples(root)
-        self.targets = [label for _, label in self.samples]
+        self.classes, self.class_to_idx, samples = folder_samples(root)
+        # NumPy arrays, not a list of (str, int) tuples: reading a Python object writes
+        # its reference count, so every forked worker that walks a list copies the pages
+        # holding it, and a large dataset grows each worker by its whole sample list.
+        self._paths = np.array([os.fsencode(path) for path, _ in samples], dtype=np.bytes_)
+        self._labels = np.array([label for _, label in samples], dtype=np.int64)
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """``(path, class index)`` pairs, as torchvision's ImageFolder has them."""
+        pairs = zip(self._paths, self._labels, strict=True)
+        return [(os.fsdecode(path), int(label)) for path, label in pairs]
+
+    imgs = samples
+
+    @property
+    def targets(self) -> list[int]:
+        return self._labels.tolist()
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self._labels)
+
+    def sample(self, index: int) -> tuple[str, int]:
+        """The path and class index of sample ``index``, without reading the file."""
+        return os.fsdecode(self._paths[index]), int(self._labels[index])
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
-        path, label = self.samples[index]
+        path, label = self.sample(index)
         return self._finish(self._load(Path(path).read_bytes(), source=path), label)
 
     def __repr__(self) -> str:
