@@ -16,7 +16,7 @@ from PIL import Image
 from torchvision.datasets import ImageFolder
 
 import lmdb
-from fastload import LMDBDataset, write_lmdb
+from fastload import LMDBDataset, make_image_folder, write_lmdb
 from fastload.decode import ImageDecodeError
 from fastload.lmdb.format import META_KEY, PROGRESS_KEY, RecordFormatError
 from fastload.lmdb.store import lock_path, read_transaction
@@ -273,3 +273,29 @@ def test_resuming_a_complete_database_from_another_source_is_refused(image_folde
 def test_a_missing_destination_directory_is_named(image_folder, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no-such-dir: no such directory to write db"):
         write_lmdb(image_folder, tmp_path / "no-such-dir" / "db", workers=0, progress=False)
+
+
+FULL_DISK = textwrap.dedent(
+    """
+    import resource, signal
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+    from fastload.cli import main
+    main(["convert", {source!r}, {path!r}, "--workers", "0"])
+    """
+)
+
+
+def test_a_full_disk_is_one_line_exit_2_and_keeps_what_was_committed(tmp_path):
+    source = make_image_folder(tmp_path / "images", num_classes=2, images_per_class=12)
+    path = tmp_path / "db"
+    completed = subprocess.run(
+        [sys.executable, "-c", FULL_DISK.format(source=str(source), path=str(path))],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert completed.stderr.count("\n") == 1
+    assert (
+        "fastload convert: error:" in completed.stderr and "is the disk full?" in completed.stderr
+    )
+    assert "Traceback" not in completed.stderr
