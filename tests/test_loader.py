@@ -127,7 +127,7 @@ def test_subset_of_tensor_dataset_is_fetched_a_batch_at_a_time():
     train, _ = random_split(tensor_dataset(), [30, 7], generator=torch.Generator().manual_seed(0))
     expected, actual = both_loaders(train, batch_size=8, shuffle=True)
     assert_same_batches(expected, actual)
-    assert FastLoader(train, batch_size=8).dataset.batched
+    assert isinstance(FastLoader(train, batch_size=8).dataset, DatasetView)
 
 
 def test_user_collate_fn_is_used_and_disables_batched_fetch():
@@ -137,7 +137,7 @@ def test_user_collate_fn_is_used_and_disables_batched_fetch():
     loader = FastLoader(tensor_dataset(), batch_size=8, collate_fn=collate)
     assert list(loader) == [8, 8, 8, 8, 5]
     assert loader.collate_fn is collate
-    assert not loader.dataset.batched
+    assert not isinstance(loader.dataset, DatasetView)
 
 
 @given(
@@ -225,7 +225,7 @@ def test_defaults_for_in_memory_tensors():
     loader = FastLoader(tensor_dataset(), batch_size=4)
     assert loader.num_workers == 0
     assert loader.persistent_workers is False and loader.prefetch_factor is None
-    assert loader.dataset.batched
+    assert isinstance(loader.dataset, DatasetView)
 
 
 def test_explicit_values_win_over_defaults():
@@ -277,23 +277,24 @@ def test_repr_and_log_say_what_was_chosen_and_why(caplog):
     assert "num_workers=0 (in-memory tensors are indexed a batch at a time)" in caplog.text
 
 
-def test_dataset_attributes_are_forwarded():
+def test_the_dataset_is_the_users_own_unless_fetched_as_tensors():
     dataset = SquaresDataset()
-    loader = FastLoader(dataset, num_workers=0)
-    assert loader.dataset.classes == ("even", "odd")
-    assert len(loader.dataset) == 37
-    assert loader.dataset.dataset is dataset
+    assert FastLoader(dataset, num_workers=0).dataset is dataset
+    tensors = tensor_dataset()
+    view = FastLoader(tensors, batch_size=4).dataset  # the batched tensor fetch
+    assert view.tensors is tensors.tensors and len(view) == len(tensors)
+    assert view.dataset is tensors and torch.equal(view[3][1], tensors[3][1])
 
 
 def test_recreating_from_dataset_attribute_does_not_wrap_twice():
-    first = FastLoader(SquaresDataset(), num_workers=0)
-    second = FastLoader(first.dataset, num_workers=0)
-    assert isinstance(second.dataset.dataset, SquaresDataset)
+    first = FastLoader(tensor_dataset(), batch_size=4)
+    second = FastLoader(first.dataset, batch_size=4)
+    assert second.dataset.dataset is first.dataset.dataset
 
 
 def test_view_and_worker_init_pickle_for_spawn():
-    view = pickle.loads(pickle.dumps(DatasetView(tensor_dataset(), batched=True)))
-    assert view.batched and torch.equal(view.__getitems__([2, 0])[1], torch.tensor([2, 0]))
+    view = pickle.loads(pickle.dumps(DatasetView(tensor_dataset())))
+    assert torch.equal(view.__getitems__([2, 0])[1], torch.tensor([2, 0]))
     assert pickle.loads(pickle.dumps(WorkerInit(None))).user_fn is None
 
 
@@ -376,15 +377,13 @@ def full_text(error: BaseException) -> str:
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_dataset_error_names_the_failing_index(num_workers):
+def test_a_dataset_error_keeps_its_type_and_message(num_workers):
     loader = FastLoader(FailingDataset(), batch_size=4, num_workers=num_workers)
     batches = iter(loader)
     assert next(batches)[0].shape == (4, 2)  # indices 0..3 load
     with pytest.raises(ValueError, match="corrupt sample") as caught:
         next(batches)
-    assert "while loading dataset index 7" in full_text(caught.value)
-    if num_workers:
-        assert "while loading dataset index 7" in str(caught.value)
+    assert "in __getitem__" in full_text(caught.value)  # the dataset's own frame is shown
 
 
 def test_error_in_batched_fetch_names_the_indices():
@@ -452,6 +451,27 @@ def test_a_batch_a_worker_cannot_send_is_an_error_naming_it_not_a_hang():
     with deadline(60), pytest.raises(TypeError, match=r"cannot send its batch \(Pair\)"):
         next(iter(loader))
     assert loader.collate_fn is torch.utils.data.default_collate  # what users see is unchanged
+
+
+class NamedSamples(Dataset):
+    Sample = collections.namedtuple("Sample", "x y")  # in a class: pickle cannot find it
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int):
+        return self.Sample(torch.tensor([index]), index)
+
+
+def test_auto_workers_give_way_when_batches_cannot_leave_them():
+    loader = FastLoader(NamedSamples(), batch_size=4)
+    assert loader.num_workers > 0
+    with deadline(60), pytest.warns(UserWarning, match=r"no workers: .*cannot send its batch"):
+        batches = list(loader)
+    assert loader.num_workers == 0
+    assert [type(b).__name__ for b in batches] == ["Sample", "Sample"]
+    assert batches[1].x.flatten().tolist() == [4, 5]
+    assert len(list(loader)) == 2  # the next epoch too
 
 
 @pytest.fixture

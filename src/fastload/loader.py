@@ -222,6 +222,10 @@ class _StructurePickler(ForkingPickler):
         return "data" if isinstance(obj, (torch.Tensor, np.ndarray)) else None
 
 
+class UnsendableBatchError(TypeError):
+    """A batch a worker cannot pickle, so it could never reach the main process."""
+
+
 class _SendableBatch:
     """A worker's collate function that checks the batch can be sent to the main process.
 
@@ -238,7 +242,7 @@ class _SendableBatch:
         try:
             _StructurePickler(io.BytesIO()).dump(batch)
         except Exception as error:  # PicklingError, TypeError, AttributeError: all mean lost
-            raise TypeError(
+            raise UnsendableBatchError(
                 f"a worker cannot send its batch ({type(batch).__name__}) to the main process: "
                 f"{error}; a type defined inside a function (a local namedtuple or class) "
                 "cannot be pickled: define it at module level"
@@ -260,45 +264,36 @@ def _describe(indices: Sequence[int] | int) -> str:
 
 
 class DatasetView(Dataset):
-    """What FastLoader hands to DataLoader in place of a map-style dataset.
-
-    It fetches a whole batch with one indexing operation when the dataset is made of
-    in-memory tensors, and adds the failing index to any exception the dataset raises
-    (as a note, so the exception keeps its type). Other attributes are read from the
-    wrapped dataset, so ``loader.dataset.classes`` and ``len(loader.dataset)`` work.
+    """What FastLoader hands to DataLoader in place of an in-memory tensor dataset: it
+    fetches a whole batch with one indexing operation, and adds the failing indices to
+    an exception (as a note, so the exception keeps its type). Other attributes are read
+    from the wrapped dataset, so ``loader.dataset.tensors`` and ``len(loader.dataset)``
+    work.
     """
 
-    def __init__(self, dataset: Dataset, *, batched: bool) -> None:
+    def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset
-        source = _tensor_source(dataset) if batched else None
-        self.tensors, self.index_map = source if source is not None else ((), None)
-        self.batched = source is not None
+        source = _tensor_source(dataset)
+        if source is None:
+            raise TypeError(f"not an in-memory tensor dataset: {type(dataset).__name__}")
+        self.tensors, self.index_map = source
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
     def __getitem__(self, index: int) -> Any:
-        try:
-            return self.dataset[index]
-        except Exception as error:
-            error.add_note(f"fastload: raised while loading dataset {_describe(index)}")
-            raise
+        return self.dataset[index]
 
     def __getitems__(self, indices: list[int] | torch.Tensor) -> Any:
         try:
-            if self.batched:
-                rows = torch.as_tensor(indices, dtype=torch.long)
-                if self.index_map is not None:
-                    rows = self.index_map[rows]
-                # index_select: a third faster than tensor[rows] for the same rows.
-                return [tensor.index_select(0, rows) for tensor in self.tensors]
-            getitems = getattr(self.dataset, "__getitems__", None)
-            if getitems is not None:
-                return getitems(indices)
+            rows = torch.as_tensor(indices, dtype=torch.long)
+            if self.index_map is not None:
+                rows = self.index_map[rows]
+            # index_select: a third faster than tensor[rows] for the same rows.
+            return [tensor.index_select(0, rows) for tensor in self.tensors]
         except Exception as error:
             error.add_note(f"fastload: raised while loading dataset {_describe(indices)}")
             raise
-        return [self[index] for index in indices]
 
     def __getattr__(self, name: str) -> Any:
         # Guard: during unpickling `dataset` is not set yet and lookups would recurse.
@@ -307,7 +302,7 @@ class DatasetView(Dataset):
         return getattr(self.dataset, name)
 
     def __repr__(self) -> str:
-        return f"DatasetView({self.dataset!r}, batched={self.batched})"
+        return f"DatasetView({self.dataset!r})"
 
 
 _AUTO, _TUNE = "auto", "tune"
@@ -398,21 +393,25 @@ class FastLoader(DataLoader[T_co]):
 
         iterable = isinstance(dataset, IterableDataset)
         collates = batch_size is not None or batch_sampler is not None
-        view = (
-            dataset if iterable else DatasetView(dataset, batched=collate_fn is None and collates)
+        # The batched tensor fetch needs a view over the dataset; anything else is handed
+        # to DataLoader as it is, so workers (get_worker_info().dataset) see the user's
+        # own object.
+        in_memory = (
+            not iterable and collate_fn is None and collates and _tensor_source(dataset) is not None
         )
-        in_memory = isinstance(view, DatasetView) and view.batched
+        view = DatasetView(dataset) if in_memory else dataset
         if in_memory:
             collate_fn = _passthrough_collate
             self.choices["fetch"] = "one indexing operation per batch (in-memory tensors)"
 
+        chosen = num_workers in (_AUTO, _TUNE)  # FastLoader picks, not the caller
         if num_workers == _TUNE and not in_memory:
             num_workers, prefetch_factor = self._tune(
                 view, batch_size, collate_fn, drop_last, pin_memory, worker_init_fn, prefetch_factor
             )
-        elif num_workers in (_AUTO, _TUNE):
+        elif chosen:
             num_workers = self._choose_num_workers(in_memory=in_memory, iterable=iterable)
-        if isinstance(num_workers, int) and num_workers > 0 and "num_workers" not in self.choices:
+        elif num_workers > 0:
             shortage = _small_shared_memory()  # the caller chose the workers: only say so
             if shortage is not None:
                 warnings.warn(f"FastLoader with {num_workers} workers: {shortage}", stacklevel=2)
@@ -432,6 +431,8 @@ class FastLoader(DataLoader[T_co]):
 
         self._auto_epoch = False
         self._epoch: int | None = None
+        # Workers FastLoader chose are dropped if a batch could not travel from them.
+        self._check_sendable = chosen and num_workers > 0 and not iterable
         if sampler is None and batch_sampler is None and not iterable and _distributed():
             sampler = DistributedSampler(view, shuffle=bool(shuffle), drop_last=drop_last)
             shuffle = None
@@ -467,6 +468,13 @@ class FastLoader(DataLoader[T_co]):
             logger.info("%s chose %s", type(self).__name__, self._describe_choices())
 
     def _get_iterator(self) -> Any:
+        if self._check_sendable:
+            self._check_sendable = False
+            reason = self._unsendable_reason()
+            if reason is not None:
+                self.choices["num_workers"] = "batches cannot be sent from a worker"
+                warnings.warn(f"FastLoader uses no workers: {reason}", stacklevel=3)
+                self.num_workers = 0
         # The workers get a collate that checks each batch can be sent; the attribute
         # users and frameworks read stays what they gave (or DataLoader's default).
         if self.num_workers == 0:
@@ -477,6 +485,19 @@ class FastLoader(DataLoader[T_co]):
             return super()._get_iterator()
         finally:
             self.collate_fn = collate_fn
+
+    def _unsendable_reason(self) -> str | None:
+        """Why a batch of the first sample could not travel from a worker (a class defined
+        in a function, say), or None when it can or cannot be told. DataLoader, with no
+        workers by default, never has to send it."""
+        try:
+            sample = self.dataset[0]
+            _SendableBatch(self.collate_fn)([sample] if self._auto_collation else sample)
+        except UnsendableBatchError as error:
+            return str(error)
+        except Exception:  # an empty or failing dataset: its own error comes in the loop
+            return None
+        return None
 
     @property
     def _index_sampler(self) -> Any:
@@ -574,7 +595,7 @@ class FastLoader(DataLoader[T_co]):
             "prefetch_factor": self.prefetch_factor,
             "sampler": type(self.sampler).__name__,
             "drop_last": self.drop_last,
-            "batched_fetch": isinstance(self.dataset, DatasetView) and self.dataset.batched,
+            "batched_fetch": isinstance(self.dataset, DatasetView),
         }
         body = ", ".join(f"{key}={value}" for key, value in fields.items())
         why = f"\n  chosen: {self._describe_choices()}" if self.choices else ""
