@@ -213,11 +213,7 @@ def report(
 def plot(result: Path) -> Path:
     """Bar chart of the speed-ups in a result JSON, saved beside it as PNG; grey bars are
     the baselines the others are compared with."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     data = json.loads(result.read_text())
     measured = [row for row in data["rows"] if row["speedup"] is not None]
     if not measured:
@@ -237,9 +233,24 @@ def plot(result: Path) -> Path:
     machine = data["machine"]
     ax.set_title(f"{data['benchmark']}: {machine['device']}, {machine['cpus']} CPUs")
     ax.set_xlim(0, max(speedups) * 1.2)
+    return save_figure(fig, result)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend: the scripts run without a display."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, result: Path) -> Path:
+    """Save ``fig`` as a PNG beside the result JSON ``result``, and close it."""
     fig.tight_layout()
     png = result.with_suffix(".png")
     fig.savefig(png, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)
     print(f"wrote {png}")
     return png

@@ -19,7 +19,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from common import machine, suite_arguments
+from common import machine, pyplot, save_figure, suite_arguments
 from fastload.timing import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,11 +48,7 @@ def outcomes(junit: Path) -> tuple[dict[str, int], list[dict[str, str]]]:
 
 
 def plot_counts(result: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     data = json.loads(result.read_text())
     counts = data["counts"]
     colours = {"passed": "#2a9d55", "failed": "#c0392b", "errors": "#e67e22", "skipped": "#999999"}
@@ -62,12 +58,7 @@ def plot_counts(result: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("tests")
     ax.set_title(f"cuda_tests: {data['machine']['device']}")
-    fig.tight_layout()
-    png = result.with_suffix(".png")
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    print(f"wrote {png}")
-    return png
+    return save_figure(fig, result)
 
 
 def main() -> None:

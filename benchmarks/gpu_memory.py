@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from common import Row, device_name, report, suite_arguments, synchronize
+from common import Row, device_name, pyplot, report, save_figure, suite_arguments, synchronize
 from data import photo_jpegs
 from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.timing import Measurement
@@ -89,11 +89,7 @@ def pipelines(args, device: torch.device) -> dict[str, DataPrefetcher]:
 
 
 def plot_memory(result: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     data = json.loads(result.read_text())
     key = data["summary"]["measure"]
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -104,12 +100,7 @@ def plot_memory(result: Path) -> Path:
     ax.set_ylim(bottom=0)
     ax.legend()
     ax.set_title(f"gpu_memory: {data['machine']['device']}")
-    fig.tight_layout()
-    png = result.with_suffix(".png")
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    print(f"wrote {png}")
-    return png
+    return save_figure(fig, result)
 
 
 def main() -> None:
