@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from typing import TypeVar
 
 import torch
 
+from fastload.system import available_cpus
 from fastload.timing import Measurement, format_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -49,13 +49,6 @@ def device_name() -> str:
     return "no GPU (CPU only)"
 
 
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def nvidia_driver() -> str | None:
     try:
         out = subprocess.run(
@@ -76,7 +69,7 @@ def machine() -> dict[str, object]:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
-        "cpus": cpu_count(),
+        "cpus": available_cpus(),
         "device": device_name(),
         "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
         if cuda

@@ -44,7 +44,6 @@ from torchvision.transforms import v2
 
 from common import (
     Row,
-    cpu_count,
     device_name,
     interleaved,
     plot,
@@ -54,6 +53,7 @@ from common import (
 )
 from fastload import gpu
 from fastload.bottleneck import cpu_seconds_with_workers
+from fastload.system import available_cpus
 from fastload.timing import Measurement
 
 NUM_CLASSES = 1000
@@ -256,7 +256,9 @@ def main() -> None:
     parser.add_argument("--input-size", type=int, default=384)
     parser.add_argument("--size", type=int, default=224, help="output side")
     parser.add_argument("--batches", type=int, default=8, help="batches per timed pass")
-    parser.add_argument("--workers", type=int, default=cpu_count(), help="CPU baseline workers")
+    parser.add_argument(
+        "--workers", type=int, default=available_cpus(), help="CPU baseline workers"
+    )
     parser.add_argument("--recipes", default="seed,timm")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--compile-budget-s", type=float, default=75, help="per recipe")

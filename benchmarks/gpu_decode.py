@@ -37,7 +37,6 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from common import (
     Row,
-    cpu_count,
     device_name,
     interleaved,
     plot,
@@ -49,6 +48,7 @@ from data import photo_jpegs
 from fastload import gpu
 from fastload.bottleneck import cpu_seconds_with_workers
 from fastload.decode import decode_image
+from fastload.system import available_cpus
 from fastload.timing import Measurement
 
 ENGINE_QUERY = "utilization.jpeg,utilization.decoder"
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=224, help="GPUDecoder's output side")
-    parser.add_argument("--threads", type=int, default=cpu_count(), help="OpenCV threads")
+    parser.add_argument("--threads", type=int, default=available_cpus(), help="OpenCV threads")
     suite_arguments(parser)
     args = parser.parse_args()
     if args.smoke:

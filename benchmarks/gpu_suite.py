@@ -35,13 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS, cpu_count
+from common import RESULTS
+from fastload.system import available_cpus
 
 HERE = Path(__file__).resolve().parent
 
 
 def end_to_end_options() -> list[str]:
-    workers = str(cpu_count())
+    workers = str(available_cpus())
     return ["--source", "photos", "--images", "20000", "--epochs", "3", "--rounds", "2",
             "--model", "resnet50", "--batch-size", "256", "--image-size", "224",
             "--workers", workers, "--baseline-workers", workers, "--decodes", "cpu,gpu",

@@ -9,8 +9,8 @@ from torch.utils.data import Dataset
 
 from fastload import FastLoader
 from fastload import bottleneck as diagnose_module
-from fastload.bottleneck import Facts, WaitSummary, diagnose, recommend, timed, tune_workers
-from fastload.loader import worker_candidates
+from fastload.bottleneck import Facts, WaitSummary, diagnose, recommend, timed
+from fastload.loader.tuning import tune_workers, worker_candidates
 
 
 class FakeClock:

@@ -25,8 +25,10 @@ from torch.utils.data import (
 
 from common_utils import deadline
 from fastload import FastLoader, auto_num_workers
-from fastload import loader as fastload_loader
-from fastload.loader import MAX_AUTO_WORKERS, DatasetView, IndexBatches, WorkerInit
+from fastload.loader import defaults
+from fastload.loader.defaults import MAX_AUTO_WORKERS
+from fastload.loader.fetch import DatasetView, IndexBatches
+from fastload.loader.workers import WorkerInit
 
 
 class SquaresDataset(Dataset):
@@ -476,7 +478,7 @@ def test_auto_workers_give_way_when_batches_cannot_leave_them():
 
 @pytest.fixture
 def small_shm(monkeypatch):
-    monkeypatch.setattr(fastload_loader, "_shared_memory_free", lambda: 64 << 20)
+    monkeypatch.setattr(defaults, "shared_memory_free", lambda: 64 << 20)
 
 
 def test_a_small_dev_shm_gives_no_workers_and_says_how_to_fix_it(small_shm):

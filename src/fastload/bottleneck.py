@@ -21,7 +21,9 @@ from typing import Any
 
 import torch
 
-from fastload.passthrough import LoaderProxy
+from fastload.loader.proxy import LoaderProxy
+from fastload.loader.tuning import one_pass
+from fastload.system import available_cpus, default_device
 from fastload.timing import format_table
 
 __all__ = [
@@ -32,7 +34,6 @@ __all__ = [
     "cpu_seconds_with_workers",
     "diagnose",
     "timed",
-    "tune_workers",
 ]
 
 
@@ -422,11 +423,7 @@ def diagnose(
     """
     from tqdm import tqdm
 
-    device = (
-        torch.device(device)
-        if device is not None
-        else (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
-    )
+    device = torch.device(device) if device is not None else default_device()
     bar = tqdm(total=3 * (batches + warmup), desc="diagnose", disable=not progress)
     step_seconds = 0.0
     if step is not None:
@@ -440,7 +437,7 @@ def diagnose(
         _synchronize(device)
         step_seconds = (time.perf_counter() - start) / batches
 
-    batches_alone = _one_pass(loader, warmup + batches)
+    batches_alone = one_pass(loader, warmup + batches)
     for _ in range(warmup):
         next(batches_alone, None)
         bar.update()
@@ -482,9 +479,7 @@ def diagnose(
         / max(timeline.iterations, 1),
         batch_size=getattr(base, "batch_size", None),
         num_workers=getattr(base, "num_workers", 0),
-        cpus=len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count() or 1,
+        cpus=available_cpus(),
         cuda=device.type == "cuda",
         pin_memory=bool(getattr(base, "pin_memory", False)),
         prefetcher=isinstance(loader, DataPrefetcher),
@@ -499,25 +494,10 @@ def diagnose(
     )
 
 
-def _one_pass(loader: Iterable[Any], count: int) -> Iterator[Any]:
-    """Up to ``count`` batches, starting new epochs if the loader runs out."""
-    produced = 0
-    while produced < count:
-        empty = True
-        for batch in loader:
-            empty = False
-            yield batch
-            produced += 1
-            if produced == count:
-                return
-        if empty:
-            return
-
-
 def _limited(loader: Iterable[Any], count: int) -> Iterable[Any]:
     class Limited:
         def __iter__(self) -> Iterator[Any]:
-            return _one_pass(loader, count)
+            return one_pass(loader, count)
 
     return Limited()
 
@@ -538,47 +518,3 @@ def classifier_step(model: str, num_classes: int, device: torch.device) -> Calla
         optimizer.step()
 
     return step
-
-
-# --- worker autotuning ------------------------------------------------------------------------
-
-
-def tune_workers(
-    make_loader: Callable[[int, int], Iterable[Any]],
-    *,
-    workers: Sequence[int],
-    prefetch: Sequence[int] = (2, 4),
-    batches: int = 20,
-    throughput: Callable[[Iterable[Any], int], float] | None = None,
-    progress: bool = False,
-) -> tuple[int, int, dict[tuple[int, int], float]]:
-    """Measure batches/s for each ``(num_workers, prefetch_factor)`` and return the best.
-
-    ``make_loader(num_workers, prefetch_factor)`` builds a loader; ``throughput(loader,
-    batches)`` measures it (default: the first batch untimed, start-up excluded, then
-    ``batches`` batches). With 0 workers prefetch does not apply and is tried once.
-
-    Returns:
-        ``(best_workers, best_prefetch, {(workers, prefetch): batches_per_second})``.
-    """
-    from tqdm import tqdm
-
-    measure = throughput or _batches_per_second
-    settings = sorted({(w, p if w > 0 else 2) for w in workers for p in prefetch})
-    curve: dict[tuple[int, int], float] = {}
-    for num_workers, prefetch_factor in tqdm(settings, desc="workers", disable=not progress):
-        curve[(num_workers, prefetch_factor)] = measure(
-            make_loader(num_workers, prefetch_factor), batches
-        )
-    best = max(curve, key=lambda setting: (curve[setting], -setting[0]))  # ties: fewer workers
-    return best[0], best[1], curve
-
-
-def _batches_per_second(loader: Iterable[Any], batches: int) -> float:
-    iterator = iter(_one_pass(loader, batches + 1))
-    next(iterator)  # worker start-up and the first batch are not the steady state
-    start, count = time.perf_counter(), 0
-    for _ in iterator:
-        count += 1
-    elapsed = time.perf_counter() - start
-    return count / elapsed if elapsed > 0 else 0.0

@@ -155,8 +155,9 @@ def _diagnose(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from fastload.bottleneck import tune_workers
     from fastload.loader import FastLoader
+    from fastload.loader.tuning import tune_workers, worker_candidates
+    from fastload.system import available_cpus
     from fastload.timing import format_table
     from fastload.transforms import uint8_collate
 
@@ -169,12 +170,7 @@ def _bench(args: argparse.Namespace) -> None:
             collate_fn=uint8_collate,
         )  # fmt: skip
 
-    if args.workers is None:
-        from fastload.loader import _available_cpus, worker_candidates
-
-        workers = worker_candidates(_available_cpus())
-    else:
-        workers = args.workers
+    workers = worker_candidates(available_cpus()) if args.workers is None else args.workers
     prefetch = args.prefetch
     best_workers, best_prefetch, curve = tune_workers(
         make, workers=workers, prefetch=prefetch, batches=args.batches, progress=True

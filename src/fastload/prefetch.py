@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fastload.passthrough import LoaderProxy
+from fastload.loader.proxy import LoaderProxy
+from fastload.system import default_device
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher", "map_tensors"]
 
@@ -85,12 +86,6 @@ def image_leaf_path(batch: Any) -> Path | None:
     map_tensors(batch, visit)
     images = [path for path, tensor in found if tensor.dim() == 4]
     return images[0] if images else (found[0][0] if found else None)
-
-
-def _default_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def _check_stats(name: str, values: Sequence[float] | None) -> tuple[float, ...] | None:
@@ -177,7 +172,7 @@ class DataPrefetcher(LoaderProxy):
             raise ValueError(f"mean and std differ in length: {len(mean)} and {len(std)}")
 
         self.loader = loader
-        self.device = _default_device() if device is None else torch.device(device)
+        self.device = default_device() if device is None else torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype

@@ -8,13 +8,14 @@ and decode time close to a photograph's of the same size.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
 import numpy as np
 from tqdm import tqdm
+
+from fastload.system import available_cpus
 
 __all__ = ["make_image_folder", "photo_like_image"]
 
@@ -122,7 +123,7 @@ def make_image_folder(
         partial.replace(path)
 
     # OpenCV and NumPy release the GIL in the heavy calls, so threads scale here.
-    with ThreadPoolExecutor(os.cpu_count()) as pool:
+    with ThreadPoolExecutor(available_cpus()) as pool:
         done = pool.map(write, jobs)
         for _ in tqdm(done, total=len(jobs), desc=f"images in {root}", disable=not progress):
             pass

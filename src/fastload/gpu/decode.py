@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 from fastload.decode import decode_image
 from fastload.gpu.base import Params, pair
 from fastload.gpu.geometric import RandomResizedCrop, _size, resized_crops
+from fastload.system import available_cpus, default_device
 
 __all__ = ["GPUDecoder"]
 
@@ -106,9 +106,9 @@ class GPUDecoder(nn.Module):
         self.crop_fraction = crop_fraction
         self.boxes = RandomResizedCrop(self.size, pair(scale, "scale"), pair(ratio, "ratio"))
         if device is None:
-            device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+            device = default_device()
         self.device = torch.device(device)
-        self.threads = threads or min(8, os.cpu_count() or 1)
+        self.threads = threads or min(8, available_cpus())
         self.memory = memory
         self.generator = generator
         self.cpu_fallbacks = 0

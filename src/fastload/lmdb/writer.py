@@ -36,6 +36,7 @@ from fastload.lmdb.format import (
     pack_record,
 )
 from fastload.lmdb.store import close_reader, lock_path, open_for_writing, read_meta
+from fastload.system import available_cpus
 
 __all__ = ["write_lmdb"]
 
@@ -350,7 +351,7 @@ def write_lmdb(
         raise ValueError(f"resize must be >= 1 pixel, got {resize}")
     items = as_source(source)
     encoding = Encoding(resize, quality)
-    workers = len(os.sched_getaffinity(0)) if workers is None else workers
+    workers = available_cpus() if workers is None else workers
 
     close_reader(path)  # a dataset in this process may have it open for reading
     env = open_for_writing(path, map_size=map_size)

@@ -14,18 +14,12 @@ wins; FastLoader only fills in what was left unset:
 
 from __future__ import annotations
 
-import io
-import itertools
 import logging
 import math
-import os
-import random
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.reduction import ForkingPickler
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import (
@@ -34,278 +28,31 @@ from torch.utils.data import (
     Dataset,
     DistributedSampler,
     IterableDataset,
-    RandomSampler,
-    Sampler,
-    SequentialSampler,
-    Subset,
-    TensorDataset,
-    get_worker_info,
 )
 
-__all__ = ["FastLoader", "auto_num_workers", "worker_candidates"]
+from fastload.loader.defaults import (
+    MAX_AUTO_WORKERS,
+    MIN_BATCHES_IN_FLIGHT,
+    auto_num_workers,
+    local_processes,
+    small_shared_memory,
+)
+from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
+from fastload.loader.workers import SendableBatch, UnsendableBatchError, WorkerInit
+from fastload.system import available_cpus
+
+__all__ = ["FastLoader"]
+
 
 T_co = TypeVar("T_co", covariant=True)
 
+
 logger = logging.getLogger(__name__)
-
-#: Upper bound of ``num_workers='auto'`` per training process. The folklore is 4 per GPU;
-#: JPEG decoding and CPU augmentation for one modern GPU need more, and beyond 8 the
-#: shared-memory traffic and start-up time usually cost more than they bring.
-MAX_AUTO_WORKERS = 8
-
-#: Batches buffered across all workers. With one or two workers a single slow batch
-#: would otherwise stall the training loop.
-MIN_BATCHES_IN_FLIGHT = 4
-
-
-def _available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity API
-        return os.cpu_count() or 1
-
-
-#: Below this much free /dev/shm, workers are not started by 'auto': batches travel from
-#: workers through shared memory, and running out of it kills a worker with SIGBUS.
-#: Docker gives containers 64 MiB unless told otherwise.
-MIN_SHARED_MEMORY = 256 << 20
-
-
-def _shared_memory_free() -> int | None:
-    """Free bytes in /dev/shm, where worker batches go; None where there is none."""
-    try:
-        stats = os.statvfs("/dev/shm")
-    except OSError:
-        return None
-    return stats.f_bavail * stats.f_frsize
-
-
-def _small_shared_memory() -> str | None:
-    """Why workers would crash for lack of shared memory, with the fix; else None."""
-    free = _shared_memory_free()
-    if free is None or free >= MIN_SHARED_MEMORY:
-        return None
-    return (
-        f"only {free >> 20} MiB free in /dev/shm, and workers pass batches through it "
-        "(running out kills them with a bus error); in Docker, run with --shm-size=8g or "
-        "--ipc=host"
-    )
-
-
-def _local_world_size() -> int:
-    """Training processes on this machine: torchrun's LOCAL_WORLD_SIZE, else 1."""
-    if dist.is_available() and dist.is_initialized():
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return 1
-
-
-def auto_num_workers(*, cpus: int | None = None, local_world_size: int | None = None) -> int:
-    """The worker count FastLoader picks for ``num_workers='auto'`` on a disk-backed dataset.
-
-    ``min(cpus // local_world_size, 8)``, at least 1: the CPUs this process may run on
-    (``os.sched_getaffinity``, which respects taskset, cgroups and SLURM) shared among
-    the training processes of this machine, capped at :data:`MAX_AUTO_WORKERS`.
-
-    Example:
-        >>> auto_num_workers(cpus=32, local_world_size=8)
-        4
-    """
-    cpus = _available_cpus() if cpus is None else cpus
-    local_world_size = _local_world_size() if local_world_size is None else local_world_size
-    return max(1, min(cpus // max(1, local_world_size), MAX_AUTO_WORKERS))
-
-
-class WorkerInit:
-    """Worker start-up: seed ``random`` and NumPy from torch's per-worker seed, keep
-    OpenCV and torch to one thread each (the workers already are the parallelism), then
-    call the user's ``worker_init_fn``.
-
-    torch's worker seed is ``base_seed + worker_id`` with ``base_seed`` drawn from the
-    loader's ``generator`` at every epoch, so streams differ across workers and epochs
-    and a seeded generator reproduces them. A class rather than a closure so that it
-    pickles for the ``spawn`` start method.
-    """
-
-    def __init__(self, user_fn: Callable[[int], None] | None = None) -> None:
-        self.user_fn = user_fn
-
-    def __call__(self, worker_id: int) -> None:
-        info = get_worker_info()
-        seed = info.seed if info is not None else torch.initial_seed()
-        random.seed(seed)
-        np.random.seed(np.random.SeedSequence(seed).generate_state(1))
-        torch.set_num_threads(1)
-        import cv2  # late: the main process may never need OpenCV
-
-        cv2.setNumThreads(0)
-        if self.user_fn is not None:
-            self.user_fn(worker_id)
-
-    def __repr__(self) -> str:
-        return f"WorkerInit(user_fn={self.user_fn!r})"
-
-
-def _tensor_source(dataset: Dataset) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None] | None:
-    """The tensors behind a TensorDataset, or a Subset of one (``random_split``), with
-    the index map the Subsets apply; None for any other dataset."""
-    index_map: torch.Tensor | None = None
-    while isinstance(dataset, Subset):
-        outer = torch.as_tensor(dataset.indices, dtype=torch.long)
-        index_map = outer if index_map is None else outer[index_map]
-        dataset = dataset.dataset
-    if type(dataset) is TensorDataset:  # a subclass may override __getitem__
-        return dataset.tensors, index_map
-    return None
-
-
-def _vectorised_order(sampler: Sampler) -> torch.Tensor | None:
-    """One pass of a stock sampler as a tensor, drawn exactly as the sampler draws it.
-
-    Covers ``SequentialSampler`` and ``RandomSampler`` without replacement (what
-    ``shuffle=False/True`` create); None for any other sampler. The random draws mirror
-    ``RandomSampler.__iter__`` call for call, so the generator ends in the same state and
-    the next epoch matches too; tests/test_loader.py pins this against DataLoader.
-    """
-    if type(sampler) is SequentialSampler:
-        return torch.arange(len(sampler))
-    if type(sampler) is not RandomSampler or sampler.replacement:
-        return None
-    size = len(sampler.data_source)
-    generator = sampler.generator
-    if generator is None:
-        generator = torch.Generator()
-        generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-    whole, rest = divmod(sampler.num_samples, size)
-    parts = [torch.randperm(size, generator=generator) for _ in range(whole)]
-    parts.append(torch.randperm(size, generator=generator)[:rest])
-    return torch.cat(parts)
-
-
-class IndexBatches(Sampler[torch.Tensor]):
-    """The batches of a :class:`~torch.utils.data.BatchSampler`, as index tensors.
-
-    Same sampler, same batches, but assembled without a Python loop over the indices:
-    a stock sampler's order is drawn as one tensor and split; any other sampler is
-    drained by NumPy in C. For a batch of 8192 that is 0.1 ms (1.5 ms drained) instead
-    of 3.5 ms, which matters when the fetch itself is one indexing operation.
-    """
-
-    def __init__(self, batch_sampler: BatchSampler) -> None:
-        self.sampler = batch_sampler.sampler
-        self.batch_size = batch_sampler.batch_size
-        self.drop_last = batch_sampler.drop_last
-        self._len = batch_sampler.__len__
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        order = _vectorised_order(self.sampler)
-        if order is not None:
-            batches = order.split(self.batch_size)
-            if self.drop_last and batches and len(batches[-1]) < self.batch_size:
-                batches = batches[:-1]
-            yield from batches
-            return
-        indices = iter(self.sampler)  # may be endless: drain one batch at a time
-        while True:
-            batch = np.fromiter(itertools.islice(indices, self.batch_size), dtype=np.int64)
-            if len(batch) == 0 or (self.drop_last and len(batch) < self.batch_size):
-                return
-            yield torch.from_numpy(batch)
-
-    def __len__(self) -> int:
-        return self._len()
-
-
-class _StructurePickler(ForkingPickler):
-    """Pickles a batch the way a worker sends it, minus the tensor and array data."""
-
-    def persistent_id(self, obj: Any) -> str | None:
-        return "data" if isinstance(obj, (torch.Tensor, np.ndarray)) else None
-
-
-class UnsendableBatchError(TypeError):
-    """A batch a worker cannot pickle, so it could never reach the main process."""
-
-
-class _SendableBatch:
-    """A worker's collate function that checks the batch can be sent to the main process.
-
-    A batch that cannot be pickled (say a namedtuple defined inside a function) is lost
-    by the worker's queue thread, and DataLoader then waits for it forever; this raises
-    in the worker instead, where DataLoader hands the error to the training loop.
-    """
-
-    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
-        self.collate_fn = collate_fn
-
-    def __call__(self, samples: Any) -> Any:
-        batch = self.collate_fn(samples)
-        try:
-            _StructurePickler(io.BytesIO()).dump(batch)
-        except Exception as error:  # PicklingError, TypeError, AttributeError: all mean lost
-            raise UnsendableBatchError(
-                f"a worker cannot send its batch ({type(batch).__name__}) to the main process: "
-                f"{error}; a type defined inside a function (a local namedtuple or class) "
-                "cannot be pickled: define it at module level"
-            ) from None
-        return batch
-
-
-def _passthrough_collate(batch: Any) -> Any:
-    """Collate for batches that the dataset view already assembled."""
-    return batch
-
-
-def _describe(indices: Sequence[int] | int) -> str:
-    if isinstance(indices, int):
-        return f"index {indices}"
-    shown = ", ".join(str(int(i)) for i in list(indices)[:8])
-    more = f", ... ({len(indices)} in all)" if len(indices) > 8 else ""
-    return f"indices [{shown}{more}]"
-
-
-class DatasetView(Dataset):
-    """What FastLoader hands to DataLoader in place of an in-memory tensor dataset: it
-    fetches a whole batch with one indexing operation, and adds the failing indices to
-    an exception (as a note, so the exception keeps its type). Other attributes are read
-    from the wrapped dataset, so ``loader.dataset.tensors`` and ``len(loader.dataset)``
-    work.
-    """
-
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
-        source = _tensor_source(dataset)
-        if source is None:
-            raise TypeError(f"not an in-memory tensor dataset: {type(dataset).__name__}")
-        self.tensors, self.index_map = source
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: int) -> Any:
-        return self.dataset[index]
-
-    def __getitems__(self, indices: list[int] | torch.Tensor) -> Any:
-        try:
-            rows = torch.as_tensor(indices, dtype=torch.long)
-            if self.index_map is not None:
-                rows = self.index_map[rows]
-            # index_select: a third faster than tensor[rows] for the same rows.
-            return [tensor.index_select(0, rows) for tensor in self.tensors]
-        except Exception as error:
-            error.add_note(f"fastload: raised while loading dataset {_describe(indices)}")
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        # Guard: during unpickling `dataset` is not set yet and lookups would recurse.
-        if name == "dataset" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-    def __repr__(self) -> str:
-        return f"DatasetView({self.dataset!r})"
 
 
 _AUTO, _TUNE = "auto", "tune"
+
+
 # DataLoader's own wording first: code that matches on it keeps working.
 _NUM_WORKERS_ERROR = (
     "num_workers option should be non-negative; "
@@ -319,16 +66,6 @@ def _check_num_workers(num_workers: int | str) -> None:
             raise ValueError(_NUM_WORKERS_ERROR.format(num_workers))
     elif isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(_NUM_WORKERS_ERROR.format(num_workers))
-
-
-def worker_candidates(cpus: int) -> list[int]:
-    """Worker counts ``'tune'`` tries: 0, powers of two below ``cpus``, and ``cpus``."""
-    counts = {0, cpus}
-    count = 1
-    while count < cpus:
-        counts.add(count)
-        count *= 2
-    return sorted(counts)
 
 
 class FastLoader(DataLoader[T_co]):
@@ -397,11 +134,11 @@ class FastLoader(DataLoader[T_co]):
         # to DataLoader as it is, so workers (get_worker_info().dataset) see the user's
         # own object.
         in_memory = (
-            not iterable and collate_fn is None and collates and _tensor_source(dataset) is not None
+            not iterable and collate_fn is None and collates and tensor_source(dataset) is not None
         )
         view = DatasetView(dataset) if in_memory else dataset
         if in_memory:
-            collate_fn = _passthrough_collate
+            collate_fn = passthrough_collate
             self.choices["fetch"] = "one indexing operation per batch (in-memory tensors)"
 
         chosen = num_workers in (_AUTO, _TUNE)  # FastLoader picks, not the caller
@@ -412,7 +149,7 @@ class FastLoader(DataLoader[T_co]):
         elif chosen:
             num_workers = self._choose_num_workers(in_memory=in_memory, iterable=iterable)
         elif num_workers > 0:
-            shortage = _small_shared_memory()  # the caller chose the workers: only say so
+            shortage = small_shared_memory()  # the caller chose the workers: only say so
             if shortage is not None:
                 warnings.warn(f"FastLoader with {num_workers} workers: {shortage}", stacklevel=2)
         if pin_memory is None:
@@ -480,7 +217,7 @@ class FastLoader(DataLoader[T_co]):
         if self.num_workers == 0:
             return super()._get_iterator()
         collate_fn = self.collate_fn
-        self.collate_fn = _SendableBatch(collate_fn)
+        self.collate_fn = SendableBatch(collate_fn)
         try:
             return super()._get_iterator()
         finally:
@@ -492,7 +229,7 @@ class FastLoader(DataLoader[T_co]):
         workers by default, never has to send it."""
         try:
             sample = self.dataset[0]
-            _SendableBatch(self.collate_fn)([sample] if self._auto_collation else sample)
+            SendableBatch(self.collate_fn)([sample] if self._auto_collation else sample)
         except UnsendableBatchError as error:
             return str(error)
         except Exception:  # an empty or failing dataset: its own error comes in the loop
@@ -517,12 +254,12 @@ class FastLoader(DataLoader[T_co]):
                 "shards itself by get_worker_info()"
             )
             return 0
-        shortage = _small_shared_memory()
+        shortage = small_shared_memory()
         if shortage is not None:
             self.choices["num_workers"] = shortage
             warnings.warn(f"FastLoader uses no workers: {shortage}", stacklevel=3)
             return 0
-        cpus, local = _available_cpus(), _local_world_size()
+        cpus, local = available_cpus(), local_processes()
         workers = auto_num_workers(cpus=cpus, local_world_size=local)
         self.choices["num_workers"] = (
             f"{cpus} CPUs / {local} local process(es), at most {MAX_AUTO_WORKERS}"
@@ -532,7 +269,7 @@ class FastLoader(DataLoader[T_co]):
     def _tune(
         self, view, batch_size, collate_fn, drop_last, pin_memory, worker_init_fn, prefetch_factor
     ):
-        from fastload.bottleneck import tune_workers
+        from fastload.loader.tuning import tune_workers, worker_candidates
 
         def trial(workers: int, prefetch: int) -> DataLoader:
             return DataLoader(
@@ -548,7 +285,7 @@ class FastLoader(DataLoader[T_co]):
 
         prefetch = (prefetch_factor,) if prefetch_factor is not None else (2, 4)
         workers, best_prefetch, curve = tune_workers(
-            trial, workers=worker_candidates(_available_cpus()), prefetch=prefetch
+            trial, workers=worker_candidates(available_cpus()), prefetch=prefetch
         )
         measured = ", ".join(f"{w}w/{p}: {rate:.1f}" for (w, p), rate in sorted(curve.items()))
         self.choices["num_workers"] = f"tuned, batches/s {measured}"

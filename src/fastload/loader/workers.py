@@ -1,0 +1,80 @@
+"""What runs in each worker process: its start-up, and the check that a batch can leave it."""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+__all__ = ["SendableBatch", "UnsendableBatchError", "WorkerInit"]
+
+
+class WorkerInit:
+    """Worker start-up: seed ``random`` and NumPy from torch's per-worker seed, keep
+    OpenCV and torch to one thread each (the workers already are the parallelism), then
+    call the user's ``worker_init_fn``.
+
+    torch's worker seed is ``base_seed + worker_id`` with ``base_seed`` drawn from the
+    loader's ``generator`` at every epoch, so streams differ across workers and epochs
+    and a seeded generator reproduces them. A class rather than a closure so that it
+    pickles for the ``spawn`` start method.
+    """
+
+    def __init__(self, user_fn: Callable[[int], None] | None = None) -> None:
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        info = get_worker_info()
+        seed = info.seed if info is not None else torch.initial_seed()
+        random.seed(seed)
+        np.random.seed(np.random.SeedSequence(seed).generate_state(1))
+        torch.set_num_threads(1)
+        import cv2  # late: the main process may never need OpenCV
+
+        cv2.setNumThreads(0)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+    def __repr__(self) -> str:
+        return f"WorkerInit(user_fn={self.user_fn!r})"
+
+
+class _StructurePickler(ForkingPickler):
+    """Pickles a batch the way a worker sends it, minus the tensor and array data."""
+
+    def persistent_id(self, obj: Any) -> str | None:
+        return "data" if isinstance(obj, (torch.Tensor, np.ndarray)) else None
+
+
+class UnsendableBatchError(TypeError):
+    """A batch a worker cannot pickle, so it could never reach the main process."""
+
+
+class SendableBatch:
+    """A worker's collate function that checks the batch can be sent to the main process.
+
+    A batch that cannot be pickled (say a namedtuple defined inside a function) is lost
+    by the worker's queue thread, and DataLoader then waits for it forever; this raises
+    in the worker instead, where DataLoader hands the error to the training loop.
+    """
+
+    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: Any) -> Any:
+        batch = self.collate_fn(samples)
+        try:
+            _StructurePickler(io.BytesIO()).dump(batch)
+        except Exception as error:  # PicklingError, TypeError, AttributeError: all mean lost
+            raise UnsendableBatchError(
+                f"a worker cannot send its batch ({type(batch).__name__}) to the main process: "
+                f"{error}; a type defined inside a function (a local namedtuple or class) "
+                "cannot be pickled: define it at module level"
+            ) from None
+        return batch
