@@ -17,7 +17,7 @@ from typing import TypeVar
 import torch
 
 from fastload.system import available_cpus
-from fastload.timing import Measurement, format_table
+from fastload.tools.measure import Measurement, format_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 T = TypeVar("T")

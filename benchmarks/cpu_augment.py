@@ -34,7 +34,7 @@ from common import Row, plot, report
 from data import jpeg_folder
 from fastload import FastLoader, ImageFolder
 from fastload.decode import decode_image
-from fastload.timing import format_table, measure
+from fastload.tools.measure import format_table, measure
 from fastload.transforms import Albumentations, uint8_collate
 
 RESIZE, CROP = 384, 256

@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from common import machine, pyplot, save_figure, suite_arguments
-from fastload.timing import format_table
+from fastload.tools.measure import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 # The suite runs this script; its own smoke test would run the suite again.

@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 from fastload import make_image_folder
-from fastload.synthetic import photo_like_image
+from fastload.tools.synthetic import photo_like_image
 
 DATA = Path(__file__).resolve().parent / ".data"
 DEFAULT_ROOT = DATA / "jpeg"

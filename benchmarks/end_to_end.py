@@ -38,7 +38,7 @@ import torch
 from common import RESULTS, Row, describe, device_name, plot, report
 from data import DATA, jpeg_folder, photo_folder
 from fastload import write_lmdb
-from fastload.timing import Measurement
+from fastload.tools.measure import Measurement
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_classifier.py"
 # NVIDIA's published figure, quoted beside ours as a reference; never measured here.

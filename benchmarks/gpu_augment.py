@@ -52,9 +52,9 @@ from common import (
     synchronize,
 )
 from fastload import gpu
-from fastload.bottleneck import cpu_seconds_with_workers
 from fastload.system import available_cpus
-from fastload.timing import Measurement
+from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
+from fastload.tools.measure import Measurement
 
 NUM_CLASSES = 1000
 COMPILED = "fastload.gpu + torch.compile"

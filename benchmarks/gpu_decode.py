@@ -46,10 +46,10 @@ from common import (
 )
 from data import photo_jpegs
 from fastload import gpu
-from fastload.bottleneck import cpu_seconds_with_workers
 from fastload.decode import decode_image
 from fastload.system import available_cpus
-from fastload.timing import Measurement
+from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
+from fastload.tools.measure import Measurement
 
 ENGINE_QUERY = "utilization.jpeg,utilization.decoder"
 

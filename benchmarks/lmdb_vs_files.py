@@ -26,7 +26,7 @@ from data import jpeg_folder
 from fastload import LMDBDataset, write_lmdb
 from fastload.decode import read_image
 from fastload.lmdb.store import close_reader
-from fastload.timing import measure
+from fastload.tools.measure import measure
 
 
 def drop_from_cache(paths: list[Path]) -> bool:

@@ -14,7 +14,7 @@ import argparse
 
 from common import Row, plot, report
 from data import jpeg_folder
-from fastload.demo import compare_loaders
+from fastload.tools.demo import compare_loaders
 
 
 def main() -> None:

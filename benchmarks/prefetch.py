@@ -39,8 +39,8 @@ from torch.utils.data import Dataset
 
 from common import Row, device_name, interleaved, plot, report, suite_arguments, synchronize
 from fastload import DataPrefetcher, FastLoader
-from fastload.bottleneck import cpu_seconds_with_workers
-from fastload.timing import Measurement
+from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
+from fastload.tools.measure import Measurement
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from common import Row, plot, report
 from fastload import FastLoader
-from fastload.timing import measure
+from fastload.tools.measure import measure
 
 
 def consume(loader) -> None:

@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from fastload import DataPrefetcher, FastLoader, ImageFolder, LMDBDataset, gpu, timed
-from fastload.bottleneck import cpu_seconds_with_workers
+from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

@@ -77,6 +77,6 @@ def test_gpu_module_names():
 
 
 def test_diagnose_stays_the_function_after_its_module_is_imported():
-    import fastload.bottleneck
+    import fastload.tools.diagnostics
 
-    assert fastload.diagnose is fastload.bottleneck.diagnose and callable(fastload.diagnose)
+    assert fastload.diagnose is fastload.tools.diagnostics.diagnose and callable(fastload.diagnose)

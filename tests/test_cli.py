@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from fastload.cli import main
-from fastload.demo import compare_loaders
-from fastload.synthetic import make_image_folder
-from fastload.timing import format_table, measure
+from fastload.tools.cli import main
+from fastload.tools.demo import compare_loaders
+from fastload.tools.measure import format_table, measure
+from fastload.tools.synthetic import make_image_folder
 
 
 def test_demo_prints_a_before_after_table_part_by_part_and_a_plot(capsys, tmp_path):

@@ -14,13 +14,13 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DataPrefetcher": "fastload.prefetch",
     "FastLoader": "fastload.loader",
-    "diagnose": "fastload.bottleneck",
-    "timed": "fastload.bottleneck",
+    "diagnose": "fastload.tools.diagnostics",
+    "timed": "fastload.tools.diagnostics",
     "ImageFolder": "fastload.folder",
     "LMDBDataset": "fastload.lmdb",
     "write_lmdb": "fastload.lmdb",
     "auto_num_workers": "fastload.loader",
-    "make_image_folder": "fastload.synthetic",
+    "make_image_folder": "fastload.tools.synthetic",
 }
 
 __all__ = [
@@ -37,12 +37,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from fastload.bottleneck import diagnose, timed
     from fastload.folder import ImageFolder
     from fastload.lmdb import LMDBDataset, write_lmdb
     from fastload.loader import FastLoader, auto_num_workers
     from fastload.prefetch import DataPrefetcher
-    from fastload.synthetic import make_image_folder
+    from fastload.tools.diagnostics import diagnose, timed
+    from fastload.tools.synthetic import make_image_folder
 
 
 def __getattr__(name: str) -> Any:

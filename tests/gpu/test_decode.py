@@ -13,7 +13,7 @@ from torchvision.transforms.v2 import functional as TF
 from fastload import DataPrefetcher, FastLoader, LMDBDataset, write_lmdb
 from fastload.decode import ImageDecodeError, decode_image
 from fastload.gpu import GPUDecoder
-from fastload.synthetic import photo_like_image
+from fastload.tools.synthetic import photo_like_image
 from fastload.transforms import encoded_collate
 
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 import lmdb
-from fastload.cli import main
 from fastload.lmdb.format import index_key, pack_record
+from fastload.tools.cli import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -280,7 +280,7 @@ FULL_DISK = textwrap.dedent(
     import resource, signal
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail as on a full disk
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
-    from fastload.cli import main
+    from fastload.tools.cli import main
     main(["convert", {source!r}, {path!r}, "--workers", "0"])
     """
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastload.bottleneck import WaitSummary
+from fastload.tools.diagnostics.waits import WaitSummary
 
 __all__ = ["plot_timeline", "plot_workers"]
 

@@ -13,7 +13,7 @@ __all__ = ["main"]
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from fastload.demo import run_demo
+    from fastload.tools.demo import run_demo
 
     run_demo(
         images_per_class=args.images_per_class,
@@ -133,9 +133,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _diagnose(args: argparse.Namespace) -> None:
-    from fastload.bottleneck import classifier_step, diagnose
     from fastload.loader import FastLoader
     from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher
+    from fastload.tools.diagnostics import classifier_step, diagnose
     from fastload.transforms import uint8_collate
 
     dataset = _image_dataset(args.data, args.image_size)
@@ -149,7 +149,7 @@ def _diagnose(args: argparse.Namespace) -> None:
     report = diagnose(prefetcher, step, batches=args.batches, warmup=args.warmup, progress=True)
     print(report.to_json() if args.json else report)
     if args.plot is not None:
-        from fastload.plots import plot_timeline
+        from fastload.tools.plots import plot_timeline
 
         print(f"wrote {plot_timeline(report.timeline, args.plot)}")
 
@@ -158,7 +158,7 @@ def _bench(args: argparse.Namespace) -> None:
     from fastload.loader import FastLoader
     from fastload.loader.tuning import tune_workers, worker_candidates
     from fastload.system import available_cpus
-    from fastload.timing import format_table
+    from fastload.tools.measure import format_table
     from fastload.transforms import uint8_collate
 
     dataset = _image_dataset(args.data, args.image_size)
@@ -182,7 +182,7 @@ def _bench(args: argparse.Namespace) -> None:
     print(format_table(["num_workers", "prefetch_factor", "batches/s", "images/s"], rows))
     print(f"best: FastLoader(num_workers={best_workers}, prefetch_factor={best_prefetch})")
     if args.plot is not None:
-        from fastload.plots import plot_workers
+        from fastload.tools.plots import plot_workers
 
         print(f"wrote {plot_workers(curve, args.plot)}")
 

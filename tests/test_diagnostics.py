@@ -8,9 +8,10 @@ import torch
 from torch.utils.data import Dataset
 
 from fastload import FastLoader
-from fastload import bottleneck as diagnose_module
-from fastload.bottleneck import Facts, WaitSummary, diagnose, recommend, timed
 from fastload.loader.tuning import tune_workers, worker_candidates
+from fastload.tools.diagnostics import WaitSummary, diagnose, timed, waits
+from fastload.tools.diagnostics import report as diagnose_module
+from fastload.tools.diagnostics.rules import Facts, recommend
 
 
 class FakeClock:
@@ -28,7 +29,7 @@ class FakeClock:
 
 def test_timed_counts_iterations_and_sums_waits_exactly(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(diagnose_module.time, "perf_counter", clock)
+    monkeypatch.setattr(waits.time, "perf_counter", clock)
 
     def slow_loader():
         for index in range(4):

@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from fastload.loader import FastLoader
-from fastload.synthetic import make_image_folder
-from fastload.timing import Measurement, format_table, measure
+from fastload.tools.measure import Measurement, format_table, measure
+from fastload.tools.synthetic import make_image_folder
 
 __all__ = ["LoaderRun", "compare_loaders", "run_demo"]
 
@@ -88,8 +88,8 @@ def loader_table(runs: list[LoaderRun]) -> str:
 def diagnose_small_training(root: Path, *, batches: int = 6):
     """``fastload.diagnose`` on a ResNet-18 trained on ``root`` at 64 px: the report a
     user gets for their own loop."""
-    from fastload.bottleneck import classifier_step, diagnose
     from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher
+    from fastload.tools.diagnostics import classifier_step, diagnose
 
     loader = FastLoader(_imagefolder(root, 64), batch_size=16, shuffle=True)
     prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
@@ -125,7 +125,7 @@ def run_demo(
         report = diagnose_small_training(root)
         say(f"\n{report}")
     if plot is not None and report.timeline is not None:
-        from fastload.plots import plot_timeline
+        from fastload.tools.plots import plot_timeline
 
         written = plot_timeline(report.timeline, plot, title="fastload demo: ResNet-18 loop")
         say(f"\nwrote {written}")

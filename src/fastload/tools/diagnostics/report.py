@@ -1,0 +1,221 @@
+"""``fastload.diagnose``: time the step, the loader and the real loop, then say what to do."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from fastload.loader.tuning import one_pass
+from fastload.system import available_cpus, default_device
+from fastload.tools.diagnostics.procstats import children, process_cpu, rss_bytes
+from fastload.tools.diagnostics.rules import Facts, recommend
+from fastload.tools.diagnostics.waits import WaitSummary, synchronize, timed
+from fastload.tools.measure import format_table
+
+__all__ = ["DiagnoseReport", "classifier_step", "diagnose"]
+
+
+@dataclass
+class DiagnoseReport:
+    """The three measurements, what follows from them, and what to do."""
+
+    facts: Facts
+    recommendations: list[str]
+    memory_mb: float | None = None
+    timeline: WaitSummary | None = field(default=None, repr=False)
+
+    @property
+    def predicted_speedup(self) -> float:
+        """How much faster the loop would run if loading were free: the real loop's time
+        per iteration over the step's on a cached batch (at least 1)."""
+        if not self.facts.step_seconds:
+            return 1.0
+        return max(1.0, self.facts.loop_seconds / self.facts.step_seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self.facts),
+            "predicted_speedup": self.predicted_speedup,
+            "memory_mb": self.memory_mb,
+            "recommendations": self.recommendations,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        f = self.facts
+        rows = [
+            [
+                "training step on a cached batch",
+                f"{1000 * f.step_seconds:.1f} ms" if f.step_seconds else "not measured",
+            ],
+            ["loader alone, per batch", f"{1000 * f.loader_seconds:.1f} ms"],
+            ["real loop: waiting for data", f"{100 * f.wait_fraction:.1f}%"],
+            ["speed-up if loading were free", f"{self.predicted_speedup:.2f}x"],
+            [
+                "workers (CPU busy each)",
+                f"{f.num_workers} ({', '.join(f'{100 * b:.0f}%' for b in f.worker_busy) or '-'})",
+            ],
+            ["memory, process and workers", f"{self.memory_mb:.0f} MB" if self.memory_mb else "-"],
+        ]
+        advice = "\n".join(f"- {line}" for line in self.recommendations) or "- nothing to change"
+        return f"{format_table(['measure', 'value'], rows)}\n\nRecommendations:\n{advice}"
+
+
+def _storage(dataset: Any) -> tuple[str, int | None]:
+    """'files', 'lmdb' or 'memory', and the longest side of a stored image if known."""
+    inner = getattr(dataset, "dataset", dataset)
+    kind = type(inner).__name__
+    if kind == "LMDBDataset":
+        return "lmdb", None
+    samples = getattr(inner, "samples", None)
+    if samples and isinstance(samples[0], (tuple, list)) and isinstance(samples[0][0], str):
+        from PIL import Image
+
+        try:
+            with Image.open(samples[0][0]) as image:
+                return "files", max(image.size)
+        except OSError:
+            return "files", None
+    return "memory", None
+
+
+def _image_tensor(batch: Any) -> torch.Tensor | None:
+    from fastload.prefetch import image_leaf_path
+
+    path = image_leaf_path(batch)
+    if path is None:
+        return None
+    for key in path:
+        batch = batch[key]
+    return batch
+
+
+def diagnose(
+    loader: Iterable[Any],
+    step: Callable[[Any], Any] | None = None,
+    *,
+    batches: int = 50,
+    warmup: int = 5,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> DiagnoseReport:
+    """Measure whether data loading slows the loop ``for batch in loader: step(batch)``.
+
+    1. ``step`` on one cached batch, ``batches`` times: the compute-bound time;
+    2. the loader alone for ``batches`` batches (with the CPU use of each worker);
+    3. the real loop for ``batches`` iterations: the fraction of time waiting for data.
+    Each after ``warmup`` untimed iterations; timings are CUDA-synchronised on a GPU.
+
+    Args:
+        loader: A FastLoader, DataLoader, DataPrefetcher or any iterable of batches.
+        step: Your training step, called with a batch; None measures the loader only.
+        device: Where ``step`` runs (for synchronisation); default: CUDA if available.
+
+    Returns:
+        A :class:`DiagnoseReport`: print it, or ``to_dict()``/``to_json()`` it.
+    """
+    from tqdm import tqdm
+
+    device = torch.device(device) if device is not None else default_device()
+    bar = tqdm(total=3 * (batches + warmup), desc="diagnose", disable=not progress)
+    step_seconds = 0.0
+    if step is not None:
+        cached = next(iter(loader))
+        for index in range(warmup + batches):
+            if index == warmup:
+                synchronize(device)
+                start = time.perf_counter()
+            step(cached)
+            bar.update()
+        synchronize(device)
+        step_seconds = (time.perf_counter() - start) / batches
+
+    batches_alone = one_pass(loader, warmup + batches)
+    for _ in range(warmup):
+        next(batches_alone, None)
+        bar.update()
+    workers_before = process_cpu(children(os.getpid()))
+    wall_start, count = time.perf_counter(), 0
+    for _batch in batches_alone:  # the clock runs from the end of the warm-up
+        count += 1
+        bar.update()
+    elapsed = time.perf_counter() - wall_start
+    loader_seconds = elapsed / max(count, 1)
+    workers_after = process_cpu(children(os.getpid()))
+    busy = tuple(
+        min(1.0, (workers_after[pid] - workers_before[pid]) / elapsed)
+        for pid in sorted(workers_after)
+        if pid in workers_before and elapsed > 0
+    )
+
+    loop = timed(_limited(loader, warmup + batches), synchronize=device)
+    for batch in loop:
+        if step is not None:
+            step(batch)
+        bar.update()
+    bar.close()
+    timeline = WaitSummary(tuple(loop.waits[warmup:]), tuple(loop.computes[warmup:]))
+    wait_fraction = timeline.wait_fraction if step is not None else 1.0
+
+    base = getattr(loader, "loader", loader)  # through a DataPrefetcher
+    dataset = getattr(base, "dataset", None)
+    storage, image_side = _storage(dataset) if dataset is not None else ("memory", None)
+    sample = _image_tensor(cached) if step is not None else None
+    memory = [rss_bytes(pid) for pid in [os.getpid(), *children(os.getpid())]]
+    from fastload.prefetch import DataPrefetcher
+
+    facts = Facts(
+        step_seconds=step_seconds,
+        loader_seconds=loader_seconds,
+        wait_fraction=wait_fraction,
+        loop_seconds=(timeline.wait_seconds + timeline.compute_seconds)
+        / max(timeline.iterations, 1),
+        batch_size=getattr(base, "batch_size", None),
+        num_workers=getattr(base, "num_workers", 0),
+        cpus=available_cpus(),
+        cuda=device.type == "cuda",
+        pin_memory=bool(getattr(base, "pin_memory", False)),
+        prefetcher=isinstance(loader, DataPrefetcher),
+        worker_busy=busy,
+        storage=storage,
+        image_side=image_side,
+        batch_side=max(sample.shape[-2:]) if sample is not None and sample.dim() >= 3 else None,
+    )
+    total_memory = sum(m for m in memory if m is not None)
+    return DiagnoseReport(
+        facts, recommend(facts), total_memory / 2**20 if total_memory else None, timeline
+    )
+
+
+def _limited(loader: Iterable[Any], count: int) -> Iterable[Any]:
+    class Limited:
+        def __iter__(self) -> Iterator[Any]:
+            return one_pass(loader, count)
+
+    return Limited()
+
+
+def classifier_step(model: str, num_classes: int, device: torch.device) -> Callable[[Any], None]:
+    """A training step of a torchvision classifier (SGD, cross-entropy) on an
+    ``(images, labels)`` batch: what ``fastload diagnose`` and the demo measure with."""
+    import torchvision
+
+    network = getattr(torchvision.models, model)(num_classes=max(2, num_classes)).to(device)
+    optimizer = torch.optim.SGD(network.parameters(), lr=0.01, momentum=0.9)
+
+    def step(batch: Any) -> None:
+        images, labels = batch
+        loss = torch.nn.functional.cross_entropy(network(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
