@@ -33,9 +33,10 @@ from torchvision import transforms as T
 from common import Row, plot, report
 from data import jpeg_folder
 from fastload import FastLoader, ImageFolder
-from fastload.decode import decode_image
+from fastload.collate import uint8_collate
+from fastload.datasets.decode import decode_image
 from fastload.tools.measure import format_table, measure
-from fastload.transforms import Albumentations, uint8_collate
+from fastload.transforms import Albumentations
 
 RESIZE, CROP = 384, 256
 

@@ -31,8 +31,8 @@ from torch.utils.data import Dataset
 from common import Row, device_name, pyplot, report, save_figure, suite_arguments, synchronize
 from data import photo_jpegs
 from fastload import DataPrefetcher, FastLoader, gpu
+from fastload.collate import encoded_collate
 from fastload.tools.measure import Measurement
-from fastload.transforms import encoded_collate
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 MIB = 2**20

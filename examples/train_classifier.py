@@ -35,7 +35,8 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
-    from fastload.transforms import Albumentations, encoded_collate, uint8_collate
+    from fastload.collate import encoded_collate, uint8_collate
+    from fastload.transforms import Albumentations
 
     folder = ImageFolder if args.data.is_dir() else LMDBDataset
     augment_on_gpu = args.augment == "gpu"

@@ -11,8 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from fastload import decode
-from fastload.decode import ImageDecodeError, decode_image, load_image, read_image, reduction_factor
+from fastload.datasets import decode
+from fastload.datasets.decode import (
+    ImageDecodeError,
+    decode_image,
+    load_image,
+    read_image,
+    reduction_factor,
+)
 
 
 def photo(height: int = 24, width: int = 32) -> np.ndarray:

@@ -9,7 +9,7 @@ import torch
 import torchvision
 
 from fastload import FastLoader, ImageFolder, make_image_folder
-from fastload.decode import ImageDecodeError
+from fastload.datasets.decode import ImageDecodeError
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from fastload import FastLoader
-from fastload.transforms import Albumentations, uint8_collate
+from fastload.collate import uint8_collate
+from fastload.transforms import Albumentations
 
 
 def image(height=48, width=64, seed=0) -> np.ndarray:

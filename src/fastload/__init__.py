@@ -16,7 +16,7 @@ _EXPORTS = {
     "FastLoader": "fastload.loader",
     "diagnose": "fastload.tools.diagnostics",
     "timed": "fastload.tools.diagnostics",
-    "ImageFolder": "fastload.folder",
+    "ImageFolder": "fastload.datasets.folder",
     "LMDBDataset": "fastload.lmdb",
     "write_lmdb": "fastload.lmdb",
     "auto_num_workers": "fastload.loader",
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from fastload.folder import ImageFolder
+    from fastload.datasets.folder import ImageFolder
     from fastload.lmdb import LMDBDataset, write_lmdb
     from fastload.loader import FastLoader, auto_num_workers
     from fastload.prefetch import DataPrefetcher

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from torchvision.transforms.v2 import functional as TF
 
 from fastload import DataPrefetcher, FastLoader, LMDBDataset, write_lmdb
-from fastload.decode import ImageDecodeError, decode_image
+from fastload.collate import encoded_collate
+from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.gpu import GPUDecoder
 from fastload.tools.synthetic import photo_like_image
-from fastload.transforms import encoded_collate
 
 
 def encode(

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor, nn
 
-from fastload.decode import decode_image
+from fastload.datasets.decode import decode_image
 from fastload.gpu.base import Params, pair
 from fastload.gpu.geometric import RandomResizedCrop, _size, resized_crops
 from fastload.system import available_cpus, default_device
@@ -63,7 +63,7 @@ class GPUDecoder(nn.Module):
 
     Use it as ``DataPrefetcher(loader, decode=GPUDecoder(224))`` with a dataset that
     returns bytes (``LMDBDataset(decode=None)``, ``ImageFolder(decode=None)``) and
-    ``collate_fn=fastload.transforms.encoded_collate``; or call it on such a list.
+    ``collate_fn=fastload.collate.encoded_collate``; or call it on such a list.
 
     Args:
         size: Output ``(h, w)`` (an int for a square).
@@ -148,7 +148,7 @@ class GPUDecoder(nn.Module):
         ):
             raise TypeError(
                 "GPUDecoder expects a list of 1-D uint8 tensors of encoded images "
-                "(collate with fastload.transforms.encoded_collate)"
+                "(collate with fastload.collate.encoded_collate)"
             )
         all_indices = list(range(len(encoded)))
         decoded: dict[int, Tensor] = {}

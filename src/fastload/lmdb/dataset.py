@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastload.datasets import ImageDataset
-from fastload.decode import DecodeMode, as_output
+from fastload.datasets.base import ImageDataset
+from fastload.datasets.decode import DecodeMode, as_output
 from fastload.lmdb.format import (
     PROGRESS_KEY,
     Record,
@@ -40,7 +40,7 @@ class LMDBDataset(ImageDataset):
             are returned as arrays (or CHW tensors) in every mode.
         min_size: The smallest image your transform needs (an int for both sides, or
             ``(h, w)``): JPEGs at least twice as large are decoded at 1/2, 1/4 or 1/8
-            scale, which is faster (see :func:`fastload.decode.decode_image`).
+            scale, which is faster (see :func:`fastload.datasets.decode.decode_image`).
         readahead: OS readahead on the memory map. On (the default) reads an image
             record, which spans many pages, in one go: with a cold cache 12x faster than
             off in benchmarks/lmdb_vs_files.py. Off only pays for records of a page or

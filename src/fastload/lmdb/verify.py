@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from fastload.decode import ImageDecodeError, decode_image
+from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.lmdb.dataset import LMDBDataset
 from fastload.lmdb.format import RecordFormatError
 

@@ -22,8 +22,8 @@ import numpy as np
 from tqdm import tqdm
 
 import lmdb
-from fastload.decode import ImageDecodeError, decode_image
-from fastload.folder import folder_samples
+from fastload.datasets.decode import ImageDecodeError, decode_image
+from fastload.datasets.folder import folder_samples
 from fastload.lmdb.format import (
     FORMAT_NAME,
     FORMAT_VERSION,

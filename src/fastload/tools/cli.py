@@ -67,7 +67,7 @@ def _image_dataset(data: Path, image_size: int):
         raise ModuleNotFoundError(
             "diagnose and bench augment with albumentations: pip install 'fastload[augment]'"
         ) from error
-    from fastload.folder import ImageFolder
+    from fastload.datasets.folder import ImageFolder
     from fastload.lmdb import LMDBDataset
     from fastload.transforms import Albumentations
 
@@ -133,10 +133,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _diagnose(args: argparse.Namespace) -> None:
+    from fastload.collate import uint8_collate
     from fastload.loader import FastLoader
     from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher
     from fastload.tools.diagnostics import classifier_step, diagnose
-    from fastload.transforms import uint8_collate
 
     dataset = _image_dataset(args.data, args.image_size)
     loader = FastLoader(
@@ -155,11 +155,11 @@ def _diagnose(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
+    from fastload.collate import uint8_collate
     from fastload.loader import FastLoader
     from fastload.loader.tuning import tune_workers, worker_candidates
     from fastload.system import available_cpus
     from fastload.tools.measure import format_table
-    from fastload.transforms import uint8_collate
 
     dataset = _image_dataset(args.data, args.image_size)
 

@@ -146,7 +146,8 @@ def decode_image(
     if size is not None and MAX_PIXELS is not None and size[0] * size[1] > MAX_PIXELS:
         raise ImageDecodeError(
             f"{source}: {size[1]}x{size[0]} is {size[0] * size[1]:,} pixels, over the limit of "
-            f"{MAX_PIXELS:,} (a decompression bomb?); raise fastload.decode.MAX_PIXELS to allow it"
+            f"{MAX_PIXELS:,} (a decompression bomb?); raise "
+            "fastload.datasets.decode.MAX_PIXELS to allow it"
         )
     factor = reduction_factor(*size, min_size) if is_jpeg and size is not None else 1
     if factor > 1:

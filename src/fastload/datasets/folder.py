@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from fastload.datasets import ImageDataset
-from fastload.decode import DecodeMode
+from fastload.datasets.base import ImageDataset
+from fastload.datasets.decode import DecodeMode
 
 __all__ = ["ImageFolder", "folder_samples"]
 
@@ -43,7 +43,8 @@ class ImageFolder(ImageDataset):
         decode: ``"numpy"`` (HWC uint8 RGB), ``"tensor"`` (CHW uint8) or ``None`` (the
             file's bytes as a 1-D uint8 tensor).
         min_size: The smallest image your transform needs: JPEGs at least twice as large
-            are decoded at 1/2, 1/4 or 1/8 scale (see :func:`fastload.decode.decode_image`).
+            are decoded at 1/2, 1/4 or 1/8 scale (see
+            :func:`fastload.datasets.decode.decode_image`).
 
     Example:
         >>> import tempfile, fastload
