@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import torch
 
+from fastload.loader.defaults import shared_memory_free
 from fastload.system import available_cpus
 from fastload.tools.measure import Measurement, format_table
 
@@ -75,6 +76,7 @@ def machine() -> dict[str, object]:
         if cuda
         else None,
         "driver": nvidia_driver() if cuda else None,
+        "shm_free_mib": None if (shm := shared_memory_free()) is None else shm >> 20,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "python": sys.version.split()[0],

@@ -108,6 +108,8 @@ def main() -> None:
     print(f"wrote {result}")
     if args.plot:
         plot_counts(result)
+    if returncode != 0:  # the suite reports this part as failed; the JSON says which tests
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -47,9 +48,13 @@ DALI_PUBLISHED = (
 )
 
 
-def run(data: Path, options: list[str], epochs: int) -> list[dict]:
+def run(data: Path, options: list[str], epochs: int, timeout: float) -> list[dict]:
     command = [sys.executable, str(EXAMPLE), str(data), "--epochs", str(epochs), "--json", *options]
-    completed = subprocess.run(command, capture_output=True, text=True)
+    limit = timeout if math.isfinite(timeout) else None
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"stopped after {timeout:.0f} s, the time budget") from error
     if completed.returncode != 0:
         print(completed.stderr[-3000:], file=sys.stderr)
         lines = completed.stderr.strip().splitlines()
@@ -118,6 +123,7 @@ def main() -> None:
         args.batch_size, args.image_size, args.baseline_workers = 8, 32, "2"
         args.decodes, args.augment = "cpu,gpu", "gpu"
 
+    deadline = time.perf_counter() + args.budget_s  # making the data counts too
     folder, database = data_sets(args.images, args.source)
     common = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
               "--model", args.model]  # fmt: skip
@@ -127,28 +133,34 @@ def main() -> None:
                 or "LMDB, GPU" in name]  # fmt: skip
         found = {name: found[name] for name in keep}
     epochs: dict[str, list[dict] | str] = {name: [] for name in found}
-    deadline, longest = time.perf_counter() + args.budget_s, 0.0
+    longest = 0.0
     for round_index in range(args.rounds):
         for name, (data, options) in found.items():
             if isinstance(epochs[name], str):
                 continue
-            if time.perf_counter() + 1.2 * longest > deadline:  # keep what was measured
+            left = deadline - time.perf_counter()
+            if left < 1.2 * longest or left < 10:  # keep what was measured
                 if not epochs[name]:
                     epochs[name] = "not run: out of the time budget (--budget-s)"
                 continue
             started = time.perf_counter()
             try:
-                epochs[name] += run(data, [*common, *options], args.epochs)[1:]
+                epochs[name] += run(data, [*common, *options], args.epochs, timeout=left)[1:]
             except RuntimeError as error:  # the other variants still run
                 epochs[name] = describe(error)
             longest = max(longest, time.perf_counter() - started)
+        result = write_report(args, found, epochs)  # each round: a cut-off run keeps the rest
         print(f"round {round_index + 1} of {args.rounds} done", flush=True)
+    if args.plot:
+        plot(result)
 
+
+def write_report(args, found: dict, epochs: dict[str, list[dict] | str]) -> Path:
     reference = next(name for name in found if name.startswith("baseline") and " 0 " not in name)
     rows = []
     for name, measured in epochs.items():
-        if isinstance(measured, str):
-            rows.append(Row(name, None, 1, note=measured))
+        if isinstance(measured, str) or not measured:
+            rows.append(Row(name, None, 1, note=measured or "not run yet"))
             continue
         # One "item" per image: the median seconds per image gives images/s.
         seconds = tuple(1.0 / epoch["images_per_second"] for epoch in measured)
@@ -167,7 +179,7 @@ def main() -> None:
         rows.append(Row("NVIDIA DALI (published, not measured here)", None, 1, note=DALI_PUBLISHED))
         summary["reference"] = DALI_PUBLISHED
     print(f"device: {device_name()}" + ("" if cuda else ": no GPU, the pipeline runs on the CPU"))
-    result = report(
+    return report(
         "end_to_end",
         rows,
         baseline=reference,
@@ -180,8 +192,6 @@ def main() -> None:
         out=args.out,
         summary=summary,
     )
-    if args.plot:
-        plot(result)
 
 
 if __name__ == "__main__":

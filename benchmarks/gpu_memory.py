@@ -53,9 +53,12 @@ class Images(Dataset):
 
 def memory_mib(device: torch.device) -> dict[str, float]:
     if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
         return {
             "reserved": torch.cuda.memory_reserved(device) / MIB,
             "allocated": torch.cuda.memory_allocated(device) / MIB,
+            # nvJPEG allocates outside PyTorch's caching allocator: only this sees it
+            "device used": (total - free) / MIB,
         }
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return {"resident": pages * os.sysconf("SC_PAGE_SIZE") / MIB}
@@ -128,12 +131,15 @@ def main() -> None:
             seconds.append(time.perf_counter() - start)
             epochs.append(memory_mib(device))
         per_epoch[name] = epochs
-        growth = epochs[-1][measure] - epochs[0][measure]
-        rows.append(Row(name, Measurement(tuple(seconds[1:])), args.batches * args.batch_size, {
+        extra = {
             f"{measure} MiB, epoch 1": f"{epochs[0][measure]:,.0f}",
             f"{measure} MiB, epoch {args.epochs}": f"{epochs[-1][measure]:,.0f}",
-            "growth MiB": f"{growth:+,.1f}",
-        }, versus=name))  # fmt: skip
+        }
+        for key in (measure, "device used"):  # device used: nvJPEG's memory too
+            if key in epochs[0]:
+                extra[f"{key} growth MiB"] = f"{epochs[-1][key] - epochs[0][key]:+,.1f}"
+        images = args.batches * args.batch_size
+        rows.append(Row(name, Measurement(tuple(seconds[1:])), images, extra, versus=name))
     print(f"device: {device_name()}" + ("" if device.type == "cuda" else ": CPU fallback"))
     result = report(
         "gpu_memory",

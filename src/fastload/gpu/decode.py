@@ -113,6 +113,7 @@ class GPUDecoder(nn.Module):
         self.generator = generator
         self.cpu_fallbacks = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._stream: torch.cuda.Stream | None = None  # nvJPEG's calls, made on first use
         self._accelerated = self.device.type == "cuda"
         self._nvjpeg = _nvjpeg() if self._accelerated else None
 
@@ -130,16 +131,32 @@ class GPUDecoder(nn.Module):
         return {index: image.to(self.device, non_blocking=True) for index, image in decoded.items()}
 
     def _gpu_decode(self, encoded: Sequence[Tensor], indices: list[int]) -> dict[int, Tensor]:
-        """nvJPEG on every index it accepts; the batch first, one by one if it fails."""
+        """nvJPEG on every index it accepts; the batch first, one by one if it fails.
+
+        torchvision's nvJPEG writes from a stream of its own into memory allocated on the
+        current stream, without waiting for the work queued there: a block that the
+        previous batch just freed could be overwritten while still being read. So the
+        calls run on a stream with no other work, the caller's stream waits for them,
+        and each output is recorded on the caller's stream for the allocator.
+        """
+        cuda = self.device.type == "cuda"  # tests stand a CPU decoder in for nvJPEG
+        if cuda and self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        caller = torch.cuda.current_stream(self.device) if cuda else None
         batch = [encoded[i] for i in indices]
-        try:
-            return dict(zip(indices, self._nvjpeg(batch, self.device), strict=True))
-        except RuntimeError:  # the batch call returns nothing when one image fails
-            decoded = {}
-            for index in indices:
-                with contextlib.suppress(RuntimeError):  # refused: the CPU decodes it
-                    decoded[index] = self._nvjpeg([encoded[index]], self.device)[0]
-            return decoded
+        with torch.cuda.stream(self._stream) if cuda else contextlib.nullcontext():
+            try:
+                decoded = dict(zip(indices, self._nvjpeg(batch, self.device), strict=True))
+            except RuntimeError:  # the batch call returns nothing when one image fails
+                decoded = {}
+                for index in indices:
+                    with contextlib.suppress(RuntimeError):  # refused: the CPU decodes it
+                        decoded[index] = self._nvjpeg([encoded[index]], self.device)[0]
+        if caller is not None:
+            caller.wait_stream(self._stream)
+            for image in decoded.values():
+                image.record_stream(caller)
+        return decoded
 
     def decode(self, encoded: Sequence[Tensor]) -> list[Tensor]:
         """The images as CHW uint8 tensors on the device, in order."""
@@ -248,7 +265,7 @@ class GPUDecoder(nn.Module):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.update(_pool=None, _nvjpeg=None)  # threads and extension handles stay behind
+        state.update(_pool=None, _nvjpeg=None, _stream=None)  # threads, handles stay behind
         return state
 
     def __setstate__(self, state: dict) -> None:
