@@ -24,7 +24,7 @@ from fastload.tools.measure import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 # The suite runs this script; its own smoke test would run the suite again.
-DESELECT = "tests/test_gpu_suite.py"
+DESELECT = "tests/benchmarks/test_gpu_suite.py"
 
 
 def outcomes(junit: Path) -> tuple[dict[str, int], list[dict[str, str]]]:

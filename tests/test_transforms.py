@@ -6,10 +6,9 @@ import albumentations as A
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
 from fastload import FastLoader
-from fastload.collate import uint8_collate
 from fastload.transforms import Albumentations
 
 
@@ -90,25 +89,3 @@ def test_workers_draw_different_augmentations_reproducibly():
     assert worker0 != worker1  # albumentations alone gives both workers one sequence
     assert crops(loader(0)) == first
     assert crops(loader(1)) != first
-
-
-def test_uint8_collate_stacks_hwc_arrays_and_chw_tensors_to_nchw():
-    arrays = [image(seed=i) for i in range(3)]
-    images, labels, names = uint8_collate([(a, i, f"n{i}") for i, a in enumerate(arrays)])
-    assert images.shape == (3, 3, 48, 64) and images.dtype == torch.uint8 and images.is_contiguous()
-    assert all(
-        torch.equal(images[i], torch.from_numpy(arrays[i]).permute(2, 0, 1)) for i in range(3)
-    )
-    _, want_labels, want_names = default_collate([(0, i, f"n{i}") for i in range(3)])
-    assert torch.equal(labels, want_labels) and names == want_names == ("n0", "n1", "n2")
-    tensors = [torch.from_numpy(a).permute(2, 0, 1) for a in arrays]
-    assert torch.equal(uint8_collate(tensors), images)
-
-
-def test_uint8_collate_names_mismatched_shapes():
-    with pytest.raises(
-        ValueError, match=r"images in a batch differ in shape \[\(3, 4, 4\), \(3, 5, 5\)\]"
-    ):
-        uint8_collate([image(4, 4), image(5, 5)])
-    with pytest.raises(ValueError, match="cannot collate an empty batch"):
-        uint8_collate([])

@@ -53,6 +53,14 @@ PROBABILISTIC = [
     "GaussianBlur",
     "RandomErasing",
 ]
+#: Public modules that the image contract above cannot take, each with its own tests.
+OUTSIDE_THE_CONTRACT = {
+    "BatchTransform": "the base class",
+    "GPUDecoder": "takes encoded bytes: tests/gpu/test_decode.py",
+    "MixUp": "takes (images, labels): the mixing tests below",
+    "CutMix": "takes (images, labels): the mixing tests below",
+    "ToDtype": "changes the dtype: its parity test below",
+}
 OUTPUT_SHAPE = {
     "RandomResizedCrop": (24, 24),
     "RandomCrop": (24, 24),
@@ -62,6 +70,11 @@ OUTPUT_SHAPE = {
 
 
 # --- the contract every module keeps ---------------------------------------------------------
+
+
+def test_every_public_module_is_enrolled_in_the_contract_or_says_why_not():
+    enrolled = set(MODULES) | set(FLOAT_ONLY) | set(OUTSIDE_THE_CONTRACT)
+    assert set(gpu.__all__) == enrolled
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
