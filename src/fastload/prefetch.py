@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fastload.gpu.color import Normalize, normalize
 from fastload.loader.proxy import LoaderProxy
 from fastload.system import default_device
 
@@ -182,8 +183,11 @@ class DataPrefetcher(LoaderProxy):
         self.image = image
         self.decode = decode
         self.mean, self.std = mean, std
-        self._scale, self._shift = self._affine(mean, std)
-        self._scale_uint8 = None if self._scale is None else self._scale / 255
+        self._normalize = None
+        if mean is not None:
+            if max(mean) > 1:  # apex style: statistics on the 0..255 scale
+                mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
+            self._normalize = Normalize(mean, std)
         self._scale_checked = False
         # One stream for the prefetcher's lifetime: a stream per epoch grew reserved
         # memory without bound in timm (issue 2781).
@@ -191,17 +195,6 @@ class DataPrefetcher(LoaderProxy):
         self._events: collections.deque[torch.cuda.Event] = collections.deque()
         self._iterator: Iterator[Any] | None = None
         self._pending: collections.deque[_InFlight] = collections.deque()
-
-    def _affine(self, mean, std) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Per-channel ``scale`` and ``shift`` with ``normalised = pixel * scale + shift``
-        for 0..1 pixels; uint8 pixels are scaled by 1/255 first, in the same multiply."""
-        if mean is None:
-            return None, None
-        if max(mean) > 1:  # apex style: statistics on the 0..255 scale
-            mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
-        mean_t = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
-        std_t = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
-        return 1 / std_t, -mean_t / std_t
 
     # --- per batch, on the side stream -----------------------------------------------------
 
@@ -213,17 +206,18 @@ class DataPrefetcher(LoaderProxy):
             # nothing that the cast itself would not.
             is_uint8 = image.dtype == torch.uint8
             pixels = image.to(torch.float64 if self.dtype == torch.float64 else torch.float32)
-            if self._scale is not None:
-                if image.dim() != 4 or image.shape[1] != self._scale.shape[1]:
+            if self._normalize is not None:
+                channels = len(self._normalize.mean)
+                if image.dim() != 4 or image.shape[1] != channels:
                     raise ValueError(
-                        f"mean/std have {self._scale.shape[1]} channels; the image batch "
+                        f"mean/std have {channels} channels; the image batch "
                         f"has shape {tuple(image.shape)} (expected N, C, H, W); if that is "
                         "not the image, name it: DataPrefetcher(..., image=<index or key>)"
                     )
                 if not is_uint8 and not self._scale_checked:
                     self._check_float_scale(image)
-                scale = self._scale_uint8 if is_uint8 else self._scale
-                pixels = torch.addcmul(self._shift, pixels, scale)
+                affine = self._normalize.affine(pixels.device, pixels.dtype, uint8=is_uint8)
+                pixels = normalize(pixels, *affine)
             elif is_uint8:
                 pixels = pixels / 255
             image = pixels.to(self.dtype)

@@ -20,7 +20,15 @@ from fastload.gpu.base import (
     to_float,
 )
 
-__all__ = ["ColorJitter", "Normalize", "RandomGrayscale", "ToDtype", "hsv_to_rgb", "rgb_to_hsv"]
+__all__ = [
+    "ColorJitter",
+    "Normalize",
+    "RandomGrayscale",
+    "ToDtype",
+    "hsv_to_rgb",
+    "normalize",
+    "rgb_to_hsv",
+]
 
 # ITU-R 601-2 luma, torchvision's weights.
 _LUMA = (0.2989, 0.587, 0.114)
@@ -179,6 +187,13 @@ class RandomGrayscale(BatchTransform):
         return blend_where(params["apply"], gray, images)
 
 
+def normalize(pixels: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+    """``(pixels - mean) / std`` as one fused multiply-add, ``scale`` and ``shift`` from
+    :meth:`Normalize.affine`: fastload's one normalisation, for ``Normalize`` and for
+    ``DataPrefetcher(mean=..., std=...)``."""
+    return torch.addcmul(shift, pixels, scale)
+
+
 class Normalize(BatchTransform):
     """``(image - mean) / std`` per channel, on floating images (see ``ToDtype``)."""
 
@@ -190,15 +205,20 @@ class Normalize(BatchTransform):
         self.std = tuple(finite(s, "std") for s in std)
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std must be positive, got {tuple(std)}")
-        self._cache: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+        self._cache: dict[tuple[torch.device, torch.dtype, bool], tuple[Tensor, Tensor]] = {}
 
-    def _stats(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        # Made once per device: a tensor built from a list is a blocking host-to-device copy.
-        key = (device, dtype)
+    def affine(
+        self, device: torch.device, dtype: torch.dtype, *, uint8: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """``(scale, shift)`` of shape (1, C, 1, 1) with ``normalised = pixel * scale +
+        shift``; ``uint8=True`` folds the division by 255 into ``scale``. Made once per
+        device and dtype: a tensor built from a list is a blocking host-to-device copy."""
+        key = (device, dtype, uint8)
         if key not in self._cache:
-            mean = torch.tensor(self.mean, dtype=dtype, device=device).view(1, -1, 1, 1)
-            std = torch.tensor(self.std, dtype=dtype, device=device).view(1, -1, 1, 1)
-            self._cache[key] = (mean, std)
+            mean = torch.tensor(self.mean, dtype=torch.float64).view(1, -1, 1, 1)
+            std = torch.tensor(self.std, dtype=torch.float64).view(1, -1, 1, 1)
+            scale, shift = (1 / std) / (255 if uint8 else 1), -mean / std
+            self._cache[key] = (scale.to(device, dtype), shift.to(device, dtype))
         return self._cache[key]
 
     def forward(self, images: Tensor, params: Params | None = None) -> Tensor:
@@ -218,8 +238,8 @@ class Normalize(BatchTransform):
         return {}
 
     def apply(self, images: Tensor, params: Params) -> Tensor:
-        mean, std = self._stats(images.device, to_float(images).dtype)
-        return ((to_float(images) - mean) / std).to(images.dtype)
+        pixels = to_float(images)
+        return normalize(pixels, *self.affine(pixels.device, pixels.dtype)).to(images.dtype)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
