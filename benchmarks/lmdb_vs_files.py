@@ -63,7 +63,7 @@ def main() -> None:
             def convert(workers=workers):
                 target = work / "convert.lmdb"
                 target.unlink(missing_ok=True)
-                write_lmdb(folder, target, workers=workers, progress=False)
+                write_lmdb(folder, target, num_workers=workers, progress=False)
 
             rows.append(
                 Row(

@@ -176,7 +176,7 @@ def test_lmdb_bytes_to_a_normalised_batch_through_the_prefetcher(tmp_path):
     from fastload import make_image_folder
 
     root = make_image_folder(tmp_path / "images", num_classes=2, images_per_class=5, size=(80, 60))
-    write_lmdb(root, tmp_path / "db", workers=0, progress=False)
+    write_lmdb(root, tmp_path / "db", num_workers=0, progress=False)
     loader = FastLoader(
         LMDBDataset(tmp_path / "db", decode=None),
         batch_size=4,

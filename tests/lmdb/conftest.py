@@ -39,7 +39,7 @@ def image_folder(tmp_path_factory):
 @pytest.fixture(scope="session")
 def database(image_folder, tmp_path_factory):
     path = tmp_path_factory.mktemp("db") / "train.lmdb"
-    write_lmdb(image_folder, path, workers=0, progress=False)
+    write_lmdb(image_folder, path, num_workers=0, progress=False)
     return path
 
 

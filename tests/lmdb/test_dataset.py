@@ -238,10 +238,10 @@ def test_a_metadata_count_that_lies_is_refused(database, tmp_path, count, messag
 
 def test_a_database_written_again_at_the_same_path_is_read_afresh(tmp_path):
     path = tmp_path / "db.lmdb"
-    write_lmdb(NumberedImages(4), path, workers=0, progress=False)
+    write_lmdb(NumberedImages(4), path, num_workers=0, progress=False)
     assert LMDBDataset(path)[3][1] == 3
     path.unlink()
-    write_lmdb(NumberedImages(6, offset=100), path, workers=0, progress=False)
+    write_lmdb(NumberedImages(6, offset=100), path, num_workers=0, progress=False)
     fresh = LMDBDataset(path)
     assert len(fresh) == 6 and fresh[3][1] == 103
 

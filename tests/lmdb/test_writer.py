@@ -43,7 +43,7 @@ def test_folder_round_trip_keeps_bytes_and_imagefolder_order(image_folder, datab
 def test_list_of_files_keeps_its_order_and_labels(image_folder, tmp_path):
     files = sorted(image_folder.rglob("*.jpg"), reverse=True)
     sources = [(path, 10 + i) for i, path in enumerate(files)]
-    meta = write_lmdb(sources, tmp_path / "db", workers=0, progress=False)
+    meta = write_lmdb(sources, tmp_path / "db", num_workers=0, progress=False)
     dataset = LMDBDataset(tmp_path / "db")
     assert meta["count"] == len(files) and dataset.classes == []
     assert [dataset[i][1] for i in range(len(files))] == [10 + i for i in range(len(files))]
@@ -60,7 +60,7 @@ def test_dataset_images_are_stored_losslessly_as_arrays(kind, tmp_path):
         "pil": Image.fromarray,
     }[kind]
     samples = [(convert(image), np.array([i, 1 - i])) for i, image in enumerate(images)]
-    meta = write_lmdb(samples, tmp_path / "db", workers=0, progress=False)
+    meta = write_lmdb(samples, tmp_path / "db", num_workers=0, progress=False)
     assert meta["payload"] == "array"
     dataset = LMDBDataset(tmp_path / "db")
     for i, image in enumerate(images):
@@ -70,7 +70,7 @@ def test_dataset_images_are_stored_losslessly_as_arrays(kind, tmp_path):
 
 def test_presizing_shrinks_the_longest_side_and_reencodes(image_folder, tmp_path):
     meta = write_lmdb(
-        image_folder, tmp_path / "db", resize=32, quality=80, workers=0, progress=False
+        image_folder, tmp_path / "db", resize=32, quality=80, num_workers=0, progress=False
     )
     assert (meta["resize"], meta["quality"]) == (32, 80)
     image, _ = LMDBDataset(tmp_path / "db")[0]
@@ -79,7 +79,12 @@ def test_presizing_shrinks_the_longest_side_and_reencodes(image_folder, tmp_path
 
 def test_a_tiny_map_grows_by_itself(image_folder, tmp_path):
     meta = write_lmdb(
-        image_folder, tmp_path / "db", map_size=1 << 14, commit_every=2, workers=0, progress=False
+        image_folder,
+        tmp_path / "db",
+        map_size=1 << 14,
+        commit_every=2,
+        num_workers=0,
+        progress=False,
     )
     assert meta["count"] == 6
     with lmdb.open(str(tmp_path / "db"), subdir=False, readonly=True, lock=False) as env:
@@ -87,7 +92,7 @@ def test_a_tiny_map_grows_by_itself(image_folder, tmp_path):
 
 
 def test_worker_processes_give_the_same_database(image_folder, database, tmp_path):
-    write_lmdb(image_folder, tmp_path / "db", workers=2, commit_every=2, progress=False)
+    write_lmdb(image_folder, tmp_path / "db", num_workers=2, commit_every=2, progress=False)
     serial, parallel = LMDBDataset(database), LMDBDataset(tmp_path / "db")
     for index in range(len(serial)):
         assert serial.record(index) == parallel.record(index)
@@ -102,7 +107,7 @@ def test_an_existing_destination_is_refused_and_kept(database):
 
 def test_resuming_a_complete_database_changes_nothing(image_folder, database):
     before = database.read_bytes()
-    meta = write_lmdb(image_folder, database, resume=True, workers=0, progress=False)
+    meta = write_lmdb(image_folder, database, resume=True, num_workers=0, progress=False)
     assert meta["count"] == 6 and database.read_bytes() == before
 
 
@@ -112,7 +117,9 @@ KILLED_CONVERSION = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from conftest import NumberedImages
     from fastload import write_lmdb
-    write_lmdb(NumberedImages(40, delay=0.02), {path!r}, workers=0, commit_every=4, progress=False)
+    write_lmdb(
+        NumberedImages(40, delay=0.02), {path!r}, num_workers=0, commit_every=4, progress=False
+    )
     """
 )
 
@@ -145,7 +152,7 @@ def test_a_conversion_killed_with_sigkill_resumes_with_every_record_once(tmp_pat
     ):
         LMDBDataset(path)
 
-    meta = write_lmdb(NumberedImages(40), path, resume=True, workers=0, progress=False)
+    meta = write_lmdb(NumberedImages(40), path, resume=True, num_workers=0, progress=False)
     assert meta["count"] == 40
     dataset = LMDBDataset(path, decode="tensor")
     for index in range(40):
@@ -164,7 +171,7 @@ def test_resume_refuses_a_different_source(tmp_path):
             b'{"fingerprint": {"source": "x"}, "next_position": 2, "count": 2, "skipped": []}',
         )
     with pytest.raises(ValueError, match="cannot resume, it was started from a different source"):
-        write_lmdb(NumberedImages(5), path, resume=True, workers=0, progress=False)
+        write_lmdb(NumberedImages(5), path, resume=True, num_workers=0, progress=False)
 
 
 @pytest.fixture
@@ -182,13 +189,13 @@ def folder_with_bad_files(image_folder, tmp_path):
 
 def test_a_bad_file_stops_the_conversion_with_its_name(folder_with_bad_files, tmp_path):
     with pytest.raises(ImageDecodeError, match=r"class_00/img_00001.jpg.* \(item 1 of the source"):
-        write_lmdb(folder_with_bad_files, tmp_path / "db", workers=0, progress=False)
+        write_lmdb(folder_with_bad_files, tmp_path / "db", num_workers=0, progress=False)
     assert committed_records(tmp_path / "db") == 1  # the good record before it is kept
 
 
 def test_skip_bad_counts_and_lists_the_skipped_files(folder_with_bad_files, tmp_path):
     meta = write_lmdb(
-        folder_with_bad_files, tmp_path / "db", skip_bad=True, workers=2, progress=False
+        folder_with_bad_files, tmp_path / "db", skip_bad=True, num_workers=2, progress=False
     )
     assert meta["count"] == 4
     skipped = [Path(entry["path"]).name for entry in meta["skipped"]]
@@ -232,7 +239,9 @@ def test_a_bad_file_stops_the_workers_at_once_and_leaves_none_behind(
     start = time.perf_counter()
     for attempt in range(3):  # it used to hang about one run in three
         with pytest.raises(ImageDecodeError, match=r"class_00/img_00001.jpg"):
-            write_lmdb(folder_with_bad_files, tmp_path / f"db{attempt}", workers=2, progress=False)
+            write_lmdb(
+                folder_with_bad_files, tmp_path / f"db{attempt}", num_workers=2, progress=False
+            )
         assert multiprocessing.active_children() == []
     assert time.perf_counter() - start < 60
 
@@ -242,12 +251,12 @@ def test_removing_the_bad_file_and_resuming_finishes_the_conversion(
 ):
     path = tmp_path / "db"
     with pytest.raises(ImageDecodeError, match=r"remove the file.*run again with --resume"):
-        write_lmdb(folder_with_bad_files, path, workers=0, progress=False)
+        write_lmdb(folder_with_bad_files, path, num_workers=0, progress=False)
     (folder_with_bad_files / "class_00" / "img_00001.jpg").unlink()  # the advice, followed
     with pytest.raises(ImageDecodeError, match=r"class_01/img_00004.jpg"):
-        write_lmdb(folder_with_bad_files, path, resume=True, workers=0, progress=False)
+        write_lmdb(folder_with_bad_files, path, resume=True, num_workers=0, progress=False)
     (folder_with_bad_files / "class_01" / "img_00004.jpg").unlink()
-    meta = write_lmdb(folder_with_bad_files, path, resume=True, workers=0, progress=False)
+    meta = write_lmdb(folder_with_bad_files, path, resume=True, num_workers=0, progress=False)
     assert meta["count"] == 4
     assert [LMDBDataset(path)[i][1] for i in range(4)] == [0, 0, 1, 1]
 
@@ -255,24 +264,24 @@ def test_removing_the_bad_file_and_resuming_finishes_the_conversion(
 def test_resume_refuses_items_that_moved_before_the_point_reached(folder_with_bad_files, tmp_path):
     path = tmp_path / "db"
     with pytest.raises(ImageDecodeError):
-        write_lmdb(folder_with_bad_files, path, workers=0, progress=False)
+        write_lmdb(folder_with_bad_files, path, num_workers=0, progress=False)
     (folder_with_bad_files / "class_00" / "img_00000.jpg").unlink()  # already converted
     with pytest.raises(ValueError, match="cannot resume, it was started from a different"):
-        write_lmdb(folder_with_bad_files, path, resume=True, workers=0, progress=False)
+        write_lmdb(folder_with_bad_files, path, resume=True, num_workers=0, progress=False)
 
 
 def test_resuming_a_complete_database_from_another_source_is_refused(image_folder, tmp_path):
     path = tmp_path / "db"
-    write_lmdb(image_folder, path, workers=0, progress=False)
+    write_lmdb(image_folder, path, num_workers=0, progress=False)
     with pytest.raises(ValueError, match="already complete, converted from a different source"):
-        write_lmdb(NumberedImages(5), path, resume=True, workers=0, progress=False)
-    write_lmdb(image_folder, path, resume=True, workers=0, progress=False)
+        write_lmdb(NumberedImages(5), path, resume=True, num_workers=0, progress=False)
+    write_lmdb(image_folder, path, resume=True, num_workers=0, progress=False)
     assert not lock_path(path).exists()  # a finished resume leaves no lock file
 
 
 def test_a_missing_destination_directory_is_named(image_folder, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no-such-dir: no such directory to write db"):
-        write_lmdb(image_folder, tmp_path / "no-such-dir" / "db", workers=0, progress=False)
+        write_lmdb(image_folder, tmp_path / "no-such-dir" / "db", num_workers=0, progress=False)
 
 
 FULL_DISK = textwrap.dedent(

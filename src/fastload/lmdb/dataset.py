@@ -51,7 +51,7 @@ class LMDBDataset(ImageDataset):
         >>> folder = fastload.make_image_folder(
         ...     tempfile.mkdtemp(), num_classes=2, images_per_class=1
         ... )
-        >>> _ = fastload.write_lmdb(folder, folder / "db", workers=0, progress=False)
+        >>> _ = fastload.write_lmdb(folder, folder / "db", num_workers=0, progress=False)
         >>> dataset = LMDBDataset(folder / "db")
         >>> image, label = dataset[1]
         >>> len(dataset), image.shape, label, dataset.classes
@@ -62,8 +62,8 @@ class LMDBDataset(ImageDataset):
         self,
         path: str | os.PathLike,
         transform: Callable[[Any], Any] | None = None,
-        *,
         target_transform: Callable[[Any], Any] | None = None,
+        *,
         decode: DecodeMode = "numpy",
         min_size: int | tuple[int, int] | None = None,
         readahead: bool = True,

@@ -181,7 +181,7 @@ def write_lmdb(
     skip_bad: bool = False,
     resize: int | None = None,
     quality: int | None = None,
-    workers: int | None = None,
+    num_workers: int | None = None,
     commit_every: int = 256,
     map_size: int = DEFAULT_MAP_SIZE,
     progress: bool = True,
@@ -202,8 +202,8 @@ def write_lmdb(
         quality: JPEG quality for images fastload encodes. Files are kept byte for byte
             unless ``resize`` or ``quality`` is given; Dataset images are stored as raw
             arrays (lossless) unless one is.
-        workers: Processes that read and encode (default: the CPUs available); 0 runs in
-            this process.
+        num_workers: Processes that read and encode (default: the CPUs available); 0 runs
+            in this process.
         commit_every: Records per transaction.
         map_size: Initial LMDB map size in bytes; it doubles whenever it is full.
         progress: Show a tqdm progress bar.
@@ -216,7 +216,7 @@ def write_lmdb(
         >>> folder = fastload.make_image_folder(
         ...     tempfile.mkdtemp(), num_classes=2, images_per_class=2
         ... )
-        >>> meta = write_lmdb(folder, folder / "train.lmdb", workers=0, progress=False)
+        >>> meta = write_lmdb(folder, folder / "train.lmdb", num_workers=0, progress=False)
         >>> meta["count"], meta["classes"]
         (4, ['class_00', 'class_01'])
     """
@@ -238,7 +238,7 @@ def write_lmdb(
         raise ValueError(f"resize must be >= 1 pixel, got {resize}")
     items = as_source(source)
     encoding = Encoding(resize, quality)
-    workers = available_cpus() if workers is None else workers
+    num_workers = available_cpus() if num_workers is None else num_workers
 
     close_reader(path)  # a dataset in this process may have it open for reading
     env = open_for_writing(path, map_size=map_size)
@@ -248,7 +248,7 @@ def write_lmdb(
             logger.info("%s is already complete", path)
             with env.begin() as txn:
                 return read_meta(txn, path)
-        meta = _convert(env, items, encoding, state, skip_bad=skip_bad, workers=workers,
+        meta = _convert(env, items, encoding, state, skip_bad=skip_bad, workers=num_workers,
                         commit_every=commit_every, progress=progress)  # fmt: skip
         env.sync()
     finally:

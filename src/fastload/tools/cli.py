@@ -33,7 +33,7 @@ def _convert(args: argparse.Namespace) -> None:
         skip_bad=args.skip_bad,
         resize=args.resize,
         quality=args.quality,
-        workers=args.workers,
+        num_workers=args.workers,
     )
     skipped = f", {len(meta['skipped'])} skipped" if meta["skipped"] else ""
     print(f"{args.destination}: {meta['count']} records{skipped}")
