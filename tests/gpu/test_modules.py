@@ -537,3 +537,10 @@ def test_cuda_equals_cpu_for_the_same_parameters(name):
         batch.cuda(), params={k: v.cuda() if k != "order" else v for k, v in params.items()}
     )
     torch.testing.assert_close(on_cuda.cpu(), on_cpu, rtol=0, atol=1e-4)
+
+
+def test_module_apply_still_walks_a_model_that_holds_them():
+    seen = []
+    model = nn.Sequential(*(make() for make in (MODULES | FLOAT_ONLY).values()), nn.Conv2d(3, 3, 1))
+    model.apply(lambda module: seen.append(type(module).__name__))  # weight init does this
+    assert seen[-1] == "Sequential" and len(seen) == len(MODULES) + len(FLOAT_ONLY) + 2

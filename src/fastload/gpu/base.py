@@ -1,7 +1,8 @@
 """The base of every batch augmentation: draw per-sample parameters, then apply them.
 
 A module's ``forward(images, params=None)`` first calls ``sample_params`` (one
-vectorised draw for the whole batch, on the batch's device), then ``apply``. Passing
+vectorised draw for the whole batch, on the batch's device), then ``apply_transform``
+(Kornia's name: ``nn.Module.apply(fn)`` must keep working on a model that holds one). Passing
 ``params`` replays an augmentation, which is how tests compare with torchvision.
 """
 
@@ -87,7 +88,7 @@ class BatchTransform(nn.Module):
     """Base of the ``fastload.gpu`` modules.
 
     Subclasses implement ``sample_params(shape, device, generator) -> dict`` and
-    ``apply(images, params) -> images``, and use the sampling helpers below, which
+    ``apply_transform(images, params) -> images``, and use the sampling helpers below, which
     honour ``same_on_batch`` (one draw for the whole batch, as torchvision does).
 
     Args:
@@ -115,14 +116,14 @@ class BatchTransform(nn.Module):
         if params is None:
             params = self.sample_params(images.shape, images.device, self.generator)
         with torch.autocast(images.device.type, enabled=False):
-            return self.apply(images, params)
+            return self.apply_transform(images, params)
 
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
     ) -> Params:
         raise NotImplementedError
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         raise NotImplementedError
 
     # --- sampling helpers: one call for the batch, shape (N, *extra) --------------------------

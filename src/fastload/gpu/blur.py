@@ -53,7 +53,7 @@ class GaussianBlur(BatchTransform):
             "sigma": self._uniform(n, *self.sigma, device=device, generator=generator),
         }
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         n, c, height, width = images.shape
         if n == 0:  # a grouped convolution needs at least one group
             return images.clone()

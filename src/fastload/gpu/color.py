@@ -149,7 +149,7 @@ class ColorJitter(BatchTransform):
                 params[name] = self._uniform(n, *limits, device=device, generator=generator)
         return params
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         bound = max_value(images.dtype)
         out = to_float(images)
         for index in params["order"].tolist():
@@ -182,7 +182,7 @@ class RandomGrayscale(BatchTransform):
     def sample_params(self, shape, device, generator=None) -> Params:
         return {"apply": self._applies(shape[0], device, generator)}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         gray = restore(grayscale(to_float(images)), images.dtype).expand_as(images)
         return blend_where(params["apply"], gray, images)
 
@@ -237,7 +237,7 @@ class Normalize(BatchTransform):
     def sample_params(self, shape, device, generator=None) -> Params:
         return {}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         pixels = to_float(images)
         return normalize(pixels, *self.affine(pixels.device, pixels.dtype)).to(images.dtype)
 
@@ -259,7 +259,7 @@ class ToDtype(BatchTransform):
     def sample_params(self, shape, device, generator=None) -> Params:
         return {}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         from torchvision.transforms.v2.functional import to_dtype
 
         return to_dtype(images, self.dtype, scale=self.scale)

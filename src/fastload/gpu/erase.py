@@ -80,7 +80,7 @@ class RandomErasing(BatchTransform):
         apply = self._applies(n, device, generator) & fits.any(dim=1)
         return {"apply": apply, "top": top, "left": left, "height": box_h, "width": box_w}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         if len(self.value) not in (1, images.shape[1]):
             raise ValueError(
                 f"value has {len(self.value)} entries, images have {images.shape[1]} channels"

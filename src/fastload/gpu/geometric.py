@@ -51,7 +51,7 @@ class _RandomFlip(BatchTransform):
     def sample_params(self, shape, device, generator=None) -> Params:
         return {"apply": self._applies(shape[0], device, generator)}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return blend_where(params["apply"], images.flip(self.dim), images)
 
 
@@ -152,7 +152,7 @@ class RandomCrop(BatchTransform):
         left = (offsets[:, 1] * (padded_w - crop_w + 1)).long()
         return {"top": top, "left": left}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         left, right, top, bottom = self._padding(images.shape[-2], images.shape[-1])
         if left or right or top or bottom:
             mode = self._MODES[self.padding_mode]
@@ -175,7 +175,7 @@ class CenterCrop(BatchTransform):
     def sample_params(self, shape, device, generator=None) -> Params:
         return {}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         crop_h, crop_w = self.size
         height, width = images.shape[-2:]
         if crop_h > height or crop_w > width:  # torchvision pads, then crops
@@ -218,7 +218,7 @@ class Resize(BatchTransform):
     def sample_params(self, shape, device, generator=None) -> Params:
         return {}
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         size = self.output_size(*images.shape[-2:])
         if size == tuple(images.shape[-2:]):
             return images
@@ -298,7 +298,7 @@ class RandomResizedCrop(BatchTransform):
             "width": torch.where(none_fit, fallback_w, crop_w),
         }
 
-    def apply(self, images: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return resized_crops(images, params, self.size)
 
 

@@ -62,7 +62,7 @@ class _Mix(BatchTransform):
         if params is None:
             params = self.sample_params(images.shape, images.device, self.generator)
         with torch.autocast(images.device.type, enabled=False):
-            mixed, lam = self.apply(images, params)
+            mixed, lam = self.apply_transform(images, params)
             soft = labels.float()
             weight = lam.view(-1, 1)
             return mixed, weight * soft + (1 - weight) * soft.roll(1, dims=0)
@@ -77,7 +77,7 @@ class MixUp(_Mix):
         lam = self._lam(n, device, generator)
         return {"lam": torch.where(self._applies(n, device, generator), lam, torch.ones_like(lam))}
 
-    def apply(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
+    def apply_transform(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
         lam = params["lam"]
         pixels = to_float(images)
         weight = lam.to(pixels.dtype).view(-1, 1, 1, 1)
@@ -102,7 +102,7 @@ class CutMix(_Mix):
         box_w = torch.where(apply, right - left, torch.zeros_like(left))
         return {"top": top, "left": left, "height": box_h, "width": box_w}
 
-    def apply(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
+    def apply_transform(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
         height, width = images.shape[-2:]
         mask = box_mask(
             params["top"], params["left"], params["height"], params["width"], (height, width)
