@@ -19,6 +19,7 @@ test: $(BIN)/fastload
 lint: $(BIN)/fastload
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/mypy
 
 bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/tensor_dataset.py --plot

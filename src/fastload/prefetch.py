@@ -45,7 +45,7 @@ def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path 
         return fn(path, batch)
     if isinstance(batch, Mapping):
         items = {key: map_tensors(value, fn, (*path, key)) for key, value in batch.items()}
-        return items if type(batch) is dict else type(batch)(items)
+        return items if type(batch) is dict else type(batch)(items)  # type: ignore[call-arg]
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
         return type(batch)(*(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch)))
     if isinstance(batch, (list, tuple)):
@@ -63,7 +63,8 @@ def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path 
 def _with_item(batch: Any, key: Any, value: Any) -> Any:
     """``batch`` with its top-level item ``key`` replaced, of the same type."""
     if isinstance(batch, Mapping):
-        return {**batch, key: value} if type(batch) is dict else type(batch)({**batch, key: value})
+        merged = {**batch, key: value}
+        return merged if type(batch) is dict else type(batch)(merged)  # type: ignore[call-arg]
     items = list(batch)
     items[key] = value
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
@@ -169,7 +170,7 @@ class DataPrefetcher(LoaderProxy):
         mean, std = _check_stats("mean", mean), _check_stats("std", std)
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
-        if mean is not None and len(mean) != len(std):
+        if mean is not None and std is not None and len(mean) != len(std):
             raise ValueError(f"mean and std differ in length: {len(mean)} and {len(std)}")
 
         self.loader = loader
@@ -184,7 +185,7 @@ class DataPrefetcher(LoaderProxy):
         self.decode = decode
         self.mean, self.std = mean, std
         self._normalize = None
-        if mean is not None:
+        if mean is not None and std is not None:
             if max(mean) > 1:  # apex style: statistics on the 0..255 scale
                 mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
             self._normalize = Normalize(mean, std)
@@ -269,6 +270,8 @@ class DataPrefetcher(LoaderProxy):
     def _preload(self) -> None:
         """Take the next batch from the loader and start its copy; never raises."""
         slot = _InFlight()
+        if self._iterator is None:
+            raise RuntimeError("DataPrefetcher: no epoch started")
         try:
             batch = next(self._iterator)
         except StopIteration:

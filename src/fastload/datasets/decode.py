@@ -95,12 +95,12 @@ def _displayed_size(data: np.ndarray, source: str) -> tuple[int, int] | None:
     try:
         if data[:2].tobytes() == _JPEG_START:
             # The plugin itself: Image.open would apply PIL's own pixel limit first.
-            header = JpegImagePlugin.JpegImageFile(head)
-            orientation = header.getexif().get(_EXIF_ORIENTATION, 1)
+            jpeg = JpegImagePlugin.JpegImageFile(head)
+            with jpeg:
+                (width, height), orientation = jpeg.size, jpeg.getexif().get(_EXIF_ORIENTATION, 1)
         else:
-            header, orientation = Image.open(head), 1
-        with header:
-            width, height = header.size
+            with Image.open(head) as other:
+                (width, height), orientation = other.size, 1
     except Image.DecompressionBombError as error:
         if MAX_PIXELS is None:
             return None

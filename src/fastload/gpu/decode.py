@@ -139,21 +139,25 @@ class GPUDecoder(nn.Module):
         calls run on a stream with no other work, the caller's stream waits for them,
         and each output is recorded on the caller's stream for the allocator.
         """
+        nvjpeg = self._nvjpeg
+        if nvjpeg is None:
+            raise RuntimeError("GPUDecoder: no nvJPEG on a CPU device")
         cuda = self.device.type == "cuda"  # tests stand a CPU decoder in for nvJPEG
         if cuda and self._stream is None:
             self._stream = torch.cuda.Stream(self.device)
+        stream = self._stream
         caller = torch.cuda.current_stream(self.device) if cuda else None
         batch = [encoded[i] for i in indices]
-        with torch.cuda.stream(self._stream) if cuda else contextlib.nullcontext():
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             try:
-                decoded = dict(zip(indices, self._nvjpeg(batch, self.device), strict=True))
+                decoded = dict(zip(indices, nvjpeg(batch, self.device), strict=True))
             except RuntimeError:  # the batch call returns nothing when one image fails
                 decoded = {}
                 for index in indices:
                     with contextlib.suppress(RuntimeError):  # refused: the CPU decodes it
-                        decoded[index] = self._nvjpeg([encoded[index]], self.device)[0]
-        if caller is not None:
-            caller.wait_stream(self._stream)
+                        decoded[index] = nvjpeg([encoded[index]], self.device)[0]
+        if caller is not None and stream is not None:
+            caller.wait_stream(stream)
             for image in decoded.values():
                 image.record_stream(caller)
         return decoded

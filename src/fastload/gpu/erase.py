@@ -86,7 +86,11 @@ class RandomErasing(BatchTransform):
                 f"value has {len(self.value)} entries, images have {images.shape[1]} channels"
             )
         mask = box_mask(
-            params["top"], params["left"], params["height"], params["width"], images.shape[-2:]
+            params["top"],
+            params["left"],
+            params["height"],
+            params["width"],
+            (images.shape[-2], images.shape[-1]),
         )
         mask = mask & params["apply"].view(-1, 1, 1, 1)
         if len(self.value) == 1:  # a Python scalar: nothing to copy to the device

@@ -42,7 +42,9 @@ class _Mix(BatchTransform):
         lam = gammas[:, 0] / gammas.sum(dim=1)
         return lam.expand(n) if self.same_on_batch else lam
 
-    def forward(
+    # (images, labels) in, (images, soft labels) out, as torchvision's MixUp/CutMix: not the
+    # images-only signature of the other modules.
+    def forward(  # type: ignore[override]
         self, images: Tensor, labels: Tensor, params: Params | None = None
     ) -> tuple[Tensor, Tensor]:
         check_images(images, type(self).__name__)
@@ -77,7 +79,9 @@ class MixUp(_Mix):
         lam = self._lam(n, device, generator)
         return {"lam": torch.where(self._applies(n, device, generator), lam, torch.ones_like(lam))}
 
-    def apply_transform(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
+    def apply_transform(  # type: ignore[override]
+        self, images: Tensor, params: Params
+    ) -> tuple[Tensor, Tensor]:
         lam = params["lam"]
         pixels = to_float(images)
         weight = lam.to(pixels.dtype).view(-1, 1, 1, 1)
@@ -102,7 +106,9 @@ class CutMix(_Mix):
         box_w = torch.where(apply, right - left, torch.zeros_like(left))
         return {"top": top, "left": left, "height": box_h, "width": box_w}
 
-    def apply_transform(self, images: Tensor, params: Params) -> tuple[Tensor, Tensor]:
+    def apply_transform(  # type: ignore[override]
+        self, images: Tensor, params: Params
+    ) -> tuple[Tensor, Tensor]:
         height, width = images.shape[-2:]
         mask = box_mask(
             params["top"], params["left"], params["height"], params["width"], (height, width)

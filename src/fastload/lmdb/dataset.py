@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fastload.datasets.base import ImageDataset
 from fastload.datasets.decode import DecodeMode, as_output
 from fastload.lmdb.format import (
@@ -137,10 +139,11 @@ class LMDBDataset(ImageDataset):
 
     def _sample(self, txn, index: int) -> tuple[Any, Any]:
         record = self._record(txn, index, copy=False)  # decoded or copied before the next read
-        if record.encoded:
-            image = self._load(record.payload, source=f"{self._path}:{index}")
+        payload = record.payload
+        if isinstance(payload, np.ndarray):  # stored as a raw array
+            image = as_output(payload, self.decode)
         else:
-            image = as_output(record.payload, self.decode)
+            image = self._load(payload, source=f"{self._path}:{index}")
         return self._finish(image, record.label)
 
     def __repr__(self) -> str:

@@ -120,8 +120,8 @@ def as_source(source: Any) -> FileSource | DatasetSource:
         samples = [(str(path), int(label)) for path, label in source]
         return FileSource(samples, None, f"list of {len(samples)} files")
     if hasattr(source, "__getitem__") and hasattr(source, "__len__"):
-        classes = getattr(source, "classes", None)
-        return DatasetSource(source, type(source).__name__, list(classes) if classes else None)
+        found = getattr(source, "classes", None)
+        return DatasetSource(source, type(source).__name__, list(found) if found else None)
     raise TypeError(
         "source must be an image folder, a list of (path, label) or a map-style Dataset, "
         f"got {type(source).__name__}"

@@ -291,7 +291,7 @@ def _convert(
                         )
                     state.skipped.append({"path": items.name(position), "error": error})
                     bar.set_postfix(skipped=len(state.skipped))
-                else:
+                elif record is not None:
                     pending.append((index_key(state.count), record))
                     pending_bytes += len(record)
                     state.count += 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -29,6 +29,7 @@ from torch.utils.data import (
     DistributedSampler,
     IterableDataset,
 )
+from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from fastload.loader.defaults import (
     MAX_AUTO_WORKERS,
@@ -141,35 +142,36 @@ class FastLoader(DataLoader[T_co]):
             collate_fn = passthrough_collate
             self.choices["fetch"] = "one indexing operation per batch (in-memory tensors)"
 
-        chosen = num_workers in (_AUTO, _TUNE)  # FastLoader picks, not the caller
+        chosen = isinstance(num_workers, str)  # 'auto' or 'tune': FastLoader picks, not the caller
+        workers: int
         if num_workers == _TUNE and not in_memory:
-            num_workers, prefetch_factor = self._tune(
+            workers, prefetch_factor = self._tune(
                 view, batch_size, collate_fn, drop_last, pin_memory, worker_init_fn, prefetch_factor
             )
         elif chosen:
-            num_workers = self._choose_num_workers(in_memory=in_memory, iterable=iterable)
-        elif num_workers > 0:
+            workers = self._choose_num_workers(in_memory=in_memory, iterable=iterable)
+        else:
+            workers = int(num_workers)
+        if not chosen and workers > 0:
             shortage = small_shared_memory()  # the caller chose the workers: only say so
             if shortage is not None:
-                warnings.warn(f"FastLoader with {num_workers} workers: {shortage}", stacklevel=2)
+                warnings.warn(f"FastLoader with {workers} workers: {shortage}", stacklevel=2)
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
             self.choices["pin_memory"] = "CUDA available" if pin_memory else "no CUDA"
-        if num_workers > 0:
+        if workers > 0:
             if persistent_workers is None:
                 persistent_workers = True
                 self.choices["persistent_workers"] = "workers kept across epochs"
             if prefetch_factor is None:
-                prefetch_factor = max(2, math.ceil(MIN_BATCHES_IN_FLIGHT / num_workers))
-                self.choices["prefetch_factor"] = (
-                    f"{prefetch_factor * num_workers} batches in flight"
-                )
+                prefetch_factor = max(2, math.ceil(MIN_BATCHES_IN_FLIGHT / workers))
+                self.choices["prefetch_factor"] = f"{prefetch_factor * workers} batches in flight"
         persistent_workers = bool(persistent_workers)
 
         self._auto_epoch = False
         self._epoch: int | None = None
         # Workers FastLoader chose are dropped if a batch could not travel from them.
-        self._check_sendable = chosen and num_workers > 0 and not iterable
+        self._check_sendable = chosen and workers > 0 and not iterable
         if sampler is None and batch_sampler is None and not iterable and _distributed():
             sampler = DistributedSampler(view, shuffle=bool(shuffle), drop_last=drop_last)
             shuffle = None
@@ -182,7 +184,7 @@ class FastLoader(DataLoader[T_co]):
             shuffle=shuffle,
             sampler=sampler,
             batch_sampler=batch_sampler,
-            num_workers=num_workers,
+            num_workers=workers,
             collate_fn=collate_fn,
             pin_memory=pin_memory,
             drop_last=drop_last,
@@ -304,7 +306,7 @@ class FastLoader(DataLoader[T_co]):
         }
         return ", ".join(f"{name}={values[name]} ({why})" for name, why in self.choices.items())
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> _BaseDataLoaderIter:
         if self._auto_epoch:
             self._advance_epoch()
         return super().__iter__()

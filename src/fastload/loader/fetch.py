@@ -73,7 +73,7 @@ class IndexBatches(Sampler[torch.Tensor]):
         self._len = batch_sampler.__len__
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        order = _vectorised_order(self.sampler)
+        order = _vectorised_order(self.sampler) if isinstance(self.sampler, Sampler) else None
         if order is not None:
             batches = order.split(self.batch_size)
             if self.drop_last and batches and len(batches[-1]) < self.batch_size:
@@ -96,7 +96,7 @@ def passthrough_collate(batch: Any) -> Any:
     return batch
 
 
-def _describe(indices: Sequence[int] | int) -> str:
+def _describe(indices: Sequence[int] | torch.Tensor | int) -> str:
     if isinstance(indices, int):
         return f"index {indices}"
     shown = ", ".join(str(int(i)) for i in list(indices)[:8])

@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -139,7 +140,7 @@ def _diagnose(args: argparse.Namespace) -> None:
     from fastload.tools.diagnostics import classifier_step, diagnose
 
     dataset = _image_dataset(args.data, args.image_size)
-    loader = FastLoader(
+    loader: FastLoader[Any] = FastLoader(
         dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
         collate_fn=uint8_collate,
     )  # fmt: skip
@@ -148,7 +149,7 @@ def _diagnose(args: argparse.Namespace) -> None:
     step = None if args.model == "none" else classifier_step(args.model, classes, prefetcher.device)
     report = diagnose(prefetcher, step, batches=args.batches, warmup=args.warmup, progress=True)
     print(report.to_json() if args.json else report)
-    if args.plot is not None:
+    if args.plot is not None and report.timeline is not None:
         from fastload.tools.plots import plot_timeline
 
         print(f"wrote {plot_timeline(report.timeline, args.plot)}")

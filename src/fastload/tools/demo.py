@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -91,9 +92,10 @@ def diagnose_small_training(root: Path, *, batches: int = 6):
     from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher
     from fastload.tools.diagnostics import classifier_step, diagnose
 
-    loader = FastLoader(_imagefolder(root, 64), batch_size=16, shuffle=True)
+    dataset = _imagefolder(root, 64)
+    loader: FastLoader[Any] = FastLoader(dataset, batch_size=16, shuffle=True)
     prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
-    step = classifier_step("resnet18", len(loader.dataset.classes), prefetcher.device)
+    step = classifier_step("resnet18", len(dataset.classes), prefetcher.device)
     return diagnose(prefetcher, step, batches=batches, warmup=2)
 
 

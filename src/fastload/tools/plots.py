@@ -55,7 +55,7 @@ def plot_workers(
             marker="o",
             label=f"prefetch_factor={prefetch}",
         )
-    best = max(curve, key=curve.get)
+    best = max(curve, key=lambda setting: curve[setting])
     ax.annotate(
         "best", (best[0], curve[best]), textcoords="offset points", xytext=(0, 8), ha="center"
     )

@@ -28,7 +28,8 @@ def _fractal_noise(
     for octave in range(octaves):
         cells = 2 ** (octave + 1)
         coarse = rng.standard_normal((cells, max(2, cells * width // height), 3)).astype(np.float32)
-        noise += cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC) / decay**octave
+        resized = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
+        noise += (resized / decay**octave).astype(np.float32)
     return noise
 
 
@@ -46,9 +47,9 @@ def photo_like_image(rng: np.random.Generator, height: int, width: int) -> np.nd
             int(rng.integers(width // 16, width // 3)),
             int(rng.integers(height // 16, height // 3)),
         )
-        mask = np.zeros((height, width), np.float32)
-        cv2.ellipse(mask, center, axes, float(rng.uniform(0, 180)), 0, 360, 1.0, -1)
-        mask = cv2.GaussianBlur(mask, (0, 0), sigmaX=float(rng.uniform(1, 6)))[..., None]
+        outline = np.zeros((height, width), np.float32)
+        cv2.ellipse(outline, center, axes, float(rng.uniform(0, 180)), 0, 360, 1.0, -1)
+        mask = cv2.GaussianBlur(outline, (0, 0), sigmaX=float(rng.uniform(1, 6)))[..., None]
         shift = (int(rng.integers(0, height)), int(rng.integers(0, width)))
         colour = rng.uniform(0, 255, size=3).astype(np.float32) + np.roll(texture, shift, (0, 1))
         image = image * (1 - mask) + colour * mask
