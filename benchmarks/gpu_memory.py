@@ -7,7 +7,7 @@ alive by a stream it was recorded on, shows up as growth from epoch to epoch.
 - DataPrefetcher: uint8 images in memory, FastLoader workers, the copy on the side
   stream, per-sample augmentation (RandomResizedCrop, flip, ColorJitter) and
   normalisation there, at depth 2;
-- GPUDecoder: encoded JPEGs in memory, ``encoded_collate``, DataPrefetcher(decode=...).
+- GPUDecoder: encoded JPEGs in memory, ``encoded_collate``, DataPrefetcher(decoder=...).
 
 Without CUDA the process's resident memory is reported instead (CPU fallback).
 
@@ -86,7 +86,7 @@ def pipelines(args, device: torch.device) -> dict[str, DataPrefetcher]:
         ),
         "DataPrefetcher + GPUDecoder": DataPrefetcher(
             encoded_loader, device, mean=MEAN, std=STD, channels_last=True,
-            decode=gpu.GPUDecoder(args.size, device=device),
+            decoder=gpu.GPUDecoder(args.size, device=device),
         ),
     }  # fmt: skip
 

@@ -42,7 +42,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
     augment_on_gpu = args.augment == "gpu"
     if args.decode == "gpu":  # the workers read bytes; the GPU decodes and crops
         dataset = folder(args.data, decode=None)
-        collate, decode = encoded_collate, gpu.GPUDecoder(args.image_size, device=device)
+        collate, decoder = encoded_collate, gpu.GPUDecoder(args.image_size, device=device)
     else:
         import albumentations as A
 
@@ -50,7 +50,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
         if not augment_on_gpu:  # without a GPU, uint8 in the workers is cheapest
             ops += [A.HorizontalFlip(), A.ColorJitter(0.2, 0.2, 0.2, hue=0.0)]
         dataset = folder(args.data, transform=Albumentations(A.Compose(ops)))
-        collate, decode = uint8_collate, None
+        collate, decoder = uint8_collate, None
     loader = FastLoader(
         dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
         collate_fn=collate, drop_last=True,
@@ -58,7 +58,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
     on_device = nn.Sequential(gpu.RandomHorizontalFlip(), gpu.ColorJitter(0.2, 0.2, 0.2))
     prefetcher = DataPrefetcher(
         loader, device, mean=MEAN, std=STD, transform=on_device if augment_on_gpu else None,
-        decode=decode, channels_last=device.type == "cuda",
+        decoder=decoder, channels_last=device.type == "cuda",
     )  # fmt: skip
     return prefetcher, len(dataset.classes)
 

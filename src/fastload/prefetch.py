@@ -135,8 +135,8 @@ class DataPrefetcher(LoaderProxy):
         depth: Batches prepared ahead of the one you hold.
         image: Which leaf is the image: an index into a tuple/list batch or a key of a
             dict batch. Default: the key ``"image"`` (or ``"images"``) of a dict, else the
-            first 4-D tensor, else the first tensor (with ``decode``: the list holding it).
-        decode: Turns the image leaf, a list of encoded images, into an NCHW uint8 batch
+            first 4-D tensor, else the first tensor (with ``decoder``: the list holding it).
+        decoder: Turns the image leaf, a list of encoded images, into an NCHW uint8 batch
             on the device, e.g. ``fastload.gpu.GPUDecoder(224)``; runs on the side stream
             before ``transform``.
 
@@ -161,7 +161,7 @@ class DataPrefetcher(LoaderProxy):
         transform: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None,
         depth: int = 2,
         image: int | str | None = None,
-        decode: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
+        decoder: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
     ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
@@ -182,7 +182,7 @@ class DataPrefetcher(LoaderProxy):
         self.transform = transform
         self.depth = depth
         self.image = image
-        self.decode = decode
+        self.decoder = decoder
         self.mean, self.std = mean, std
         self._normalize = None
         if mean is not None and std is not None:
@@ -241,14 +241,14 @@ class DataPrefetcher(LoaderProxy):
         if self.image is None:
             path = image_leaf_path(batch)
             # Encoded images come as a list of byte tensors: the image is that list.
-            return path[:-1] if self.decode is not None and path else path
+            return path[:-1] if self.decoder is not None and path else path
         try:
             leaf = batch[self.image]
         except (KeyError, IndexError, TypeError):
             leaf = None
-        wanted = (list, tuple) if self.decode is not None else torch.Tensor
+        wanted = (list, tuple) if self.decoder is not None else torch.Tensor
         if not isinstance(leaf, wanted):
-            what = "list of encoded images" if self.decode is not None else "tensor"
+            what = "list of encoded images" if self.decoder is not None else "tensor"
             raise KeyError(
                 f"image={self.image!r} names no {what} in a batch of type {type(batch).__name__}"
             )
@@ -256,10 +256,10 @@ class DataPrefetcher(LoaderProxy):
 
     def _prepare(self, batch: Any) -> Any:
         image_path = self._image_path(batch)
-        if self.decode is not None:
+        if self.decoder is not None:
             if image_path is None or len(image_path) != 1:
-                raise ValueError("decode needs the encoded images at the top level of the batch")
-            batch = _with_item(batch, image_path[0], self.decode(batch[image_path[0]]))
+                raise ValueError("decoder needs the encoded images at the top level of the batch")
+            batch = _with_item(batch, image_path[0], self.decoder(batch[image_path[0]]))
 
         def move(path: Path, tensor: torch.Tensor) -> torch.Tensor:
             tensor = tensor.to(self.device, non_blocking=True)
@@ -366,5 +366,5 @@ class DataPrefetcher(LoaderProxy):
         return (
             f"{type(self).__name__}(device={self.device}, dtype={self.dtype}, mean={self.mean}, "
             f"std={self.std}, channels_last={self.channels_last}, depth={self.depth}, "
-            f"transform={self.transform!r}, decode={self.decode!r})"
+            f"transform={self.transform!r}, decoder={self.decoder!r})"
         )

@@ -184,7 +184,7 @@ def test_lmdb_bytes_to_a_normalised_batch_through_the_prefetcher(tmp_path):
         collate_fn=encoded_collate,
     )
     prefetcher = DataPrefetcher(
-        loader, "cpu", decode=GPUDecoder(32, device="cpu"), mean=(0.5,) * 3, std=(0.5,) * 3
+        loader, "cpu", decoder=GPUDecoder(32, device="cpu"), mean=(0.5,) * 3, std=(0.5,) * 3
     )
     batches = list(prefetcher)
     assert [tuple(images.shape) for images, _ in batches] == [
@@ -200,7 +200,7 @@ def test_lmdb_bytes_to_a_normalised_batch_through_the_prefetcher(tmp_path):
 
 def test_prefetcher_decode_needs_a_list_at_the_named_place():
     prefetcher = DataPrefetcher(
-        [{"pixels": MIXED}], "cpu", decode=GPUDecoder(8, device="cpu"), image="image"
+        [{"pixels": MIXED}], "cpu", decoder=GPUDecoder(8, device="cpu"), image="image"
     )
     with pytest.raises(
         KeyError, match="image='image' names no list of encoded images in a batch of type dict"

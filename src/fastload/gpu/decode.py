@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from fastload.datasets.decode import decode_image
 from fastload.gpu.base import Params, pair
-from fastload.gpu.geometric import RandomResizedCrop, _size, resized_crops
+from fastload.gpu.geometric import RandomResizedCrop, output_size, resized_crops
 from fastload.system import available_cpus, default_device
 
 __all__ = ["GPUDecoder"]
@@ -101,7 +101,7 @@ class GPUDecoder(nn.Module):
             raise ValueError(f"crop must be one of {CROPS}, got {crop!r}")
         if not 0 < crop_fraction <= 1:
             raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction}")
-        self.size = _size(size)
+        self.size = output_size(size)
         self.crop = crop
         self.crop_fraction = crop_fraction
         self.boxes = RandomResizedCrop(self.size, pair(scale, "scale"), pair(ratio, "ratio"))

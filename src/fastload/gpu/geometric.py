@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-def _size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
+def output_size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
     """torchvision's meaning: an int is a square for crops; (h, w) otherwise."""
     if isinstance(size, int):
         size = (size, size)
@@ -106,7 +106,7 @@ class RandomCrop(BatchTransform):
             raise ValueError(
                 f"padding_mode must be one of {sorted(self._MODES)}, got {padding_mode!r}"
             )
-        self.size = _size(size)
+        self.size = output_size(size)
         self.padding = padding
         self.pad_if_needed = pad_if_needed
         self.fill = finite(fill, "fill")
@@ -170,7 +170,7 @@ class CenterCrop(BatchTransform):
 
     def __init__(self, size: int | Sequence[int]) -> None:
         super().__init__()
-        self.size = _size(size)
+        self.size = output_size(size)
 
     def sample_params(self, shape, device, generator=None) -> Params:
         return {}
@@ -199,14 +199,14 @@ class Resize(BatchTransform):
     ) -> None:
         super().__init__()
         if not isinstance(size, int):
-            size = _size(size)
+            size = output_size(size)
         elif size < 1:
             raise ValueError(f"size must be positive, got {size}")
         self.size = size
         self.max_size = max_size
         self.antialias = antialias
 
-    def output_size(self, height: int, width: int) -> tuple[int, int]:
+    def _output_size(self, height: int, width: int) -> tuple[int, int]:
         if not isinstance(self.size, int):
             return self.size
         short, long = sorted((height, width))
@@ -219,7 +219,7 @@ class Resize(BatchTransform):
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        size = self.output_size(*images.shape[-2:])
+        size = self._output_size(*images.shape[-2:])
         if size == tuple(images.shape[-2:]):
             return images
         resized = F.interpolate(
@@ -254,7 +254,7 @@ class RandomResizedCrop(BatchTransform):
         generator=None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
-        self.size = _size(size)
+        self.size = output_size(size)
         self.scale = pair(scale, "scale")
         self.ratio = pair(ratio, "ratio")
         if self.scale[0] <= 0 or self.ratio[0] <= 0:
