@@ -31,9 +31,10 @@ bench: $(BIN)/fastload
 # The GPU suite (benchmarks/gpu_suite.py). On a GPU machine whose Python already has torch,
 # it runs the package from src/ with that Python, no venv: `make bench-gpu PYTHON=python3`.
 PARTS ?= all
+BUDGET ?= 3600
 SUITE_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 bench-gpu:
-	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(SUITE_PYTHON) benchmarks/gpu_suite.py --parts $(PARTS)
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(SUITE_PYTHON) benchmarks/gpu_suite.py --parts $(PARTS) --budget-s $(BUDGET)
 	$(SUITE_PYTHON) benchmarks/gpu_readme.py
 
 clean:
