@@ -1,8 +1,8 @@
 """A folder of JPEGs: DataLoader with its defaults vs FastLoader with its defaults.
 
 Same torchvision ImageFolder, same transform (PIL decode, RandomResizedCrop 224, flip,
-uint8 tensor), same batch size; each loader keeps every default it has. Epochs after
-a warm-up epoch, median of several.
+uint8 tensor), same batch size; each loader keeps every default it has. A warm-up
+epoch each, then the loaders take turns epoch by epoch (interleaved); medians.
 
 Usage:
     python benchmarks/loader_defaults.py [--batch-size 64] [--repeats 5] [--plot]

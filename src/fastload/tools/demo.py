@@ -54,19 +54,25 @@ def compare_loaders(
     same torchvision ImageFolder and transform (PIL decode, RandomResizedCrop, flip,
     uint8 tensor).
 
-    The first epoch of each is a warm-up (it also starts FastLoader's persistent workers).
+    The first epoch of each is a warm-up (it also starts FastLoader's persistent workers);
+    then the loaders take turns, epoch by epoch.
     """
     dataset = _imagefolder(root, image_size)
     loaders = {
         "DataLoader": DataLoader(dataset, batch_size=batch_size, shuffle=True),
         "FastLoader": FastLoader(dataset, batch_size=batch_size, shuffle=True),
     }
-    runs = []
-    for name, loader in loaders.items():
-        settings = f"num_workers={loader.num_workers}, pin_memory={loader.pin_memory}"
-        timing = measure(partial(_one_epoch, loader), repeats=repeats)
-        runs.append(LoaderRun(name, timing, len(dataset), settings))
-    return runs
+    for loader in loaders.values():  # warm-up: FastLoader's workers start here
+        _one_epoch(loader)
+    seconds: dict[str, list[float]] = {name: [] for name in loaders}
+    for _ in range(repeats):  # interleaved: a noisy minute costs both alike
+        for name, loader in loaders.items():
+            seconds[name] += measure(partial(_one_epoch, loader), repeats=1, warmup=0).seconds
+    return [
+        LoaderRun(name, Measurement(tuple(seconds[name])), len(dataset),
+                  f"num_workers={loader.num_workers}, pin_memory={loader.pin_memory}")
+        for name, loader in loaders.items()
+    ]  # fmt: skip
 
 
 def loader_table(runs: list[LoaderRun]) -> str:
