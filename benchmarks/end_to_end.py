@@ -8,7 +8,8 @@ warm-up; the table holds the median over the timed epochs.
 
 - baseline: torchvision ImageFolder, PIL transforms (RandomResizedCrop, flip,
   ColorJitter 0.2/0.2/0.2, ToTensor, Normalize), DataLoader with each of
-  ``--baseline-workers`` workers (pin_memory on a GPU), ``.to(device)`` in the loop;
+  ``--baseline-workers`` workers (persistent, pin_memory on a GPU), ``.to(device)`` in
+  the loop;
 - fastload: FastLoader + OpenCV decode in the workers (``cpu``) or GPUDecoder (``gpu``),
   for each of ``--decodes``, from the folder and from the LMDB file, the rest of the
   augmentation where ``--augment`` says, DataPrefetcher.
