@@ -46,7 +46,9 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
     else:
         import albumentations as A
 
-        ops = [A.RandomResizedCrop((args.image_size, args.image_size))]
+        # INTER_AREA where the crop shrinks: antialiased, as torchvision's (PIL's) resize
+        size = (args.image_size, args.image_size)
+        ops = [A.RandomResizedCrop(size, area_for_downscale="image")]
         if not augment_on_gpu:  # without a GPU, uint8 in the workers is cheapest
             ops += [A.HorizontalFlip(), A.ColorJitter(0.2, 0.2, 0.2, hue=0.0)]
         dataset = folder(args.data, transform=Albumentations(A.Compose(ops)))

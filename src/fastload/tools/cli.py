@@ -72,9 +72,9 @@ def _image_dataset(data: Path, image_size: int):
     from fastload.lmdb import LMDBDataset
     from fastload.transforms import Albumentations
 
-    augment = Albumentations(
-        A.Compose([A.RandomResizedCrop((image_size, image_size)), A.HorizontalFlip()])
-    )
+    # INTER_AREA where the crop shrinks: antialiased, as torchvision's (PIL's) resize
+    crop = A.RandomResizedCrop((image_size, image_size), area_for_downscale="image")
+    augment = Albumentations(A.Compose([crop, A.HorizontalFlip()]))
     if data.is_file() or (data / "data.mdb").exists():
         return LMDBDataset(data, transform=augment)
     return ImageFolder(data, transform=augment)
