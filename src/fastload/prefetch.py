@@ -90,15 +90,16 @@ def image_leaf_path(batch: Any) -> Path | None:
     return images[0] if images else (found[0][0] if found else None)
 
 
-def _check_stats(name: str, values: Sequence[float] | None) -> tuple[float, ...] | None:
-    if values is None:
-        return None
-    values = tuple(float(v) for v in values)
-    if not values:
-        raise ValueError(f"{name} must hold one value per channel, got an empty sequence")
-    if name == "std" and any(v <= 0 for v in values):
-        raise ValueError(f"std must be positive, got {values}")
-    return values
+def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalize:
+    """The ``Normalize`` for DataPrefetcher's statistics, which checks them; apex's 0..255
+    scale is recognised (any mean above 1)."""
+    mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+    for name, values in (("mean", mean), ("std", std)):
+        if not values:
+            raise ValueError(f"{name} must hold one value per channel, got an empty sequence")
+    if max(mean) > 1:
+        mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
+    return Normalize(mean, std)
 
 
 @dataclasses.dataclass
@@ -167,11 +168,9 @@ class DataPrefetcher(LoaderProxy):
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
         if dtype is not None and dtype not in _FloatDtypes:
             raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
-        mean, std = _check_stats("mean", mean), _check_stats("std", std)
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
-        if mean is not None and std is not None and len(mean) != len(std):
-            raise ValueError(f"mean and std differ in length: {len(mean)} and {len(std)}")
+        self._normalize = None if mean is None or std is None else _normalization(mean, std)
 
         self.loader = loader
         self.device = default_device() if device is None else torch.device(device)
@@ -183,12 +182,8 @@ class DataPrefetcher(LoaderProxy):
         self.depth = depth
         self.image = image
         self.decoder = decoder
-        self.mean, self.std = mean, std
-        self._normalize = None
-        if mean is not None and std is not None:
-            if max(mean) > 1:  # apex style: statistics on the 0..255 scale
-                mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
-            self._normalize = Normalize(mean, std)
+        self.mean = None if mean is None else tuple(float(m) for m in mean)
+        self.std = None if std is None else tuple(float(s) for s in std)
         self._scale_checked = False
         # One stream for the prefetcher's lifetime: a stream per epoch grew reserved
         # memory without bound in timm (issue 2781).
