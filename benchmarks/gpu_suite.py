@@ -69,9 +69,8 @@ def prepare_environment() -> None:
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
-                                                    else max(soft, 1 << 16), hard))  # fmt: skip
+    wanted = max(soft, 1 << 16) if hard == resource.RLIM_INFINITY else hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def run_part(name: str, out: Path, smoke: bool, timeout: float) -> dict[str, object]:
