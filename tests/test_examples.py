@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -79,8 +80,14 @@ def test_train_classifier_talks_to_people_without_warnings(tmp_path):
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
+    # With CUDA the example decodes and augments on the GPU by default.
+    where = (
+        "gpu decode, gpu augmentation\\) on cuda:0"
+        if torch.cuda.is_available()
+        else ("cpu decode, cpu augmentation\\) on cpu")
+    )
     assert re.fullmatch(
         r"epoch 0: [\d,]+ images/s, data wait [\d.]+%, [\d.]+ CPU ms/image, loss [\d.]+ "
-        r"\(fastload \(cpu decode, cpu augmentation\) on cpu\)\n",
+        rf"\(fastload \({where}\)\n",
         completed.stdout,
-    )
+    ), completed.stdout

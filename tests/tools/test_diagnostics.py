@@ -9,6 +9,7 @@ from torch.utils.data import Dataset
 
 from fastload import FastLoader
 from fastload.loader.tuning import tune_workers, worker_candidates
+from fastload.system import available_cpus
 from fastload.tools.diagnostics import WaitSummary, diagnose, timed, waits
 from fastload.tools.diagnostics import report as diagnose_module
 from fastload.tools.diagnostics.rules import Facts, recommend
@@ -187,7 +188,7 @@ def test_worker_candidates():
 
 def test_fastloader_tune_measures_and_explains():
     loader = FastLoader(Sleepy(0.001), batch_size=8, num_workers="tune")
-    assert loader.num_workers in worker_candidates(2)
+    assert loader.num_workers in worker_candidates(available_cpus())
     assert "tuned, batches/s" in repr(loader)
     assert sum(len(labels) for _, labels in loader) == 256
 
