@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
-from fastload.collate import encoded_collate, uint8_collate
+from fastload.collate import EncodedBatch, encoded_collate, uint8_collate
 
 
 def image(height=48, width=64, seed=0) -> np.ndarray:
@@ -34,10 +38,53 @@ def test_uint8_collate_names_mismatched_shapes():
         uint8_collate([])
 
 
-def test_encoded_collate_keeps_byte_tensors_of_any_length_as_a_list():
+def test_encoded_collate_packs_byte_tensors_of_any_length_into_one():
     encoded = [torch.arange(n, dtype=torch.uint8) for n in (3, 5, 4)]
     images, labels = encoded_collate([(e, i) for i, e in enumerate(encoded)])
-    assert images == encoded and labels.tolist() == [0, 1, 2]
-    assert encoded_collate(encoded) == encoded
+    assert isinstance(images, EncodedBatch) and labels.tolist() == [0, 1, 2]
+    assert images.offsets == (0, 3, 8, 12) and images.data.shape == (12,)
+    assert [image.tolist() for image in images] == [e.tolist() for e in encoded]
+    assert images[-1].data_ptr() == images.data.data_ptr() + 8  # a view, not a copy
+    assert encoded_collate(encoded).offsets == images.offsets
     with pytest.raises(ValueError, match="cannot collate an empty batch"):
         encoded_collate([])
+
+
+@given(st.lists(st.binary(max_size=40), max_size=12))
+def test_encoded_batch_gives_back_what_was_packed(images):
+    batch = EncodedBatch.pack(images)
+    assert len(batch) == len(images)
+    assert [bytes(image.tolist()) for image in batch] == images
+    assert [bytes(batch[-i].tolist()) for i in range(1, len(images) + 1)] == images[::-1]
+
+
+def test_encoded_batch_indexing_and_wrong_samples_say_which():
+    batch = EncodedBatch.pack([b"ab", np.frombuffer(b"cde", np.uint8)])
+    with pytest.raises(IndexError, match="image 2 of a batch of 2"):
+        batch[2]
+    with pytest.raises(IndexError, match="image -3 of a batch of 2"):
+        batch[-3]
+    with pytest.raises(TypeError, match=r"sample 1: encoded images are 1-D uint8 .*float32"):
+        EncodedBatch.pack([b"ab", torch.zeros(3)])
+    with pytest.raises(TypeError, match=r"sample 0: .* of shape \(2, 2\)"):
+        EncodedBatch.pack([torch.zeros((2, 2), dtype=torch.uint8)])
+
+
+def test_encoded_batch_crosses_processes_as_one_tensor():
+    batch = EncodedBatch.pack([b"ab", b"cde"])
+    clone = pickle.loads(pickle.dumps(batch))
+    assert clone.offsets == batch.offsets and torch.equal(clone.data, batch.data)
+    loader = torch.utils.data.DataLoader(
+        [(b"x" * n, n) for n in range(1, 6)],
+        batch_size=5,
+        num_workers=1,
+        collate_fn=encoded_collate,
+    )
+    ((images, labels),) = list(loader)
+    assert [len(image) for image in images] == labels.tolist() == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.needs_cuda
+def test_encoded_batch_pins_in_one_copy():
+    pinned = EncodedBatch.pack([b"ab", b"cde"]).pin_memory()
+    assert pinned.data.is_pinned() and bytes(pinned[1].tolist()) == b"cde"

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fastload.collate import EncodedBatch
 from fastload.gpu.color import Normalize, normalize
 from fastload.loader.proxy import LoaderProxy
 from fastload.system import default_device
@@ -235,15 +236,15 @@ class DataPrefetcher(LoaderProxy):
     def _image_path(self, batch: Any) -> Path | None:
         if self.image is None:
             path = image_leaf_path(batch)
-            # Encoded images come as a list of byte tensors: the image is that list.
+            # Encoded images come as an EncodedBatch (or a list) of bytes: the image is that.
             return path[:-1] if self.decoder is not None and path else path
         try:
             leaf = batch[self.image]
         except (KeyError, IndexError, TypeError):
             leaf = None
-        wanted = (list, tuple) if self.decoder is not None else torch.Tensor
+        wanted = (EncodedBatch, list, tuple) if self.decoder is not None else torch.Tensor
         if not isinstance(leaf, wanted):
-            what = "list of encoded images" if self.decoder is not None else "tensor"
+            what = "batch of encoded images" if self.decoder is not None else "tensor"
             raise KeyError(
                 f"image={self.image!r} names no {what} in a batch of type {type(batch).__name__}"
             )

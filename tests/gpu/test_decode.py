@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torchvision.transforms.v2 import functional as TF
 
 from fastload import DataPrefetcher, FastLoader, LMDBDataset, write_lmdb
-from fastload.collate import encoded_collate
+from fastload.collate import EncodedBatch, encoded_collate
 from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.gpu import GPUDecoder
 from fastload.tools.synthetic import photo_like_image
@@ -110,8 +110,10 @@ def test_a_corrupt_image_is_an_error_naming_its_place_in_the_batch():
         GPUDecoder(16, device="cpu")([MIXED[0], MIXED[1], broken])
 
 
-def test_input_must_be_a_list_of_tensors():
-    with pytest.raises(TypeError, match="expects a list of 1-D uint8 tensors of encoded images"):
+def test_input_must_be_a_batch_of_encoded_images():
+    with pytest.raises(
+        TypeError, match="expects an EncodedBatch or a list of 1-D uint8 tensors of encoded"
+    ):
         GPUDecoder(16, device="cpu")(torch.zeros(2, 10, dtype=torch.uint8))
 
 
@@ -166,10 +168,10 @@ def test_pickles_without_its_thread_pool():
     assert clone._pool is None and clone(MIXED).shape == (4, 3, 16, 16)
 
 
-def test_encoded_collate_keeps_bytes_as_a_list():
-    images, labels = encoded_collate([(MIXED[0], 3), (MIXED[1], 4)])
-    assert isinstance(images, list) and images[1] is MIXED[1] and labels.tolist() == [3, 4]
-    assert encoded_collate([MIXED[0]]) == [MIXED[0]]
+def test_a_packed_batch_decodes_as_the_list_it_came_from():
+    images, labels = encoded_collate([(data, i) for i, data in enumerate(MIXED)])
+    decoder = GPUDecoder(16, crop="resize", device="cpu")
+    assert torch.equal(decoder(images), decoder(MIXED)) and labels.tolist() == [0, 1, 2, 3]
 
 
 def test_lmdb_bytes_to_a_normalised_batch_through_the_prefetcher(tmp_path):
@@ -203,7 +205,7 @@ def test_prefetcher_decode_needs_a_list_at_the_named_place():
         [{"pixels": MIXED}], "cpu", decoder=GPUDecoder(8, device="cpu"), image="image"
     )
     with pytest.raises(
-        KeyError, match="image='image' names no list of encoded images in a batch of type dict"
+        KeyError, match="image='image' names no batch of encoded images in a batch of type dict"
     ):
         next(iter(prefetcher))
 
@@ -225,7 +227,9 @@ def test_cuda_decoding_matches_the_cpu_within_decoder_tolerance():
         .sample_params(torch.tensor([[48.0, 64.0]] * 8))
         .items()
     }
-    gpu_out = GPUDecoder(32, device="cuda")(batch, params=params).cpu()
+    # Packed as the collate packs it, pinned as FastLoader pins it.
+    packed = EncodedBatch.pack(batch).pin_memory()
+    gpu_out = GPUDecoder(32, device="cuda")(packed, params=params).cpu()
     cpu_out = GPUDecoder(32, device="cpu")(batch, params=params)
     assert (gpu_out.int() - cpu_out.int()).abs().float().mean() < 3
 

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor, nn
 
+from fastload.collate import EncodedBatch
 from fastload.datasets.decode import decode_image
 from fastload.gpu.base import Params, pair
 from fastload.gpu.geometric import RandomResizedCrop, output_size, resized_crops
@@ -59,11 +60,12 @@ def _is_jpeg(data: Tensor) -> bool:
 
 
 class GPUDecoder(nn.Module):
-    """Decode a list of encoded images (1-D uint8 CPU tensors) to one NCHW uint8 batch.
+    """Decode a batch of encoded images (an :class:`~fastload.collate.EncodedBatch`, or a
+    list of 1-D uint8 CPU tensors) to one NCHW uint8 batch.
 
     Use it as ``DataPrefetcher(loader, decode=GPUDecoder(224))`` with a dataset that
     returns bytes (``LMDBDataset(decode=None)``, ``ImageFolder(decode=None)``) and
-    ``collate_fn=fastload.collate.encoded_collate``; or call it on such a list.
+    ``collate_fn=fastload.collate.encoded_collate``; or call it on such a batch.
 
     Args:
         size: Output ``(h, w)`` (an int for a square).
@@ -162,14 +164,16 @@ class GPUDecoder(nn.Module):
                 image.record_stream(caller)
         return decoded
 
-    def decode(self, encoded: Sequence[Tensor]) -> list[Tensor]:
+    def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
         """The images as CHW uint8 tensors on the device, in order."""
+        if isinstance(encoded, EncodedBatch):
+            encoded = list(encoded)
         if not isinstance(encoded, (list, tuple)) or not all(
             isinstance(e, Tensor) for e in encoded
         ):
             raise TypeError(
-                "GPUDecoder expects a list of 1-D uint8 tensors of encoded images "
-                "(collate with fastload.collate.encoded_collate)"
+                "GPUDecoder expects an EncodedBatch or a list of 1-D uint8 tensors of encoded "
+                "images (collate with fastload.collate.encoded_collate)"
             )
         all_indices = list(range(len(encoded)))
         decoded: dict[int, Tensor] = {}
@@ -218,7 +222,9 @@ class GPUDecoder(nn.Module):
             "width": box_w,
         }
 
-    def forward(self, encoded: Sequence[Tensor], params: Params | None = None) -> Tensor:
+    def forward(
+        self, encoded: EncodedBatch | Sequence[Tensor], params: Params | None = None
+    ) -> Tensor:
         if len(encoded) == 0:  # an empty batch (the last of a filtered epoch, say)
             return torch.empty((0, 3, *self.size), dtype=torch.uint8, device=self.device)
         images = self.decode(encoded)
