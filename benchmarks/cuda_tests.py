@@ -5,7 +5,7 @@ chart. ``--smoke`` runs only the tests marked ``needs_cuda`` (all skipped withou
 which still checks collection and the report).
 
 Usage:
-    python benchmarks/cuda_tests.py [--timeout 420] [--out DIR] [--plot] [--smoke]
+    python benchmarks/cuda_tests.py [--timeout 420] [--workers N] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
@@ -64,10 +64,15 @@ def plot_counts(result: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=420, help="seconds for pytest")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="pytest-xdist processes (0: one process)"
+    )
     suite_arguments(parser)
     args = parser.parse_args()
 
     selection = ["-m", "needs_cuda"] if args.smoke else []
+    if args.workers:  # the suite takes 3.5 minutes in one process on a 16-core GPU machine
+        selection += ["-n", str(args.workers)]
     with tempfile.TemporaryDirectory() as work:
         junit = Path(work) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -51,7 +51,7 @@ def end_to_end_options() -> list[str]:
 
 #: Part name -> (script, its options on a GPU run, seconds it may take at most).
 PARTS: dict[str, tuple[str, list[str], int]] = {
-    "tests": ("cuda_tests.py", [], 480),
+    "tests": ("cuda_tests.py", ["--workers", str(max(1, available_cpus() // 2))], 480),
     "prefetch": ("prefetch.py", [], 420),
     "augment": ("gpu_augment.py", [], 420),
     "decode": ("gpu_decode.py", [], 240),
