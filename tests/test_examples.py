@@ -80,9 +80,9 @@ def test_train_classifier_talks_to_people_without_warnings(tmp_path):
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
-    # With CUDA the example decodes and augments on the GPU by default.
+    # With CUDA the example augments on the GPU by default; it decodes on the CPU.
     where = (
-        "gpu decode, gpu augmentation\\) on cuda:0"
+        "cpu decode, gpu augmentation\\) on cuda:0"
         if torch.cuda.is_available()
         else ("cpu decode, cpu augmentation\\) on cpu")
     )

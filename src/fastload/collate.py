@@ -80,10 +80,10 @@ class EncodedBatch:
     @classmethod
     def pack(cls, images: Sequence[torch.Tensor | np.ndarray | bytes]) -> EncodedBatch:
         """Copy ``images`` (1-D uint8 tensors, arrays or bytes) into one tensor."""
-        tensors = [_byte_tensor(image, index) for index, image in enumerate(images)]
-        offsets = np.concatenate([[0], np.cumsum([t.numel() for t in tensors])])
-        data = torch.cat(tensors) if tensors else torch.empty(0, dtype=torch.uint8)
-        return cls(data, tuple(int(offset) for offset in offsets))
+        arrays = [_byte_array(image, index) for index, image in enumerate(images)]
+        offsets = np.concatenate([[0], np.cumsum([array.size for array in arrays])])
+        data = np.concatenate(arrays) if arrays else np.empty(0, np.uint8)  # a new array
+        return cls(torch.from_numpy(data), tuple(int(offset) for offset in offsets))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -102,16 +102,17 @@ class EncodedBatch:
         return EncodedBatch(self.data.pin_memory(), self.offsets)
 
 
-def _byte_tensor(image: torch.Tensor | np.ndarray | bytes, index: int) -> torch.Tensor:
+def _byte_array(image: torch.Tensor | np.ndarray | bytes, index: int) -> np.ndarray:
+    """A view of ``image``'s bytes (read-only ones too: they are only copied from)."""
     if isinstance(image, (bytes, bytearray, memoryview)):
-        return torch.from_numpy(np.frombuffer(image, np.uint8).copy())
-    tensor = torch.as_tensor(image)
-    if tensor.dtype != torch.uint8 or tensor.dim() != 1:
+        return np.frombuffer(image, np.uint8)
+    array = image.numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
+    if array.dtype != np.uint8 or array.ndim != 1:
         raise TypeError(
             f"sample {index}: encoded images are 1-D uint8 (a dataset with decode=None), "
-            f"got {tensor.dtype} of shape {tuple(tensor.shape)}"
+            f"got {array.dtype} of shape {array.shape}"
         )
-    return tensor
+    return array
 
 
 def encoded_collate(batch: Sequence[Any]) -> Any:
