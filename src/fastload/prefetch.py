@@ -202,7 +202,7 @@ class DataPrefetcher(LoaderProxy):
             # The maths in fp32 (fp64 if asked), then one cast: half precision loses
             # nothing that the cast itself would not.
             is_uint8 = image.dtype == torch.uint8
-            pixels = image.to(torch.float64 if self.dtype == torch.float64 else torch.float32)
+            maths = torch.float64 if self.dtype == torch.float64 else torch.float32
             if self._normalize is not None:
                 channels = len(self._normalize.mean)
                 if image.dim() != 4 or image.shape[1] != channels:
@@ -213,10 +213,14 @@ class DataPrefetcher(LoaderProxy):
                     )
                 if not is_uint8 and not self._scale_checked:
                     self._check_float_scale(image)
-                affine = self._normalize.affine(pixels.device, pixels.dtype, uint8=is_uint8)
-                pixels = normalize(pixels, *affine)
-            elif is_uint8:
-                pixels = pixels / 255
+                # uint8 pixels go in as they are: the multiply-add promotes them, so
+                # no float copy of the batch is made (and paged in) first.
+                affine = self._normalize.affine(image.device, maths, uint8=is_uint8)
+                pixels = normalize(image if is_uint8 else image.to(maths), *affine)
+            else:
+                pixels = image.to(maths)
+                if is_uint8:
+                    pixels = pixels.div_(255)
             image = pixels.to(self.dtype)
         if self.channels_last and image.dim() == 4:
             image = image.contiguous(memory_format=torch.channels_last)
