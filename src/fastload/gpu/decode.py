@@ -63,7 +63,7 @@ class GPUDecoder(nn.Module):
     """Decode a batch of encoded images (an :class:`~fastload.collate.EncodedBatch`, or a
     list of 1-D uint8 CPU tensors) to one NCHW uint8 batch.
 
-    Use it as ``DataPrefetcher(loader, decode=GPUDecoder(224))`` with a dataset that
+    Use it as ``DataPrefetcher(loader, decoder=GPUDecoder(224))`` with a dataset that
     returns bytes (``LMDBDataset(decode=None)``, ``ImageFolder(decode=None)``) and
     ``collate_fn=fastload.collate.encoded_collate``; or call it on such a batch.
 
