@@ -131,6 +131,8 @@ def test_colour_modules_need_three_channels(name):
 
 @pytest.mark.parametrize("name", [n for n in MODULES if n not in ("CenterCrop", "Resize")])
 def test_each_sample_draws_its_own_parameters_unless_same_on_batch(name):
+    # Seeded: unseeded, all 64 coin flips at p=0.9 agree once in about 850 runs.
+    torch.manual_seed(0)
     module = MODULES[name]()
     shape, device = torch.Size((64, 3, 40, 56)), torch.device("cpu")
     params = module.sample_params(shape, device)
