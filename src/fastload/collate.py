@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import default_collate
+from torch.utils.data import default_collate, get_worker_info
 
 __all__ = ["EncodedBatch", "chw", "encoded_collate", "uint8_collate"]
 
@@ -55,7 +55,14 @@ def _stack(images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
             f"images in a batch differ in shape {sorted(shapes)}: resize or crop them to one "
             "size first (or decode on the GPU, where a batch may mix sizes)"
         )
-    return torch.stack(views)
+    out = None
+    if get_worker_info() is not None and views[0].device.type == "cpu":
+        # In a worker, stack straight into shared memory, as default_collate does: the
+        # batch then crosses to the main process without a second copy.
+        first = views[0]
+        storage = first._typed_storage()._new_shared(len(views) * first.numel(), device="cpu")
+        out = first.new(storage).resize_(len(views), *first.shape)
+    return torch.stack(views, out=out)
 
 
 @dataclass(frozen=True)
