@@ -88,3 +88,20 @@ def test_encoded_batch_crosses_processes_as_one_tensor():
 def test_encoded_batch_pins_in_one_copy():
     pinned = EncodedBatch.pack([b"ab", b"cde"]).pin_memory()
     assert pinned.data.is_pinned() and bytes(pinned[1].tolist()) == b"cde"
+
+
+def _collate_and_say_if_shared(batch):
+    images = uint8_collate(batch)
+    return images, images.is_shared()  # asked in the worker, before the batch is sent
+
+
+def test_uint8_collate_in_a_worker_stacks_straight_into_shared_memory():
+    from torch.utils.data import DataLoader
+
+    arrays = [image(seed=i) for i in range(4)]
+    loader = DataLoader(arrays, batch_size=2, num_workers=1, collate_fn=_collate_and_say_if_shared)
+    batches = list(loader)
+    assert [shared for _, shared in batches] == [True, True]
+    assert not uint8_collate(arrays[:2]).is_shared()  # in the main process: plain memory
+    want = [uint8_collate(arrays[i : i + 2]) for i in (0, 2)]
+    assert all(torch.equal(got, w) for (got, _), w in zip(batches, want, strict=True))

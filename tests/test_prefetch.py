@@ -379,3 +379,43 @@ def test_float_images_on_the_0_255_scale_are_warned_about_once():
         warnings.simplefilter("error")
         list(prefetcher)  # once per prefetcher
         list(DataPrefetcher([(batch[0] / 255, batch[1])], "cpu", mean=[0.5] * 3, std=[0.5] * 3))
+
+
+# --- CPU buffers and threads ---------------------------------------------------------------------
+
+
+def test_batches_kept_by_the_caller_are_never_overwritten():
+    batches = image_batches(count=6)
+    kept = [images for images, _ in DataPrefetcher(batches, "cpu", mean=MEAN, std=STD, depth=1)]
+    for (images, _), got in zip(batches, kept, strict=True):
+        torch.testing.assert_close(got, reference(images), **TOLERANCE)
+
+
+def test_released_batches_leave_their_memory_to_the_next_ones():
+    prefetcher = DataPrefetcher(image_batches(count=12), "cpu", mean=MEAN, std=STD, depth=2)
+    addresses = {images.data_ptr() for images, _ in prefetcher}
+    assert len(addresses) <= 4  # depth in flight, the one held, one being made
+
+
+class WorkerLoader(list):
+    """Batches as a loader with worker processes presents them (without starting any)."""
+
+    num_workers = 2
+
+
+def test_beside_worker_processes_the_cpu_work_runs_on_one_thread():
+    seen = []
+
+    def transform(images):
+        seen.append(torch.get_num_threads())
+        return images
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        list(DataPrefetcher(WorkerLoader(image_batches(count=2)), "cpu", transform=transform))
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+        list(DataPrefetcher(image_batches(count=1), "cpu", transform=transform))
+        assert seen[-1] == 2  # no workers: the main process has the cores
+    finally:
+        torch.set_num_threads(before)
