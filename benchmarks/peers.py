@@ -14,8 +14,11 @@ ImageNet normalisation, float32 N x 3 x S x S batches of ``--batch-size`` with l
   decode, antialiased ``resize``, ``crop_mirror_normalize``;
 - FFCV: its own file (the JPEGs re-encoded at quality 90 by FFCV's writer), its
   ``RandomResizedCropRGBImageDecoder`` (OpenCV ``INTER_AREA``), flip, ``NormalizeImage``;
-- fastload: ImageFolder or LMDBDataset (OpenCV decode, the v2 crop and flip on a view of
-  the decoded array), FastLoader, DataPrefetcher normalising on the CPU;
+- fastload: ImageFolder or LMDBDataset (OpenCV decode), ``fastload.transforms.
+  RandomResizedCrop`` (torch's antialiased uint8 resize, on a view of the decoded array)
+  and v2's flip in FastLoader's workers, DataPrefetcher normalising on the CPU;
+- fastload with threads for worker processes (torchdata.nodes runs them): the same
+  dataset and normalisation;
 - fastload for a GPU machine: the same files to uint8 batches (the GPU normalises them);
 - decode + crop alone: one process, no loader, the floor any pipeline pays.
 
@@ -112,19 +115,33 @@ def torchvision_v2(args) -> Iterable:
     return _data_loader(_Mapped(_files(args), _v2_sample(args)), args)
 
 
-def torchdata_nodes(args) -> Iterable:
-    from torch.utils.data import RandomSampler, default_collate
+def _in_threads(args, sample: Callable[[int], tuple], count: int, collate: Callable) -> Iterable:
+    """torchdata.nodes: ``sample(index)`` in ``--workers`` threads, batched, collated."""
+    from torch.utils.data import RandomSampler
     from torchdata import nodes
 
-    files = _files(args)
-    sample = _v2_sample(args)
-    node = nodes.SamplerWrapper(RandomSampler(files))
-    node = nodes.ParallelMapper(
-        node, map_fn=lambda index: sample(files[index]), num_workers=args.workers,
-        method="thread",
-    )  # fmt: skip
-    node = nodes.Mapper(nodes.Batcher(node, batch_size=args.batch_size), default_collate)
-    return nodes.Loader(nodes.Prefetcher(node, prefetch_factor=2))
+    node = nodes.SamplerWrapper(RandomSampler(range(count)))
+    node = nodes.ParallelMapper(node, map_fn=sample, num_workers=args.workers, method="thread")
+    node = nodes.Batcher(node, batch_size=args.batch_size, drop_last=True)
+    return nodes.Loader(nodes.Prefetcher(nodes.Mapper(node, collate), prefetch_factor=2))
+
+
+def torchdata_nodes(args) -> Iterable:
+    from torch.utils.data import default_collate
+
+    files, sample = _files(args), _v2_sample(args)
+    return _in_threads(args, lambda index: sample(files[index]), len(files), default_collate)
+
+
+def fastload_threads(args) -> Iterable:
+    """fastload's dataset and normalisation with threads (torchdata.nodes) for workers."""
+    from fastload import DataPrefetcher
+    from fastload.collate import uint8_collate
+
+    dataset = _fastload_dataset(args, args.folder)
+    torch.set_num_threads(1)  # the threads are the parallelism
+    threads = _in_threads(args, dataset.__getitem__, len(dataset), uint8_collate)
+    return DataPrefetcher(threads, "cpu", mean=MEAN, std=STD)
 
 
 def dali(args) -> Iterable:
@@ -197,10 +214,11 @@ def _fastload_dataset(args, data: Path):
     from torchvision.transforms import v2
 
     from fastload import ImageFolder, LMDBDataset
+    from fastload.transforms import RandomResizedCrop
 
-    crop = v2.Compose([v2.RandomResizedCrop(args.image_size), v2.RandomHorizontalFlip()])
+    crop = v2.Compose([RandomResizedCrop(args.image_size), v2.RandomHorizontalFlip()])
     dataset = ImageFolder if data.is_dir() else LMDBDataset
-    return dataset(data, decode="tensor", transform=crop)
+    return dataset(data, transform=crop)
 
 
 def _fastload(args, data: Path, *, normalise: bool = True) -> Iterable:
@@ -255,6 +273,7 @@ PIPELINES: dict[str, Pipeline] = {
     "FFCV": ffcv,
     "fastload: image folder": fastload_folder,
     "fastload: LMDB": fastload_lmdb,
+    "fastload: image folder, torchdata.nodes threads for workers": fastload_threads,
     "fastload for a GPU: uint8 batches, not normalised": fastload_uint8,
     "decode + crop alone: one process, no loader": decode_and_crop,
 }

@@ -36,7 +36,7 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
     from fastload.collate import encoded_collate, uint8_collate
-    from fastload.transforms import Albumentations
+    from fastload.transforms import Albumentations, RandomResizedCrop
 
     folder = ImageFolder if args.data.is_dir() else LMDBDataset
     augment_on_gpu = args.augment == "gpu"
@@ -45,13 +45,14 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
         collate, decoder = encoded_collate, gpu.GPUDecoder(args.image_size, device=device)
     else:
         import albumentations as A
+        from torchvision.transforms import v2
 
-        # INTER_AREA where the crop shrinks: antialiased, as torchvision's (PIL's) resize
-        size = (args.image_size, args.image_size)
-        ops = [A.RandomResizedCrop(size, area_for_downscale="image")]
+        # antialiased where the crop shrinks, as torchvision's (PIL's) resize
+        transform = RandomResizedCrop(args.image_size)
         if not augment_on_gpu:  # without a GPU, uint8 in the workers is cheapest
-            ops += [A.HorizontalFlip(), A.ColorJitter(0.2, 0.2, 0.2, hue=0.0)]
-        dataset = folder(args.data, transform=Albumentations(A.Compose(ops)))
+            rest = A.Compose([A.HorizontalFlip(), A.ColorJitter(0.2, 0.2, 0.2, hue=0.0)])
+            transform = v2.Compose([transform, Albumentations(rest)])
+        dataset = folder(args.data, transform=transform)
         collate, decoder = uint8_collate, None
     loader = FastLoader(
         dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,

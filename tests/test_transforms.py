@@ -1,15 +1,20 @@
 from __future__ import annotations
 
 import pickle
+import random
 
 import albumentations as A
 import numpy as np
 import pytest
 import torch
+import torchvision.transforms as T
+import torchvision.transforms.v2.functional as TF
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import Dataset
 
 from fastload import FastLoader
-from fastload.transforms import Albumentations
+from fastload.transforms import Albumentations, RandomResizedCrop, crop_box
 
 
 def image(height=48, width=64, seed=0) -> np.ndarray:
@@ -44,11 +49,17 @@ def test_adapter_warns_once_about_float_output():
     assert augment._warned
 
 
-def test_adapter_rejects_tensors_and_non_transforms():
-    with pytest.raises(
-        TypeError, match="takes an HWC uint8 ndarray, got Tensor; give the dataset decode='numpy'"
-    ):
-        Albumentations(A.Compose([]))(torch.zeros(3, 4, 4, dtype=torch.uint8))
+def test_adapter_takes_a_chw_tensor_as_the_hwc_image_it_views():
+    flip = Albumentations(A.Compose([A.HorizontalFlip(p=1.0)]))
+    array = image()
+    tensor = torch.from_numpy(array).permute(2, 0, 1)
+    assert torch.equal(flip(tensor), flip(array))
+    assert torch.equal(flip(tensor), tensor.flip(-1))
+
+
+def test_adapter_rejects_other_inputs_and_non_transforms():
+    with pytest.raises(TypeError, match="takes an HWC uint8 ndarray or a CHW tensor, got list"):
+        Albumentations(A.Compose([]))([[0]])
     with pytest.raises(TypeError, match="must be an albumentations transform, got int"):
         Albumentations(3)
 
@@ -89,3 +100,99 @@ def test_workers_draw_different_augmentations_reproducibly():
     assert worker0 != worker1  # albumentations alone gives both workers one sequence
     assert crops(loader(0)) == first
     assert crops(loader(1)) != first
+
+
+# --- RandomResizedCrop ---------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    height=st.integers(1, 90),
+    width=st.integers(1, 90),
+    size=st.tuples(st.integers(1, 50), st.integers(1, 50)),
+    seed=st.integers(0, 2**16),
+    as_tensor=st.booleans(),
+)
+def test_crop_equals_torchvision_resized_crop_for_the_drawn_box(
+    height, width, size, seed, as_tensor
+):
+    array = image(height, width, seed % 7)
+    tensor = torch.from_numpy(array).permute(2, 0, 1)
+    crop = RandomResizedCrop(size)
+    random.seed(seed)
+    box = crop_box(height, width)
+    random.seed(seed)
+    out = crop(tensor if as_tensor else array)
+    assert out.shape == (3, *size) and out.dtype == torch.uint8
+    assert torch.equal(out, TF.resized_crop(tensor, *box, list(size), antialias=True))
+
+
+@given(height=st.integers(1, 3000), width=st.integers(1, 3000), seed=st.integers(0, 2**16))
+def test_boxes_lie_inside_the_image(height, width, seed):
+    top, left, crop_h, crop_w = crop_box(height, width, rng=random.Random(seed))
+    assert top >= 0 and left >= 0
+    assert top + crop_h <= height and left + crop_w <= width
+    assert crop_h >= 1 and crop_w >= 1
+
+
+def test_boxes_follow_torchvisions_distribution():
+    """Area fraction and aspect ratio of 4000 draws against 4000 of torchvision's."""
+    rng, ours, theirs = random.Random(0), [], []
+    torch.manual_seed(0)
+    reference = torch.empty(3, 375, 500)
+    for _ in range(4000):
+        ours.append(crop_box(375, 500, rng=rng)[2:])
+        theirs.append(T.RandomResizedCrop.get_params(reference, (0.08, 1.0), (3 / 4, 4 / 3))[2:])
+    for boxes in (ours, theirs):
+        assert all(0 < h <= 375 and 0 < w <= 500 for h, w in boxes)
+
+    def stats(boxes):
+        area = np.array([h * w for h, w in boxes]) / (375 * 500)
+        aspect = np.log([w / h for h, w in boxes])
+        return area.mean(), np.quantile(area, [0.1, 0.5, 0.9]), aspect.mean(), aspect.std()
+
+    (area_a, q_a, log_a, sd_a), (area_b, q_b, log_b, sd_b) = stats(ours), stats(theirs)
+    # 4000 draws: the standard error of a mean area is about 0.004
+    assert abs(area_a - area_b) < 0.02 and np.allclose(q_a, q_b, atol=0.03)
+    assert abs(log_a - log_b) < 0.02 and abs(sd_a - sd_b) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "ratio"),
+    [(100, 400, (3 / 4, 4 / 3)), (400, 100, (3 / 4, 4 / 3)), (100, 110, (1.0, 1.0))],
+)
+def test_when_nothing_fits_the_fallback_is_torchvisions(height, width, ratio):
+    # scale above 1 never fits: torchvision then takes the whole image, ratio clamped
+    torch.manual_seed(0)
+    want = T.RandomResizedCrop.get_params(torch.empty(3, height, width), (2.0, 3.0), ratio)
+    assert crop_box(height, width, (2.0, 3.0), ratio) == tuple(want)
+
+
+def test_antialias_low_passes_a_shrinking_crop():
+    stripes = np.zeros((48, 48, 3), np.uint8)
+    stripes[:, ::2] = 255  # one-pixel stripes, shrunk 3x: sampled without a filter, they alias
+    whole = {"scale": (1.0, 1.0), "ratio": (1.0, 1.0)}
+    aliased = RandomResizedCrop(16, antialias=False, **whole)(stripes).float()
+    assert aliased[0, 0].tolist() == [0.0, 255.0] * 8
+    smooth = RandomResizedCrop(16, **whole)(stripes).float()
+    assert smooth.std() < 20 and abs(smooth.mean() - 127.5) < 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"size": 0}, r"size must be a positive int or \(height, width\), got 0"),
+        ({"size": (3, 4, 5)}, r"size must be a positive int"),
+        ({"size": 8, "scale": (0.5, 0.1)}, r"scale must be \(low, high\) with 0 < low <= high"),
+        ({"size": 8, "ratio": (0.0, 1.0)}, r"ratio must be \(low, high\)"),
+        ({"size": 8, "scale": (0.1, float("nan"))}, r"scale must be"),
+    ],
+)
+def test_bad_arguments_name_themselves(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RandomResizedCrop(**kwargs)
+
+
+def test_a_batch_instead_of_an_image_is_refused():
+    with pytest.raises(ValueError, match=r"one HWC array or CHW tensor, got shape \(2, 3, 8, 8\)"):
+        RandomResizedCrop(4)(torch.zeros(2, 3, 8, 8, dtype=torch.uint8))

