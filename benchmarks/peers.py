@@ -174,8 +174,13 @@ def ffcv(args) -> Iterable:
     import numpy as np
     from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
     from ffcv.loader import Loader, OrderOption
-    from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, Squeeze, ToTensor
-    from ffcv.transforms import ToTorchImage
+    from ffcv.transforms import (
+        NormalizeImage,
+        RandomHorizontalFlip,
+        Squeeze,
+        ToTensor,
+        ToTorchImage,
+    )
 
     pipelines = {
         "image": [
