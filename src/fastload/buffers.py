@@ -70,9 +70,9 @@ class BufferPool:
             ):
                 return buffer.detach()  # a new tensor on the same memory: counted as a user
         buffer = torch.empty(shape, dtype=dtype, device=device, memory_format=memory_format)
-        idle_users = _storage_users(buffer)
-        if idle_users is not None:
+        users = _storage_users(buffer)
+        if users is not None:
             if len(self._buffers) == self.size:
                 self._buffers.pop(0)  # the oldest: the shapes in use have moved on
-            self._buffers.append((buffer, idle_users))
+            self._buffers.append((buffer, users))
         return buffer.detach()

@@ -161,8 +161,9 @@ class RandomResizedCrop:
                 f"RandomResizedCrop takes one HWC array or CHW tensor, got shape "
                 f"{tuple(image.shape)}"
             )
-        top, left, height, width = crop_box(*pixels.shape[-2:], self.scale, self.ratio)
-        crop = pixels[None, :, top : top + height, left : left + width]
+        height, width = pixels.shape[-2:]
+        top, left, crop_h, crop_w = crop_box(height, width, self.scale, self.ratio)
+        crop = pixels[None, :, top : top + crop_h, left : left + crop_w]
         out = F.interpolate(
             crop, size=self.size, mode="bilinear", antialias=self.antialias, align_corners=False
         )
