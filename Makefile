@@ -27,6 +27,7 @@ bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/lmdb_vs_files.py --plot
 	$(BIN)/python benchmarks/cpu_augment.py --plot
 	$(BIN)/python benchmarks/end_to_end.py --plot
+	$(BIN)/python benchmarks/crop_decode.py --plot
 	$(BIN)/python benchmarks/peers.py --plot  # peers missing from .venv are reported (benchmarks/install_peers.sh)
 
 # The GPU suite (benchmarks/gpu_suite.py). On a GPU machine whose Python already has torch,

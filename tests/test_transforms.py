@@ -4,6 +4,7 @@ import pickle
 import random
 
 import albumentations as A
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from torch.utils.data import Dataset
 
 from fastload import FastLoader
+from fastload.datasets.decode import decode_image
 from fastload.transforms import Albumentations, RandomResizedCrop, crop_box
 
 
@@ -196,3 +198,73 @@ def test_bad_arguments_name_themselves(kwargs, message):
 def test_a_batch_instead_of_an_image_is_refused():
     with pytest.raises(ValueError, match=r"one HWC array or CHW tensor, got shape \(2, 3, 8, 8\)"):
         RandomResizedCrop(4)(torch.zeros(2, 3, 8, 8, dtype=torch.uint8))
+
+
+# --- RandomResizedCrop on encoded images: decoded at the scale the crop needs -------------------
+
+
+def jpeg(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A smooth photo-like JPEG (smooth, so reduced-scale decoding changes little)."""
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    ok, data = cv2.imencode(".jpg", cv2.resize(small, (width, height)))
+    assert ok
+    return data.ravel()
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_encoded_input_where_no_reduction_helps_equals_decoding_first(as_bytes):
+    encoded = jpeg(120, 160)
+    crop = RandomResizedCrop((100, 90))  # any box of this image is under 2x the output
+    for seed in range(5):
+        random.seed(seed)
+        from_bytes = crop(encoded.tobytes() if as_bytes else torch.from_numpy(encoded))
+        random.seed(seed)
+        assert torch.equal(from_bytes, crop(decode_image(encoded)))
+
+
+def test_encoded_input_is_decoded_at_the_scale_the_box_allows(monkeypatch):
+    import fastload.transforms as transforms
+
+    decoded_shapes = []
+
+    def spy(data, **kwargs):
+        image = decode_image(data, **kwargs)
+        decoded_shapes.append(image.shape[:2])
+        return image
+
+    monkeypatch.setattr(transforms, "decode_image", spy)
+    encoded = jpeg(1200, 1600)
+    whole = {"scale": (1.0, 1.0), "ratio": (4 / 3, 4 / 3)}  # the box is the whole image
+    out = RandomResizedCrop(140, **whole)(torch.from_numpy(encoded))
+    assert decoded_shapes == [(150, 200)]  # 1/8: 150 px still covers 140
+    full = RandomResizedCrop(140, **whole)(decode_image(encoded))
+    assert out.shape == full.shape == (3, 140, 140)
+    assert (out.float() - full.float()).abs().mean() < 3
+    RandomResizedCrop(400, **whole)(torch.from_numpy(encoded))
+    assert decoded_shapes[-1] == (600, 800)  # 1/2: 1/4 would leave 300 px for 400
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), size=st.integers(8, 120))
+def test_encoded_crops_stay_close_to_the_full_decode(seed, size):
+    encoded = jpeg(480, 640, seed % 5)
+    crop = RandomResizedCrop(size)
+    random.seed(seed)
+    reduced = crop(torch.from_numpy(encoded))
+    random.seed(seed)
+    full = crop(decode_image(encoded))
+    assert reduced.shape == full.shape == (3, size, size)
+    assert (reduced.float() - full.float()).abs().mean() < 6
+
+
+def test_a_corrupt_encoded_image_is_named_by_the_dataset(tmp_path):
+    from fastload import ImageFolder
+    from fastload.datasets.decode import ImageDecodeError
+
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "cats" / "bad.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    dataset = ImageFolder(tmp_path, decode=None, transform=RandomResizedCrop(8))
+    with pytest.raises(ImageDecodeError, match="not an image OpenCV can decode") as caught:
+        dataset[0]
+    assert caught.value.__notes__ == [f"in the transform of {tmp_path / 'cats' / 'bad.jpg'}"]

@@ -32,9 +32,13 @@ class ImageDataset(Dataset):
     def _load(self, data: bytes | memoryview, source: str) -> Any:
         return load_image(data, self.decode, source=source, min_size=self.min_size)
 
-    def _finish(self, image: Any, label: Any) -> tuple[Any, Any]:
+    def _finish(self, image: Any, label: Any, source: str) -> tuple[Any, Any]:
         if self.transform is not None:
-            image = self.transform(image)
+            try:
+                image = self.transform(image)
+            except Exception as error:  # a transform that decodes, or fails, names no file
+                error.add_note(f"in the transform of {source}")
+                raise
         if self.target_transform is not None:
             label = self.target_transform(label)
         return image, label

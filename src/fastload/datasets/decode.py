@@ -17,6 +17,7 @@ __all__ = [
     "as_output",
     "check_decode_mode",
     "decode_image",
+    "displayed_size",
     "load_image",
     "read_image",
     "reduction_factor",
@@ -86,9 +87,14 @@ def reduction_factor(height: int, width: int, min_size: int | tuple[int, int] | 
     return 1
 
 
-def _displayed_size(data: np.ndarray, source: str) -> tuple[int, int] | None:
-    """``(height, width)`` from the header, as OpenCV returns the image (EXIF rotation
-    applied); None when the header is unreadable (the decode then reports it)."""
+def displayed_size(data: np.ndarray, source: str = "<bytes>") -> tuple[int, int] | None:
+    """``(height, width)`` from the header, as :func:`decode_image` returns the image (EXIF
+    rotation applied), without decoding; None when the header is unreadable (the decode
+    then reports it).
+
+    Raises:
+        ImageDecodeError: The header declares more than :data:`MAX_PIXELS`.
+    """
     from PIL import Image, JpegImagePlugin  # reads the header only: ~40 us
 
     head = io.BytesIO(data[:65536].tobytes())
@@ -142,7 +148,7 @@ def decode_image(
     if buffer.size == 0:
         raise ImageDecodeError(f"{source}: empty, no image data")
     is_jpeg = buffer[:2].tobytes() == _JPEG_START
-    size = _displayed_size(buffer, source)
+    size = displayed_size(buffer, source)
     if size is not None and MAX_PIXELS is not None and size[0] * size[1] > MAX_PIXELS:
         raise ImageDecodeError(
             f"{source}: {size[1]}x{size[0]} is {size[0] * size[1]:,} pixels, over the limit of "

@@ -93,7 +93,7 @@ class ImageFolder(ImageDataset):
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         path, label = self.sample(index)
-        return self._finish(self._load(Path(path).read_bytes(), source=path), label)
+        return self._finish(self._load(Path(path).read_bytes(), source=path), label, path)
 
     def __repr__(self) -> str:
         return (

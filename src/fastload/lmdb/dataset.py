@@ -139,12 +139,12 @@ class LMDBDataset(ImageDataset):
 
     def _sample(self, txn, index: int) -> tuple[Any, Any]:
         record = self._record(txn, index, copy=False)  # decoded or copied before the next read
-        payload = record.payload
+        payload, source = record.payload, f"{self._path}:{index}"
         if isinstance(payload, np.ndarray):  # stored as a raw array
             image = as_output(payload, self.decode)
         else:
-            image = self._load(payload, source=f"{self._path}:{index}")
-        return self._finish(image, record.label)
+            image = self._load(payload, source=source)
+        return self._finish(image, record.label, source)
 
     def __repr__(self) -> str:
         return f"LMDBDataset({str(self.path)!r}, records={len(self)}, decode={self.decode!r})"
