@@ -36,6 +36,13 @@ MODULES = {
     "RandomGrayscale": lambda: gpu.RandomGrayscale(p=0.5),
     "GaussianBlur": lambda: gpu.GaussianBlur(5, sigma=(1.0, 2.0)),  # 0.1 would be the identity
     "RandomErasing": lambda: gpu.RandomErasing(p=0.9),
+    "RandomInvert": lambda: gpu.RandomInvert(),
+    "RandomPosterize": lambda: gpu.RandomPosterize(bits=3),
+    "RandomSolarize": lambda: gpu.RandomSolarize(threshold=0.5),
+    "RandomAdjustSharpness": lambda: gpu.RandomAdjustSharpness(sharpness_factor=3.0),
+    "RandomAutocontrast": lambda: gpu.RandomAutocontrast(),
+    "RandomEqualize": lambda: gpu.RandomEqualize(),
+    "GaussianNoise": lambda: gpu.GaussianNoise(sigma=0.2),
 }
 
 
@@ -49,7 +56,12 @@ PROBABILISTIC = [
     "RandomGrayscale",
     "GaussianBlur",
     "RandomErasing",
-]
+    "RandomInvert",
+    "RandomPosterize",
+    "RandomSolarize",
+    "RandomAdjustSharpness",
+    "RandomEqualize",
+]  # RandomAutocontrast leaves full-range images as they are: tests/gpu/test_pixel.py
 
 
 #: Public modules that the image contract above cannot take, each with its own tests.

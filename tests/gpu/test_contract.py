@@ -115,6 +115,10 @@ def test_a_channels_last_batch_is_refused_not_silently_misread(name):
     lambda: gpu.Normalize((0.5, 0.5, 0.5), (0.2, INF, 0.2)),
     lambda: gpu.MixUp(alpha=NAN, num_classes=10),
     lambda: gpu.CutMix(alpha=INF, num_classes=10),
+    lambda: gpu.RandomSolarize(threshold=NAN),
+    lambda: gpu.RandomAdjustSharpness(sharpness_factor=INF),
+    lambda: gpu.GaussianNoise(sigma=NAN),
+    lambda: gpu.GaussianNoise(mean=INF),
 ])  # fmt: skip
 def test_nan_and_infinite_parameters_are_refused(make):
     with pytest.raises(ValueError, match=r"must be (a finite number|a probability)"):
@@ -142,10 +146,15 @@ def test_each_sample_draws_its_own_parameters_unless_same_on_batch(name):
         for v in params.values()
         if v.shape[:1] == (64,) and (v.dtype != torch.bool or 0 < module.p < 1)
     ]
-    assert varying and all(len(set(v.tolist())) > 1 for v in varying)
+    assert varying and all(distinct_samples(v) > 1 for v in varying)
     module.same_on_batch = True
     params = module.sample_params(shape, device)
-    assert all(len(set(v.tolist())) == 1 for v in params.values() if v.shape[:1] == (64,))
+    assert all(distinct_samples(v) == 1 for v in params.values() if v.shape[:1] == (64,))
+
+
+def distinct_samples(values: torch.Tensor) -> int:
+    """How many different per-sample values (scalars or whole tensors) a batch holds."""
+    return len({tuple(row) for row in values.reshape(len(values), -1).tolist()})
 
 
 @pytest.mark.parametrize("name", MODULES)

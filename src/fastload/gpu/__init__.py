@@ -19,6 +19,15 @@ from fastload.gpu.geometric import (
     Resize,
 )
 from fastload.gpu.mix import CutMix, MixUp
+from fastload.gpu.pixel import (
+    GaussianNoise,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomInvert,
+    RandomPosterize,
+    RandomSolarize,
+)
 
 __all__ = [
     "BatchTransform",
@@ -27,13 +36,20 @@ __all__ = [
     "CutMix",
     "GPUDecoder",
     "GaussianBlur",
+    "GaussianNoise",
     "MixUp",
     "Normalize",
+    "RandomAdjustSharpness",
+    "RandomAutocontrast",
     "RandomCrop",
+    "RandomEqualize",
     "RandomErasing",
     "RandomGrayscale",
     "RandomHorizontalFlip",
+    "RandomInvert",
+    "RandomPosterize",
     "RandomResizedCrop",
+    "RandomSolarize",
     "RandomVerticalFlip",
     "Resize",
     "ToDtype",
