@@ -43,6 +43,8 @@ MODULES = {
     "RandomAutocontrast": lambda: gpu.RandomAutocontrast(),
     "RandomEqualize": lambda: gpu.RandomEqualize(),
     "GaussianNoise": lambda: gpu.GaussianNoise(sigma=0.2),
+    "RandomAffine": lambda: gpu.RandomAffine(30, (0.1, 0.2), (0.8, 1.2), (-10, 10, -5, 5)),
+    "RandomRotation": lambda: gpu.RandomRotation(45, interpolation="bilinear"),
 }
 
 

@@ -5,6 +5,7 @@ Arguments follow ``torchvision.transforms.v2``; each sample draws its own parame
 unless ``same_on_batch=True``.
 """
 
+from fastload.gpu.affine import RandomAffine, RandomRotation
 from fastload.gpu.base import BatchTransform
 from fastload.gpu.blur import GaussianBlur
 from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
@@ -40,6 +41,7 @@ __all__ = [
     "MixUp",
     "Normalize",
     "RandomAdjustSharpness",
+    "RandomAffine",
     "RandomAutocontrast",
     "RandomCrop",
     "RandomEqualize",
@@ -49,6 +51,7 @@ __all__ = [
     "RandomInvert",
     "RandomPosterize",
     "RandomResizedCrop",
+    "RandomRotation",
     "RandomSolarize",
     "RandomVerticalFlip",
     "Resize",

@@ -1,0 +1,247 @@
+"""Affine geometry on the batch: RandomAffine and RandomRotation with torchvision v2's
+arguments, a different matrix per sample, one grid and one ``grid_sample`` call.
+
+The matrices, the grid and the fill are torchvision's (``_get_inverse_affine_matrix``,
+``_affine_grid``, the mask channel that blends ``fill`` in), built for every sample at
+once, so that a sample's result equals ``v2.functional.affine`` with its parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+from torchvision.transforms import InterpolationMode
+
+from fastload.gpu.base import BatchTransform, Params, finite, pair
+
+__all__ = ["RandomAffine", "RandomRotation", "affine", "inverse_affine_matrices"]
+
+Fill = float | Sequence[float] | None
+
+
+def inverse_affine_matrices(
+    angle: Tensor,
+    translate: Tensor,
+    scale: Tensor,
+    shear: Tensor,
+    center: Tensor | None = None,
+) -> Tensor:
+    """Per sample, the (2, 3) matrix mapping output pixels to input pixels (origin at the
+    image centre), as torchvision's ``_get_inverse_affine_matrix``: ``angle`` (N,) in
+    degrees, ``translate`` (N, 2) in pixels, ``scale`` (N,), ``shear`` (N, 2) in degrees,
+    ``center`` (N, 2) relative to the image centre (default 0)."""
+    angle, translate, scale, shear = (t.double() for t in (angle, translate, scale, shear))
+    rot, sx, sy = torch.deg2rad(angle), torch.deg2rad(shear[:, 0]), torch.deg2rad(shear[:, 1])
+    center = torch.zeros_like(translate) if center is None else center.double()
+    cx, cy = center[:, 0], center[:, 1]
+    cx_plus_tx, cy_plus_ty = cx + translate[:, 0], cy + translate[:, 1]
+    a = torch.cos(rot - sy) / torch.cos(sy)
+    b = -(a * torch.tan(sx) + torch.sin(rot))
+    c = torch.sin(rot - sy) / torch.cos(sy)
+    d = torch.cos(rot) - c * torch.tan(sx)
+    m0, m1, m3, m4 = d / scale, -b / scale, -c / scale, a / scale
+    m2 = cx - m0 * cx_plus_tx - m1 * cy_plus_ty
+    m5 = cy - m3 * cx_plus_tx - m4 * cy_plus_ty
+    return torch.stack((m0, m1, m2, m3, m4, m5), dim=1).view(-1, 2, 3)
+
+
+def affine(
+    images: Tensor, matrices: Tensor, interpolation: str = "nearest", fill: Fill = 0
+) -> Tensor:
+    """Warp each image by its inverse matrix (from :func:`inverse_affine_matrices`); pixels
+    from outside become ``fill`` (on the image's scale), or 0 with ``fill=None``."""
+    n, channels, height, width = images.shape
+    if images.numel() == 0:
+        return images.clone()
+    floating = images.is_floating_point()
+    maths = images.dtype if floating else torch.float32
+    grid = _grid(matrices.to(maths), height, width)
+    pixels = images if floating else images.to(maths)
+    if fill is not None:  # a coverage channel, to blend the fill in where it is partial
+        pixels = torch.cat((pixels, pixels.new_ones(n, 1, height, width)), dim=1)
+    pixels = F.grid_sample(
+        pixels, grid, mode=interpolation, padding_mode="zeros", align_corners=False
+    )
+    if fill is not None:
+        pixels, coverage = pixels[:, :channels], pixels[:, channels:]
+        fill_values = torch.as_tensor(fill, dtype=maths, device=images.device).view(1, -1, 1, 1)
+        if interpolation == "nearest":
+            pixels = torch.where(coverage < 0.5, fill_values.expand_as(pixels), pixels)
+        else:
+            pixels = (pixels - fill_values) * coverage + fill_values
+    return pixels if floating else pixels.round_().to(images.dtype)
+
+
+def _grid(matrices: Tensor, height: int, width: int) -> Tensor:
+    """torchvision's ``_affine_grid`` for (N, 2, 3) matrices: pixel centres relative to the
+    image centre, mapped, then normalised by half the size."""
+    dtype, device = matrices.dtype, matrices.device
+    base = torch.empty(1, height, width, 3, dtype=dtype, device=device)
+    base[..., 0].copy_(
+        torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, width, device=device)
+    )
+    base[..., 1].copy_(
+        torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, height, device=device).unsqueeze(
+            -1
+        )
+    )
+    base[..., 2].fill_(1)
+    halves = torch.tensor([0.5 * width, 0.5 * height], dtype=dtype, device=device)
+    rescaled = matrices.transpose(1, 2) / halves
+    grid = base.view(1, height * width, 3).expand(len(matrices), -1, -1).bmm(rescaled)
+    return grid.view(len(matrices), height, width, 2)
+
+
+def _interpolation(value: InterpolationMode | str) -> str:
+    name = value.value if isinstance(value, InterpolationMode) else str(value)
+    if name not in ("nearest", "bilinear"):
+        raise ValueError(f"interpolation must be nearest or bilinear, got {value!r}")
+    return name
+
+
+def _center(center: Sequence[float] | None, shape: torch.Size, device) -> Tensor | None:
+    """A centre in pixels (x, y), as torchvision takes it, relative to the image centre."""
+    if center is None:
+        return None
+    height, width = shape[-2:]
+    offset = torch.tensor([center[0] - 0.5 * width, center[1] - 0.5 * height], device=device)
+    return offset.expand(shape[0], 2)
+
+
+def _check_fill(fill: Fill) -> Fill:
+    if fill is None or isinstance(fill, (int, float)):
+        return None if fill is None else finite(fill, "fill")
+    return [finite(value, "fill") for value in fill]
+
+
+class RandomAffine(BatchTransform):
+    """A random affine transformation of each image (rotation, translation, scale, shear),
+    with torchvision v2's arguments and sampling; each sample its own matrix.
+
+    ``degrees``, ``shear``: a number ``d`` for (-d, d) or a (min, max) range (``shear``
+    also (x_min, x_max, y_min, y_max)); ``translate``: maximum fractions (a, b) of the
+    width and height; ``scale``: a (min, max) range. ``fill`` is on the image's own
+    scale (0..255 for uint8), one value or one per channel.
+    """
+
+    def __init__(
+        self,
+        degrees: float | Sequence[float],
+        translate: Sequence[float] | None = None,
+        scale: Sequence[float] | None = None,
+        shear: float | Sequence[float] | None = None,
+        interpolation: InterpolationMode | str = InterpolationMode.NEAREST,
+        fill: Fill = 0,
+        center: Sequence[float] | None = None,
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        self.degrees = _symmetric(degrees, "degrees")
+        self.translate = None
+        if translate is not None:
+            if len(translate) != 2:
+                raise ValueError(f"translate must be (a, b) fractions, got {translate!r}")
+            self.translate = tuple(finite(t, "translate") for t in translate)
+            if not all(0 <= t <= 1 for t in self.translate):
+                raise ValueError(f"translate fractions must be in [0, 1], got {translate!r}")
+        self.scale = None if scale is None else pair(scale, "scale")
+        if self.scale is not None and self.scale[0] <= 0:
+            raise ValueError(f"scale must be positive, got {scale!r}")
+        self.shear = None if shear is None else _shear(shear)
+        self.interpolation = _interpolation(interpolation)
+        self.fill = _check_fill(fill)
+        self.center = None if center is None else [finite(c, "center") for c in center]
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n, height, width = shape[0], shape[-2], shape[-1]
+
+        def uniform(low: float, high: float) -> Tensor:
+            return self._uniform(n, low, high, device=device, generator=generator)
+
+        zeros = torch.zeros(n, device=device)
+        translate = torch.zeros(n, 2, device=device)
+        if self.translate is not None:  # torchvision rounds the shift to whole pixels
+            max_dx, max_dy = self.translate[0] * width, self.translate[1] * height
+            translate = torch.stack((uniform(-max_dx, max_dx), uniform(-max_dy, max_dy)), 1).round()
+        shear = torch.zeros(n, 2, device=device)
+        if self.shear is not None:
+            shear_y = uniform(*self.shear[2:]) if len(self.shear) == 4 else zeros
+            shear = torch.stack((uniform(*self.shear[:2]), shear_y), dim=1)
+        return {
+            "angle": uniform(*self.degrees),
+            "translate": translate,
+            "scale": zeros + 1 if self.scale is None else uniform(*self.scale),
+            "shear": shear,
+        }
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        center = _center(self.center, images.shape, images.device)
+        matrices = inverse_affine_matrices(
+            params["angle"], params["translate"], params["scale"], params["shear"], center
+        )
+        return affine(images, matrices, self.interpolation, self.fill)
+
+
+class RandomRotation(BatchTransform):
+    """Rotate each image by its own angle drawn from ``degrees`` (a number ``d`` for
+    (-d, d), or a range), counter-clockwise, about ``center`` (default: the image's).
+    ``expand`` would give each sample its own size, which a batch cannot hold."""
+
+    def __init__(
+        self,
+        degrees: float | Sequence[float],
+        interpolation: InterpolationMode | str = InterpolationMode.NEAREST,
+        expand: bool = False,
+        center: Sequence[float] | None = None,
+        fill: Fill = 0,
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        if expand:
+            raise ValueError(
+                "RandomRotation(expand=True) gives every angle its own output size, which one "
+                "batch cannot hold: rotate without expanding, or crop/resize afterwards"
+            )
+        self.degrees = _symmetric(degrees, "degrees")
+        self.interpolation = _interpolation(interpolation)
+        self.center = None if center is None else [finite(c, "center") for c in center]
+        self.fill = _check_fill(fill)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {"angle": self._uniform(shape[0], *self.degrees, device=device, generator=generator)}
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        n = len(images)
+        none = torch.zeros(n, 2, device=images.device)
+        center = _center(self.center, images.shape, images.device)
+        # torchvision's rotate turns the other way from its affine: the angle is negated
+        matrices = inverse_affine_matrices(
+            -params["angle"], none, torch.ones(n, device=images.device), none, center
+        )
+        return affine(images, matrices, self.interpolation, self.fill)
+
+
+def _symmetric(value: float | Sequence[float], name: str) -> tuple[float, float]:
+    if isinstance(value, (int, float)):
+        number = finite(value, name)
+        if number < 0:
+            raise ValueError(f"{name} as one number must be >= 0, got {value!r}")
+        return -number, number
+    return pair(value, name)
+
+
+def _shear(value: float | Sequence[float]) -> tuple[float, ...]:
+    if isinstance(value, (int, float)):
+        return _symmetric(value, "shear")
+    if len(value) == 2:
+        return pair(value, "shear")
+    if len(value) == 4:
+        return (*pair(value[:2], "shear"), *pair(value[2:], "shear"))
+    raise ValueError(f"shear must be a number, or 2 or 4 values, got {value!r}")
