@@ -45,6 +45,9 @@ MODULES = {
     "GaussianNoise": lambda: gpu.GaussianNoise(sigma=0.2),
     "RandomAffine": lambda: gpu.RandomAffine(30, (0.1, 0.2), (0.8, 1.2), (-10, 10, -5, 5)),
     "RandomRotation": lambda: gpu.RandomRotation(45, interpolation="bilinear"),
+    "RandAugment": lambda: gpu.RandAugment(),
+    "TrivialAugmentWide": lambda: gpu.TrivialAugmentWide(),
+    "AutoAugment": lambda: gpu.AutoAugment(),
 }
 
 
@@ -72,6 +75,7 @@ OUTSIDE_THE_CONTRACT = {
     "GPUDecoder": "takes encoded bytes: tests/gpu/test_decode.py",
     "MixUp": "takes (images, labels): the mixing tests below",
     "CutMix": "takes (images, labels): the mixing tests below",
+    "AutoAugmentPolicy": "torchvision's enum of AutoAugment's policies, not a module",
     "ToDtype": "changes the dtype: its parity test below",
 }
 

@@ -29,8 +29,11 @@ from fastload.gpu.pixel import (
     RandomPosterize,
     RandomSolarize,
 )
+from fastload.gpu.policies import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 
 __all__ = [
+    "AutoAugment",
+    "AutoAugmentPolicy",
     "BatchTransform",
     "CenterCrop",
     "ColorJitter",
@@ -40,6 +43,7 @@ __all__ = [
     "GaussianNoise",
     "MixUp",
     "Normalize",
+    "RandAugment",
     "RandomAdjustSharpness",
     "RandomAffine",
     "RandomAutocontrast",
@@ -56,4 +60,5 @@ __all__ = [
     "RandomVerticalFlip",
     "Resize",
     "ToDtype",
+    "TrivialAugmentWide",
 ]

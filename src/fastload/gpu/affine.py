@@ -95,7 +95,7 @@ def _grid(matrices: Tensor, height: int, width: int) -> Tensor:
     return grid.view(len(matrices), height, width, 2)
 
 
-def _interpolation(value: InterpolationMode | str) -> str:
+def interpolation_name(value: InterpolationMode | str) -> str:
     name = value.value if isinstance(value, InterpolationMode) else str(value)
     if name not in ("nearest", "bilinear"):
         raise ValueError(f"interpolation must be nearest or bilinear, got {value!r}")
@@ -111,7 +111,7 @@ def _center(center: Sequence[float] | None, shape: torch.Size, device) -> Tensor
     return offset.expand(shape[0], 2)
 
 
-def _check_fill(fill: Fill) -> Fill:
+def check_fill(fill: Fill) -> Fill:
     if fill is None or isinstance(fill, (int, float)):
         return None if fill is None else finite(fill, "fill")
     return [finite(value, "fill") for value in fill]
@@ -153,8 +153,8 @@ class RandomAffine(BatchTransform):
         if self.scale is not None and self.scale[0] <= 0:
             raise ValueError(f"scale must be positive, got {scale!r}")
         self.shear = None if shear is None else _shear(shear)
-        self.interpolation = _interpolation(interpolation)
-        self.fill = _check_fill(fill)
+        self.interpolation = interpolation_name(interpolation)
+        self.fill = check_fill(fill)
         self.center = None if center is None else [finite(c, "center") for c in center]
 
     def sample_params(self, shape, device, generator=None) -> Params:
@@ -210,9 +210,9 @@ class RandomRotation(BatchTransform):
                 "batch cannot hold: rotate without expanding, or crop/resize afterwards"
             )
         self.degrees = _symmetric(degrees, "degrees")
-        self.interpolation = _interpolation(interpolation)
+        self.interpolation = interpolation_name(interpolation)
         self.center = None if center is None else [finite(c, "center") for c in center]
-        self.fill = _check_fill(fill)
+        self.fill = check_fill(fill)
 
     def sample_params(self, shape, device, generator=None) -> Params:
         return {"angle": self._uniform(shape[0], *self.degrees, device=device, generator=generator)}

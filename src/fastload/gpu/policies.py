@@ -1,0 +1,272 @@
+"""Automatic augmentation policies on the batch: RandAugment, TrivialAugmentWide and
+AutoAugment, each sample drawing its own operations and magnitudes.
+
+The operation lists, magnitude tables, signs and AutoAugment's sub-policies are
+torchvision v2's own (read from its classes, not copied), and each operation is applied
+as torchvision applies it. A batch is processed without a loop over samples: for each
+step, the samples that drew the same operation are transformed together (a loop over at
+most 15 operations). ``sample_params`` returns, per sample and step, the operation's
+index in ``op_names`` (-1 where AutoAugment skipped it) and its signed magnitude, so a
+draw can be replayed and compared with torchvision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torchvision.transforms import InterpolationMode, v2
+
+from fastload.gpu.affine import (
+    Fill,
+    affine,
+    check_fill,
+    interpolation_name,
+    inverse_affine_matrices,
+)
+from fastload.gpu.base import BatchTransform, Params, max_value
+from fastload.gpu.pixel import (
+    adjust_sharpness,
+    autocontrast,
+    equalize,
+    invert,
+    posterize,
+    solarize,
+)
+
+__all__ = ["AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide", "apply_op"]
+
+AutoAugmentPolicy = v2.AutoAugmentPolicy
+Space = dict[str, tuple[Callable[[int, int, int], Tensor | None], bool]]
+
+
+def _int_in(value: int, name: str, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _blend(images: Tensor, other: Tensor, factor: Tensor) -> Tensor:
+    """torchvision's ``_blend`` with a factor per sample: clamped, and uint8 truncated."""
+    maths = images.dtype if images.is_floating_point() else torch.float32
+    factor, other = factor.to(maths).view(-1, 1, 1, 1), other.to(maths)
+    out = (images * factor + other * (1 - factor)).clamp_(0, max_value(images.dtype))
+    return out if images.is_floating_point() else out.to(images.dtype)
+
+
+def _gray(images: Tensor) -> Tensor:
+    """torchvision's luma (one channel, float), floored for integer images."""
+    if images.shape[1] == 1:
+        return images.to(torch.float32) if not images.is_floating_point() else images
+    r, g, b = images.to(torch.float32 if not images.is_floating_point() else images.dtype).unbind(1)
+    luma = (r * 0.2989 + g * 0.587 + b * 0.114).unsqueeze(1)
+    return luma if images.is_floating_point() else luma.floor_()
+
+
+def _shear_or_shift(images: Tensor, magnitude: Tensor, op: str, interpolation: str, fill: Fill):
+    n, device = len(images), images.device
+    zeros, ones = torch.zeros(n, device=device), torch.ones(n, device=device)
+    shear = torch.zeros(n, 2, device=device)
+    translate = torch.zeros(n, 2, device=device)
+    center = None
+    if op in ("ShearX", "ShearY"):  # torchvision shears about the top-left corner
+        shear[:, 0 if op == "ShearX" else 1] = torch.rad2deg(torch.atan(magnitude))
+        height, width = images.shape[-2:]
+        center = torch.tensor([-0.5 * width, -0.5 * height], device=device).expand(n, 2)
+    else:  # whole pixels, truncated as int() does
+        translate[:, 0 if op == "TranslateX" else 1] = magnitude.trunc()
+    return affine(images, inverse_affine_matrices(zeros, translate, ones, shear, center),
+                  interpolation, fill)  # fmt: skip
+
+
+def apply_op(
+    images: Tensor, op: str, magnitude: Tensor, interpolation: str = "nearest", fill: Fill = None
+) -> Tensor:
+    """One of the policies' operations on every image of ``images``, with each sample's
+    ``magnitude`` (N,) as torchvision's ``_apply_image_or_video_transform`` takes it."""
+    n, device = len(images), images.device
+    if op == "Identity":
+        return images
+    if op in ("ShearX", "ShearY", "TranslateX", "TranslateY"):
+        return _shear_or_shift(images, magnitude, op, interpolation, fill)
+    if op == "Rotate":  # torchvision's rotate turns the other way from its affine
+        none, ones = torch.zeros(n, 2, device=device), torch.ones(n, device=device)
+        return affine(images, inverse_affine_matrices(-magnitude, none, ones, none),
+                      interpolation, fill)  # fmt: skip
+    factor = 1.0 + magnitude
+    if op == "Brightness":
+        return _blend(images, torch.zeros((), device=device), factor)
+    if op == "Color":
+        return images if images.shape[1] == 1 else _blend(images, _gray(images), factor)
+    if op == "Contrast":
+        return _blend(images, _gray(images).mean(dim=(1, 2, 3), keepdim=True), factor)
+    if op == "Sharpness":
+        return adjust_sharpness(images, factor)
+    if op == "Posterize":
+        return posterize(images, magnitude.trunc().to(torch.int64))
+    if op == "Solarize":
+        return solarize(images, magnitude * max_value(images.dtype))
+    if op == "AutoContrast":
+        return autocontrast(images)
+    if op == "Equalize":
+        return equalize(images)
+    if op == "Invert":
+        return invert(images)
+    raise ValueError(f"no operation named {op!r}")
+
+
+class _Policy(BatchTransform):
+    """Draw ``ops`` (N, steps) and ``magnitudes`` (N, steps); apply them step by step,
+    grouping the samples that drew the same operation."""
+
+    space: Space
+
+    def __init__(
+        self, interpolation: InterpolationMode | str, fill: Fill, *, same_on_batch, generator
+    ) -> None:
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        self.interpolation = interpolation_name(interpolation)
+        self.fill = check_fill(fill)
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return tuple(self.space)
+
+    def _tables(self, bins: int, height: int, width: int, device) -> tuple[Tensor, Tensor]:
+        """Per operation, its magnitudes (ops x bins, 0 where it has none) and signedness."""
+        rows, signed = [], []
+        for make, is_signed in self.space.values():
+            values = make(bins, height, width)
+            rows.append(torch.zeros(bins) if values is None else values.to(torch.float32))
+            signed.append(is_signed)
+        return torch.stack(rows).to(device), torch.tensor(signed, device=device)
+
+    def _signs(self, ops: Tensor, signed: Tensor, device, generator) -> Tensor:
+        """-1 where a signed operation's coin (torchvision: ``rand() <= 0.5``) says so."""
+        coins = self._rand(ops.shape[0], *ops.shape[1:], device=device, generator=generator)
+        negative = signed[ops.clamp(min=0)] & (coins <= 0.5)
+        return 1.0 - 2.0 * negative.to(torch.float32)
+
+    def _pick(self, n: int, choices: int, *extra: int, device, generator) -> Tensor:
+        """Uniform integers in [0, choices), honouring ``same_on_batch``."""
+        draws = self._rand(n, *extra, device=device, generator=generator)
+        return (draws * choices).long().clamp_(max=choices - 1)
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        ops, magnitudes = params["ops"], params["magnitudes"]
+        out = images
+        for step in range(ops.shape[1]):
+            step_ops, result = ops[:, step], None
+            for index in step_ops.unique().tolist():
+                if index < 0:
+                    continue
+                chosen = (step_ops == index).nonzero().squeeze(1)
+                changed = apply_op(
+                    out[chosen], self.op_names[index], magnitudes[chosen, step],
+                    self.interpolation, self.fill,
+                )  # fmt: skip
+                result = out.clone() if result is None else result
+                result[chosen] = changed.to(out.dtype)
+            out = out if result is None else result
+        return out
+
+
+class RandAugment(_Policy):
+    """RandAugment: ``num_ops`` operations per sample, each drawn uniformly from
+    torchvision's 14, at bin ``magnitude`` of ``num_magnitude_bins``, signed at random
+    where the operation is. ``fill`` on the image's own scale; None leaves 0."""
+
+    space = v2.RandAugment._AUGMENTATION_SPACE
+
+    def __init__(
+        self,
+        num_ops: int = 2,
+        magnitude: int = 9,
+        num_magnitude_bins: int = 31,
+        interpolation: InterpolationMode | str = InterpolationMode.NEAREST,
+        fill: Fill = None,
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
+        self.num_ops = _int_in(num_ops, "num_ops", 0)
+        self.num_magnitude_bins = _int_in(num_magnitude_bins, "num_magnitude_bins", 1)
+        self.magnitude = _int_in(magnitude, "magnitude", 0, num_magnitude_bins - 1)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n = shape[0]
+        table, signed = self._tables(self.num_magnitude_bins, shape[-2], shape[-1], device)
+        ops = self._pick(n, len(table), self.num_ops, device=device, generator=generator)
+        signs = self._signs(ops, signed, device, generator)
+        return {"ops": ops, "magnitudes": table[ops, self.magnitude] * signs}
+
+
+class TrivialAugmentWide(_Policy):
+    """TrivialAugment Wide: one operation per sample from torchvision's 14, at a bin drawn
+    uniformly from ``num_magnitude_bins``, signed at random where the operation is."""
+
+    space = v2.TrivialAugmentWide._AUGMENTATION_SPACE
+
+    def __init__(
+        self,
+        num_magnitude_bins: int = 31,
+        interpolation: InterpolationMode | str = InterpolationMode.NEAREST,
+        fill: Fill = None,
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
+        self.num_magnitude_bins = _int_in(num_magnitude_bins, "num_magnitude_bins", 1)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n = shape[0]
+        table, signed = self._tables(self.num_magnitude_bins, shape[-2], shape[-1], device)
+        ops = self._pick(n, len(table), 1, device=device, generator=generator)
+        bins = self._pick(n, self.num_magnitude_bins, 1, device=device, generator=generator)
+        signs = self._signs(ops, signed, device, generator)
+        return {"ops": ops, "magnitudes": table[ops, bins] * signs}
+
+
+class AutoAugment(_Policy):
+    """AutoAugment with torchvision's learned policies (``AutoAugmentPolicy.IMAGENET``,
+    ``CIFAR10``, ``SVHN``): each sample draws one of the 25 sub-policies, whose two
+    operations each apply with their own probability at their fixed magnitude bin."""
+
+    space = v2.AutoAugment._AUGMENTATION_SPACE
+
+    def __init__(
+        self,
+        policy: AutoAugmentPolicy = AutoAugmentPolicy.IMAGENET,
+        interpolation: InterpolationMode | str = InterpolationMode.NEAREST,
+        fill: Fill = None,
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
+        if not isinstance(policy, AutoAugmentPolicy):
+            raise ValueError(f"policy must be an AutoAugmentPolicy, got {policy!r}")
+        self.policy = policy
+        sub_policies = v2.AutoAugment(policy)._policies
+        index = {name: i for i, name in enumerate(self.op_names)}
+        # (policies, 2) operation indices, probabilities and magnitude bins
+        self._sub_ops = torch.tensor([[index[op] for op, _, _ in sub] for sub in sub_policies])
+        self._sub_p = torch.tensor([[p for _, p, _ in sub] for sub in sub_policies])
+        self._sub_bins = torch.tensor(
+            [[0 if b is None else b for _, _, b in sub] for sub in sub_policies]
+        )
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n = shape[0]
+        table, signed = self._tables(10, shape[-2], shape[-1], device)
+        chosen = self._pick(n, len(self._sub_ops), device=device, generator=generator)
+        ops, bins = self._sub_ops.to(device)[chosen], self._sub_bins.to(device)[chosen]
+        coins = self._rand(n, 2, device=device, generator=generator)
+        applied = coins <= self._sub_p.to(device)[chosen]
+        magnitudes = table[ops, bins] * self._signs(ops, signed, device, generator)
+        return {"policy": chosen, "ops": torch.where(applied, ops, -1), "magnitudes": magnitudes}
