@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torchvision.transforms import InterpolationMode, v2
+from torchvision.transforms import AutoAugmentPolicy, InterpolationMode, v2
 
 from fastload.gpu.affine import (
     Fill,
@@ -37,7 +37,6 @@ from fastload.gpu.pixel import (
 
 __all__ = ["AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide", "apply_op"]
 
-AutoAugmentPolicy = v2.AutoAugmentPolicy
 Space = dict[str, tuple[Callable[[int, int, int], Tensor | None], bool]]
 
 
