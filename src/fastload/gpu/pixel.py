@@ -75,7 +75,7 @@ def adjust_sharpness(images: Tensor, factor: Tensor) -> Tensor:
     if not floating:
         blurred = blurred.round_()
     inner = out[..., 1:-1, 1:-1]
-    inner.add_((blurred - inner) * _per_sample(1 - factor.to(maths)))
+    inner.add_((blurred - inner) * _per_sample((1 - factor.double()).to(maths)))
     out = out.clamp_(0, max_value(images.dtype))
     return out if floating else out.to(images.dtype)
 

@@ -51,8 +51,11 @@ def _int_in(value: int, name: str, low: int, high: int | None = None) -> int:
 def _blend(images: Tensor, other: Tensor, factor: Tensor) -> Tensor:
     """torchvision's ``_blend`` with a factor per sample: clamped, and uint8 truncated."""
     maths = images.dtype if images.is_floating_point() else torch.float32
-    factor, other = factor.to(maths).view(-1, 1, 1, 1), other.to(maths)
-    out = (images * factor + other * (1 - factor)).clamp_(0, max_value(images.dtype))
+    # both weights from the float64 factor, as torchvision's Python floats: 1 - (1 + m)
+    # is then exactly -m, which decides a truncated uint8 level now and then
+    keep = factor.double().view(-1, 1, 1, 1)
+    weights = keep.to(maths), (1 - keep).to(maths)
+    out = (images * weights[0] + other.to(maths) * weights[1]).clamp_(0, max_value(images.dtype))
     return out if images.is_floating_point() else out.to(images.dtype)
 
 
@@ -68,11 +71,11 @@ def _gray(images: Tensor) -> Tensor:
 def _shear_or_shift(images: Tensor, magnitude: Tensor, op: str, interpolation: str, fill: Fill):
     n, device = len(images), images.device
     zeros, ones = torch.zeros(n, device=device), torch.ones(n, device=device)
-    shear = torch.zeros(n, 2, device=device)
+    shear = torch.zeros(n, 2, device=device, dtype=torch.float64)  # torchvision's precision
     translate = torch.zeros(n, 2, device=device)
     center = None
     if op in ("ShearX", "ShearY"):  # torchvision shears about the top-left corner
-        shear[:, 0 if op == "ShearX" else 1] = torch.rad2deg(torch.atan(magnitude))
+        shear[:, 0 if op == "ShearX" else 1] = torch.rad2deg(torch.atan(magnitude.double()))
         height, width = images.shape[-2:]
         center = torch.tensor([-0.5 * width, -0.5 * height], device=device).expand(n, 2)
     else:  # whole pixels, truncated as int() does
@@ -95,7 +98,7 @@ def apply_op(
         none, ones = torch.zeros(n, 2, device=device), torch.ones(n, device=device)
         return affine(images, inverse_affine_matrices(-magnitude, none, ones, none),
                       interpolation, fill)  # fmt: skip
-    factor = 1.0 + magnitude
+    factor = 1.0 + magnitude.double()
     if op == "Brightness":
         return _blend(images, torch.zeros((), device=device), factor)
     if op == "Color":
