@@ -48,6 +48,8 @@ MODULES = {
     "RandAugment": lambda: gpu.RandAugment(),
     "TrivialAugmentWide": lambda: gpu.TrivialAugmentWide(),
     "AutoAugment": lambda: gpu.AutoAugment(),
+    "RandomPerspective": lambda: gpu.RandomPerspective(p=0.5),
+    "ElasticTransform": lambda: gpu.ElasticTransform(alpha=30.0, sigma=3.0),
 }
 
 
@@ -66,6 +68,7 @@ PROBABILISTIC = [
     "RandomSolarize",
     "RandomAdjustSharpness",
     "RandomEqualize",
+    "RandomPerspective",
 ]  # RandomAutocontrast leaves full-range images as they are: tests/gpu/test_pixel.py
 
 

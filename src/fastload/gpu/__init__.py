@@ -30,6 +30,7 @@ from fastload.gpu.pixel import (
     RandomSolarize,
 )
 from fastload.gpu.policies import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
+from fastload.gpu.warp import ElasticTransform, RandomPerspective
 
 __all__ = [
     "AutoAugment",
@@ -38,6 +39,7 @@ __all__ = [
     "CenterCrop",
     "ColorJitter",
     "CutMix",
+    "ElasticTransform",
     "GPUDecoder",
     "GaussianBlur",
     "GaussianNoise",
@@ -53,6 +55,7 @@ __all__ = [
     "RandomGrayscale",
     "RandomHorizontalFlip",
     "RandomInvert",
+    "RandomPerspective",
     "RandomPosterize",
     "RandomResizedCrop",
     "RandomRotation",

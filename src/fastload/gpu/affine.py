@@ -12,14 +12,12 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 from torchvision.transforms import InterpolationMode
 
 from fastload.gpu.base import BatchTransform, Params, finite, pair
+from fastload.gpu.warp import Fill, check_fill, interpolation_name, sample_grid
 
 __all__ = ["RandomAffine", "RandomRotation", "affine", "inverse_affine_matrices"]
-
-Fill = float | Sequence[float] | None
 
 
 def inverse_affine_matrices(
@@ -53,26 +51,9 @@ def affine(
 ) -> Tensor:
     """Warp each image by its inverse matrix (from :func:`inverse_affine_matrices`); pixels
     from outside become ``fill`` (on the image's scale), or 0 with ``fill=None``."""
-    n, channels, height, width = images.shape
-    if images.numel() == 0:
-        return images.clone()
-    floating = images.is_floating_point()
-    maths = images.dtype if floating else torch.float32
-    grid = _grid(matrices.to(maths), height, width)
-    pixels = images if floating else images.to(maths)
-    if fill is not None:  # a coverage channel, to blend the fill in where it is partial
-        pixels = torch.cat((pixels, pixels.new_ones(n, 1, height, width)), dim=1)
-    pixels = F.grid_sample(
-        pixels, grid, mode=interpolation, padding_mode="zeros", align_corners=False
-    )
-    if fill is not None:
-        pixels, coverage = pixels[:, :channels], pixels[:, channels:]
-        fill_values = torch.as_tensor(fill, dtype=maths, device=images.device).view(1, -1, 1, 1)
-        if interpolation == "nearest":
-            pixels = torch.where(coverage < 0.5, fill_values.expand_as(pixels), pixels)
-        else:
-            pixels = (pixels - fill_values) * coverage + fill_values
-    return pixels if floating else pixels.round_().to(images.dtype)
+    _, _, height, width = images.shape
+    maths = images.dtype if images.is_floating_point() else torch.float32
+    return sample_grid(images, _grid(matrices.to(maths), height, width), interpolation, fill)
 
 
 def _grid(matrices: Tensor, height: int, width: int) -> Tensor:
@@ -95,13 +76,6 @@ def _grid(matrices: Tensor, height: int, width: int) -> Tensor:
     return grid.view(len(matrices), height, width, 2)
 
 
-def interpolation_name(value: InterpolationMode | str) -> str:
-    name = value.value if isinstance(value, InterpolationMode) else str(value)
-    if name not in ("nearest", "bilinear"):
-        raise ValueError(f"interpolation must be nearest or bilinear, got {value!r}")
-    return name
-
-
 def _center(center: Sequence[float] | None, shape: torch.Size, device) -> Tensor | None:
     """A centre in pixels (x, y), as torchvision takes it, relative to the image centre."""
     if center is None:
@@ -109,12 +83,6 @@ def _center(center: Sequence[float] | None, shape: torch.Size, device) -> Tensor
     height, width = shape[-2:]
     offset = torch.tensor([center[0] - 0.5 * width, center[1] - 0.5 * height], device=device)
     return offset.expand(shape[0], 2)
-
-
-def check_fill(fill: Fill) -> Fill:
-    if fill is None or isinstance(fill, (int, float)):
-        return None if fill is None else finite(fill, "fill")
-    return [finite(value, "fill") for value in fill]
 
 
 class RandomAffine(BatchTransform):

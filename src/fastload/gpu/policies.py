@@ -18,13 +18,7 @@ import torch
 from torch import Tensor
 from torchvision.transforms import AutoAugmentPolicy, InterpolationMode, v2
 
-from fastload.gpu.affine import (
-    Fill,
-    affine,
-    check_fill,
-    interpolation_name,
-    inverse_affine_matrices,
-)
+from fastload.gpu.affine import affine, inverse_affine_matrices
 from fastload.gpu.base import BatchTransform, Params, max_value
 from fastload.gpu.pixel import (
     adjust_sharpness,
@@ -34,6 +28,7 @@ from fastload.gpu.pixel import (
     posterize,
     solarize,
 )
+from fastload.gpu.warp import Fill, check_fill, interpolation_name
 
 __all__ = ["AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide", "apply_op"]
 
