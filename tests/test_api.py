@@ -65,6 +65,22 @@ GPU_NAMES = {
     "RandomVerticalFlip",
     "Resize",
     "ToDtype",
+    # the policies and what they are made of
+    "AutoAugment",
+    "AutoAugmentPolicy",
+    "ElasticTransform",
+    "GaussianNoise",
+    "RandAugment",
+    "RandomAdjustSharpness",
+    "RandomAffine",
+    "RandomAutocontrast",
+    "RandomEqualize",
+    "RandomInvert",
+    "RandomPerspective",
+    "RandomPosterize",
+    "RandomRotation",
+    "RandomSolarize",
+    "TrivialAugmentWide",
 }
 
 
@@ -72,7 +88,8 @@ def test_gpu_module_names():
     from fastload import gpu
 
     assert set(gpu.__all__) == GPU_NAMES
-    modules = GPU_NAMES - {"GPUDecoder"}  # it takes a list of encoded images, not a batch
+    # GPUDecoder takes encoded images, not a batch; AutoAugmentPolicy is torchvision's enum
+    modules = GPU_NAMES - {"GPUDecoder", "AutoAugmentPolicy"}
     assert all(issubclass(getattr(gpu, name), gpu.BatchTransform) for name in modules)
 
 
