@@ -1,11 +1,13 @@
 """GPU batch augmentation: fastload.gpu vs torchvision v2 and Kornia, and vs the CPU.
 
 A batch of 256 uint8 images of 384x384 becomes a float32 batch of 224x224 (0..1) through
-two recipes:
+three recipes:
 
 - seed: RandomResizedCrop 224, horizontal flip, ColorJitter(0.2, 0.2) (shared/seeds/000);
 - timm: RandomResizedCrop 224, flip, ColorJitter(0.4, 0.4, 0.4), RandomErasing(p=0.25),
-  then MixUp (alpha 0.8) or CutMix (alpha 1.0), one of the two per batch, as timm does.
+  then MixUp (alpha 0.8) or CutMix (alpha 1.0), one of the two per batch, as timm does;
+- policy: RandomResizedCrop 224, flip, TrivialAugmentWide, RandomErasing(p=0.25) (timm's
+  and torchvision's reference ImageNet recipe with an automatic policy).
 
 Ways to run each recipe:
 
@@ -73,9 +75,10 @@ class MixOrCut:
 
 
 def torchvision_ops(recipe: str, size: int) -> list[nn.Module]:
-    ops = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(),
-           v2.ColorJitter(*JITTER[recipe]), v2.ToDtype(torch.float32, scale=True)]  # fmt: skip
-    return [*ops, v2.RandomErasing(p=0.25)] if recipe == "timm" else ops
+    colour = v2.TrivialAugmentWide() if recipe == "policy" else v2.ColorJitter(*JITTER[recipe])
+    ops = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(), colour,
+           v2.ToDtype(torch.float32, scale=True)]  # fmt: skip
+    return [*ops, v2.RandomErasing(p=0.25)] if recipe in ("timm", "policy") else ops
 
 
 def torchvision_mix(recipe: str) -> Callable | None:
@@ -86,11 +89,12 @@ def torchvision_mix(recipe: str) -> Callable | None:
 
 
 def fastload_ops(recipe: str, size: int) -> nn.Sequential:
-    ops = [gpu.RandomResizedCrop(size), gpu.RandomHorizontalFlip(),
-           gpu.ColorJitter(*JITTER[recipe]), gpu.ToDtype(torch.float32, scale=True)]  # fmt: skip
-    return (
-        nn.Sequential(*ops, gpu.RandomErasing(p=0.25)) if recipe == "timm" else nn.Sequential(*ops)
-    )
+    colour = gpu.TrivialAugmentWide() if recipe == "policy" else gpu.ColorJitter(*JITTER[recipe])
+    ops = [gpu.RandomResizedCrop(size), gpu.RandomHorizontalFlip(), colour,
+           gpu.ToDtype(torch.float32, scale=True)]  # fmt: skip
+    if recipe in ("timm", "policy"):
+        ops.append(gpu.RandomErasing(p=0.25))
+    return nn.Sequential(*ops)
 
 
 def fastload_mix(recipe: str) -> Callable | None:
@@ -105,6 +109,12 @@ def kornia_recipe(recipe: str, size: int) -> tuple[nn.Module, Callable | None] |
         import kornia.augmentation as K
     except ImportError:
         return "not installed: pip install kornia"
+    if recipe == "policy":  # Kornia's own TrivialAugment (its op set, not torchvision's Wide)
+        from kornia.augmentation.auto import TrivialAugment
+
+        policy = [K.RandomResizedCrop((size, size)), K.RandomHorizontalFlip(), TrivialAugment(),
+                  K.RandomErasing(p=0.25)]  # fmt: skip
+        return K.AugmentationSequential(*policy), None
     ops = [K.RandomResizedCrop((size, size)), K.RandomHorizontalFlip(),
            K.ColorJitter(*JITTER[recipe])]  # fmt: skip
     if recipe == "timm":
@@ -259,7 +269,7 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=available_cpus(), help="CPU baseline workers"
     )
-    parser.add_argument("--recipes", default="seed,timm")
+    parser.add_argument("--recipes", default="seed,timm,policy")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--compile-budget-s", type=float, default=75, help="per recipe")
     suite_arguments(parser)

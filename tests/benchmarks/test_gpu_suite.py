@@ -71,7 +71,7 @@ def test_smoke_prefetch_measures_every_feeding_variant(smoke_results: Path):
 @pytest.mark.slow
 def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
     augment = rows(smoke_results, "gpu_augment")
-    for recipe in ("seed", "timm"):
+    for recipe in ("seed", "timm", "policy"):
         measured = [
             name for name, row in augment.items() if name.startswith(recipe) and row["speedup"]
         ]
