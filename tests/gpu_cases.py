@@ -48,6 +48,7 @@ MODULES = {
     "RandAugment": lambda: gpu.RandAugment(),
     "TrivialAugmentWide": lambda: gpu.TrivialAugmentWide(),
     "AutoAugment": lambda: gpu.AutoAugment(),
+    "AugMix": lambda: gpu.AugMix(),
     "RandomPerspective": lambda: gpu.RandomPerspective(p=0.5),
     "ElasticTransform": lambda: gpu.ElasticTransform(alpha=30.0, sigma=3.0),
 }

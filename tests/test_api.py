@@ -66,6 +66,7 @@ GPU_NAMES = {
     "Resize",
     "ToDtype",
     # the policies and what they are made of
+    "AugMix",
     "AutoAugment",
     "AutoAugmentPolicy",
     "ElasticTransform",

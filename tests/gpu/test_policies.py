@@ -164,3 +164,62 @@ def test_any_batch_size_and_shape(n, height, width):
 def test_bad_arguments_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+# --- AugMix ---------------------------------------------------------------------------------
+
+
+def augmix_with_torchvision(reference, ours, params, batch):
+    """Each sample's chains through torchvision's per-operation code, mixed by its weights
+    in torchvision's order (the image's share first, then chain by chain)."""
+    ops, magnitudes = params["ops"].tolist(), params["magnitudes"].tolist()
+
+    def one(i, image):
+        mix = params["original"][i] * image
+        for chain in range(ours.mixture_width):
+            augmented = image
+            for op, magnitude in zip(ops[i][chain], magnitudes[i][chain], strict=True):
+                if op >= 0:
+                    augmented = reference._apply_image_or_video_transform(
+                        augmented, ours.op_names[op], magnitude,
+                        interpolation=reference.interpolation, fill=reference._fill,
+                    )  # fmt: skip
+            mix = mix + params["weights"][i, chain] * augmented
+        return mix.to(image.dtype)
+
+    return per_image(batch, one)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize(("chain_depth", "all_ops"), [(-1, True), (2, False)])
+def test_augmix_each_sample_equals_torchvision_for_its_draw(dtype, device, chain_depth, all_ops):
+    ours = gpu.AugMix(severity=5, chain_depth=chain_depth, all_ops=all_ops)
+    theirs = v2.AugMix(severity=5, chain_depth=chain_depth, all_ops=all_ops)
+    batch = images(n=32, dtype=dtype, device=device)
+    torch.manual_seed(0)
+    params = ours.sample_params(batch.shape, batch.device)
+    assert params["ops"].shape == (32, 3, 3 if chain_depth < 0 else 2)
+    weights = params["original"] + params["weights"].sum(dim=1)
+    torch.testing.assert_close(weights, torch.ones_like(weights))  # a convex mixture
+    got = ours(batch, params=params)
+    want = augmix_with_torchvision(theirs, ours, params, batch)
+    difference = (got.double() - want.double()).abs()
+    if dtype == torch.uint8:  # a level flipped in a chain of 3, then mixed and truncated:
+        assert difference.max() <= 3 and (difference > 0).double().mean() < 0.001  # measured
+    else:
+        assert difference.max() <= 1e-5
+
+
+def test_augmix_chains_are_one_to_three_steps_and_ops_follow_torchvision():
+    module = gpu.AugMix(generator=torch.Generator().manual_seed(0))
+    params = module.sample_params(torch.Size((3000, 3, 20, 24)), torch.device("cpu"))
+    lengths = (params["ops"] >= 0).sum(dim=2)
+    counts = torch.bincount(lengths.flatten(), minlength=4).tolist()
+    assert counts[0] == 0 and all(2700 < c < 3300 for c in counts[1:])  # 9000 chains / 3
+    drawn = our_draws(module, 3000)
+    torch.manual_seed(0)
+    reference = torchvision_draws(v2.AugMix(), 3000)
+    torch.manual_seed(1)
+    again = torchvision_draws(v2.AugMix(), 3000)
+    assert total_variation(drawn, reference) <= 1.25 * total_variation(again, reference) + 0.01

@@ -29,10 +29,17 @@ from fastload.gpu.pixel import (
     RandomPosterize,
     RandomSolarize,
 )
-from fastload.gpu.policies import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
+from fastload.gpu.policies import (
+    AugMix,
+    AutoAugment,
+    AutoAugmentPolicy,
+    RandAugment,
+    TrivialAugmentWide,
+)
 from fastload.gpu.warp import ElasticTransform, RandomPerspective
 
 __all__ = [
+    "AugMix",
     "AutoAugment",
     "AutoAugmentPolicy",
     "BatchTransform",

@@ -1,5 +1,5 @@
-"""Automatic augmentation policies on the batch: RandAugment, TrivialAugmentWide and
-AutoAugment, each sample drawing its own operations and magnitudes.
+"""Automatic augmentation policies on the batch: RandAugment, TrivialAugmentWide,
+AutoAugment and AugMix, each sample drawing its own operations and magnitudes.
 
 The operation lists, magnitude tables, signs and AutoAugment's sub-policies are
 torchvision v2's own (read from its classes, not copied), and each operation is applied
@@ -19,7 +19,7 @@ from torch import Tensor
 from torchvision.transforms import AutoAugmentPolicy, InterpolationMode, v2
 
 from fastload.gpu.affine import affine, inverse_affine_matrices
-from fastload.gpu.base import BatchTransform, Params, max_value
+from fastload.gpu.base import BatchTransform, Params, finite, max_value
 from fastload.gpu.pixel import (
     adjust_sharpness,
     autocontrast,
@@ -30,7 +30,14 @@ from fastload.gpu.pixel import (
 )
 from fastload.gpu.warp import Fill, check_fill, interpolation_name
 
-__all__ = ["AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide", "apply_op"]
+__all__ = [
+    "AugMix",
+    "AutoAugment",
+    "AutoAugmentPolicy",
+    "RandAugment",
+    "TrivialAugmentWide",
+    "apply_op",
+]
 
 Space = dict[str, tuple[Callable[[int, int, int], Tensor | None], bool]]
 
@@ -153,7 +160,10 @@ class _Policy(BatchTransform):
         return (draws * choices).long().clamp_(max=choices - 1)
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        ops, magnitudes = params["ops"], params["magnitudes"]
+        return self._apply_steps(images, params["ops"], params["magnitudes"])
+
+    def _apply_steps(self, images: Tensor, ops: Tensor, magnitudes: Tensor) -> Tensor:
+        """Step by step, each sample's op (N, steps; -1: none) at its magnitude."""
         out = images
         for step in range(ops.shape[1]):
             step_ops, result = ops[:, step], None
@@ -267,3 +277,79 @@ class AutoAugment(_Policy):
         applied = coins <= self._sub_p.to(device)[chosen]
         magnitudes = table[ops, bins] * self._signs(ops, signed, device, generator)
         return {"policy": chosen, "ops": torch.where(applied, ops, -1), "magnitudes": magnitudes}
+
+
+class AugMix(_Policy):
+    """AugMix: ``mixture_width`` chains of ``chain_depth`` operations (1 to 3 at random
+    when it is not positive) from torchvision's AugMix ops (``all_ops=False``: without the
+    colour ones), at bins below ``severity``; the chains are mixed by Dirichlet(``alpha``)
+    weights and the mixture with the image by Beta(``alpha``, ``alpha``), per sample, as
+    torchvision does (uint8 is truncated back, as there). Each sample draws its own chains:
+    torchvision draws one set of operations for a whole batch.
+
+    ``sample_params`` gives ``ops`` and ``magnitudes`` of shape (N, width, depth),
+    ``weights`` (N, width) of the chains and ``original`` (N,) of the image itself.
+    """
+
+    def __init__(
+        self,
+        severity: int = 3,
+        mixture_width: int = 3,
+        chain_depth: int = -1,
+        alpha: float = 1.0,
+        all_ops: bool = True,
+        interpolation: InterpolationMode | str = InterpolationMode.BILINEAR,
+        fill: Fill = None,
+        *,
+        same_on_batch: bool = False,
+        generator=None,
+    ) -> None:
+        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
+        self.severity = _int_in(severity, "severity", 1, 10)
+        self.mixture_width = _int_in(mixture_width, "mixture_width", 1)
+        if isinstance(chain_depth, bool) or not isinstance(chain_depth, int):
+            raise ValueError(f"chain_depth must be an int, got {chain_depth!r}")
+        self.chain_depth = chain_depth
+        self.alpha = finite(alpha, "alpha")
+        if self.alpha <= 0:
+            raise ValueError(f"alpha must be > 0, got {alpha!r}")
+        self.all_ops = all_ops
+
+    @property
+    def space(self) -> Space:  # type: ignore[override]
+        # read from torchvision each time: its tables hold lambdas, which do not pickle
+        augmix = v2.AugMix
+        return augmix._AUGMENTATION_SPACE if self.all_ops else augmix._PARTIAL_AUGMENTATION_SPACE
+
+    def _dirichlet(self, n: int, parts: int, device, generator) -> Tensor:
+        rows = 1 if self.same_on_batch else n
+        concentration = torch.full((rows, parts), self.alpha, device=device)
+        return torch._sample_dirichlet(concentration, generator=generator).expand(n, parts)
+
+    def sample_params(self, shape, device, generator=None) -> Params:
+        n, width = shape[0], self.mixture_width
+        depth = self.chain_depth if self.chain_depth > 0 else 3
+        table, signed = self._tables(10, shape[-2], shape[-1], device)
+        ops = self._pick(n, len(table), width, depth, device=device, generator=generator)
+        bins = self._pick(n, self.severity, width, depth, device=device, generator=generator)
+        magnitudes = table[ops, bins] * self._signs(ops, signed, device, generator)
+        if self.chain_depth <= 0:  # each chain 1 to 3 steps long; the rest are no-ops
+            lengths = 1 + self._pick(n, 3, width, 1, device=device, generator=generator)
+            ops = torch.where(torch.arange(depth, device=device) < lengths, ops, -1)
+        beta = self._dirichlet(n, 2, device, generator)
+        return {
+            "ops": ops,
+            "magnitudes": magnitudes,
+            "original": beta[:, 0],
+            "weights": self._dirichlet(n, width, device, generator) * beta[:, 1:],
+        }
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        maths = images.dtype if images.is_floating_point() else torch.float32
+        mix = params["original"].to(maths).view(-1, 1, 1, 1) * images
+        for chain in range(self.mixture_width):
+            chained = self._apply_steps(
+                images, params["ops"][:, chain], params["magnitudes"][:, chain]
+            )
+            mix = mix + params["weights"][:, chain].to(maths).view(-1, 1, 1, 1) * chained
+        return mix.to(images.dtype)
