@@ -14,6 +14,9 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torchvision import tv_tensors
+
+from fastload.gpu.targets import has_targets, join, split
 
 __all__ = ["BatchTransform", "Params"]
 
@@ -98,6 +101,11 @@ class BatchTransform(nn.Module):
     """
 
     rgb_only = False  # colour transforms need 3 channels
+    #: What the module does to masks, boxes and keypoints given beside the images: "pass"
+    #: leaves them as they are (colour and pixel operations); "transform" moves them with
+    #: the image (``apply_masks``, ``transform_target``); "refuse" raises, for geometry
+    #: that cannot move them yet: a silent drift between image and boxes is never right.
+    targets = "refuse"
 
     def __init__(
         self,
@@ -111,12 +119,72 @@ class BatchTransform(nn.Module):
         self.same_on_batch = same_on_batch
         self.generator = generator
 
-    def forward(self, images: Tensor, params: Params | None = None) -> Tensor:
+    def forward(self, *inputs: Any, params: Params | None = None) -> Any:
+        """``module(images)``, or torchvision v2's form with targets beside the images:
+        ``module(images, targets)`` returns ``(images, targets)`` of the same structure,
+        masks, boxes and keypoints moved with the same per-sample parameters (see
+        :mod:`fastload.gpu.targets`)."""
+        if len(inputs) == 1 and not has_targets(inputs[0]):
+            return self._images(inputs[0], params)[0]
+        name = type(self).__name__
+        parts = split(inputs, name)
+        images, params = self._images(parts.images, params)
+        leaves = list(parts.leaves)
+        leaves[parts.image] = images
+        found = parts.targets()
+        if found and self.targets == "refuse":
+            kinds = sorted({type(leaf).__name__ for _, leaf in found})
+            raise TypeError(
+                f"{name} cannot move {', '.join(kinds)} with the images yet: apply it to the "
+                "images alone, or use a module that transforms targets (flips, crops, Resize)"
+            )
+        if found and self.targets == "transform":
+            self._move_targets(found, leaves, params, parts.images.shape)
+        return join(parts, leaves)
+
+    def _images(self, images: Tensor, params: Params | None) -> tuple[Tensor, Params]:
         check_images(images, type(self).__name__, rgb=self.rgb_only)
         if params is None:
             params = self.sample_params(images.shape, images.device, self.generator)
         with torch.autocast(images.device.type, enabled=False):
-            return self.apply_transform(images, params)
+            out = self.apply_transform(images, params)
+        return (tv_tensors.Image(out) if isinstance(images, tv_tensors.Image) else out), params
+
+    def _move_targets(
+        self, found: list[tuple[int, Any]], leaves: list[Any], params: Params, shape: torch.Size
+    ) -> None:
+        n, size = shape[0], (int(shape[-2]), int(shape[-1]))
+        sample = 0
+        for index, leaf in found:
+            if isinstance(leaf, tv_tensors.Mask):
+                if leaf.dim() not in (3, 4) or leaf.shape[0] != n or tuple(leaf.shape[-2:]) != size:
+                    raise ValueError(
+                        f"{type(self).__name__}: a Mask beside {n} images of {size} must be "
+                        f"(N, H, W) or (N, K, H, W) of that size, got {tuple(leaf.shape)}"
+                    )
+                moved = self.apply_masks(leaf.as_subclass(Tensor), params)
+                leaves[index] = tv_tensors.wrap(moved, like=leaf)
+                continue
+            if sample >= n:
+                break
+            row = {k: v[sample] for k, v in params.items() if v.dim() and len(v) == n}
+            leaves[index] = self.transform_target(leaf, row, size)
+            sample += 1
+        per_sample = sum(not isinstance(leaf, tv_tensors.Mask) for _, leaf in found)
+        if per_sample not in (0, n):
+            raise ValueError(
+                f"{type(self).__name__}: boxes and keypoints come one BoundingBoxes or KeyPoints "
+                f"per image, in batch order; got {per_sample} for {n} images"
+            )
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        """The transform on (N, H, W) or (N, K, H, W) masks, nearest where it resamples."""
+        raise NotImplementedError
+
+    def transform_target(self, target: Any, params: Params, size: tuple[int, int]) -> Any:
+        """The transform on one sample's ``BoundingBoxes`` or ``KeyPoints``, with that
+        sample's parameters (0-d tensors), the image being ``size`` before it."""
+        raise NotImplementedError
 
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None

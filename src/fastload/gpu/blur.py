@@ -28,6 +28,8 @@ class GaussianBlur(BatchTransform):
     depthwise (grouped) convolution per axis over all N x C channels.
     """
 
+    targets = "pass"  # masks, boxes and keypoints stay as they are
+
     def __init__(
         self,
         kernel_size: int | Sequence[int],

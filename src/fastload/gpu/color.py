@@ -12,7 +12,6 @@ from fastload.gpu.base import (
     BatchTransform,
     Params,
     blend_where,
-    check_images,
     finite,
     max_value,
     pair,
@@ -111,6 +110,8 @@ class ColorJitter(BatchTransform):
     never waits for the GPU.
     """
 
+    targets = "pass"  # masks, boxes and keypoints stay as they are
+
     rgb_only = True
     OPERATIONS = ("brightness", "contrast", "saturation", "hue")
 
@@ -174,6 +175,8 @@ class ColorJitter(BatchTransform):
 class RandomGrayscale(BatchTransform):
     """Turn each image to grayscale (kept as 3 channels) with probability ``p``."""
 
+    targets = "pass"  # masks, boxes and keypoints stay as they are
+
     rgb_only = True
 
     def __init__(self, p: float = 0.1, *, same_on_batch: bool = False, generator=None) -> None:
@@ -196,6 +199,8 @@ def normalize(pixels: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
 
 class Normalize(BatchTransform):
     """``(image - mean) / std`` per channel, on floating images (see ``ToDtype``)."""
+
+    targets = "pass"  # masks, boxes and keypoints stay as they are
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
@@ -221,8 +226,10 @@ class Normalize(BatchTransform):
             self._cache[key] = (scale.to(device, dtype), shift.to(device, dtype))
         return self._cache[key]
 
-    def forward(self, images: Tensor, params: Params | None = None) -> Tensor:
-        check_images(images, "Normalize")
+    def sample_params(self, shape, device, generator=None) -> Params:
+        return {}
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         if not images.is_floating_point():
             raise TypeError(
                 f"Normalize expects floating images, got {images.dtype}; convert with ToDtype first"
@@ -232,12 +239,6 @@ class Normalize(BatchTransform):
                 f"Normalize has mean/std for {len(self.mean)} channels, "
                 f"images have {images.shape[1]}"
             )
-        return super().forward(images, params)
-
-    def sample_params(self, shape, device, generator=None) -> Params:
-        return {}
-
-    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         pixels = to_float(images)
         return normalize(pixels, *self.affine(pixels.device, pixels.dtype)).to(images.dtype)
 
@@ -250,6 +251,8 @@ class Normalize(BatchTransform):
 class ToDtype(BatchTransform):
     """Convert the dtype, scaling values between integer and float ranges (uint8 0..255 to
     float 0..1) when ``scale``: torchvision's ``to_dtype``, on the whole batch."""
+
+    targets = "pass"  # masks, boxes and keypoints stay as they are
 
     def __init__(self, dtype: torch.dtype, scale: bool = True) -> None:
         super().__init__()

@@ -39,6 +39,8 @@ class RandomErasing(BatchTransform):
     else the image is left as it is; the tries of all images are drawn at once.
     """
 
+    targets = "pass"  # masks, boxes and keypoints stay as they are
+
     TRIES = 10
 
     def __init__(

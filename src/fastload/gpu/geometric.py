@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 
 from fastload.gpu.base import (
@@ -42,8 +43,34 @@ def output_size(size: int | Sequence[int], name: str = "size") -> tuple[int, int
     return int(size[0]), int(size[1])
 
 
+def _as_4d(masks: Tensor) -> Tensor:
+    return masks.unsqueeze(1) if masks.dim() == 3 else masks
+
+
+def _like(result: Tensor, masks: Tensor) -> Tensor:
+    return result.squeeze(1) if masks.dim() == 3 else result
+
+
+def nearest_indices(start: Tensor, length: Tensor, size: int) -> Tensor:
+    """(N, size) source indices of each sample's span ``start .. start + length`` resized
+    to ``size`` as torch's (legacy) nearest does: ``floor(i * length / size)``, in float32."""
+    scale = length.to(torch.float32) / size
+    steps = torch.arange(size, device=start.device, dtype=torch.float32)
+    index = (steps * scale.view(-1, 1)).floor().long()
+    return start.long().view(-1, 1) + torch.minimum(index, (length.long() - 1).view(-1, 1))
+
+
+def gather_masks(masks: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+    """Each sample's masks at its own ``rows`` (N, h) and ``cols`` (N, w): exact, any dtype."""
+    grid = _as_4d(masks)
+    batch = torch.arange(len(grid), device=grid.device).view(-1, 1, 1)
+    picked = grid[batch, :, rows.unsqueeze(2), cols.unsqueeze(1)]  # (N, h, w, K)
+    return _like(picked.permute(0, 3, 1, 2).contiguous(), masks)
+
+
 class _RandomFlip(BatchTransform):
     dim = -1
+    targets = "transform"
 
     def __init__(self, p: float = 0.5, *, same_on_batch: bool = False, generator=None) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
@@ -53,6 +80,15 @@ class _RandomFlip(BatchTransform):
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return blend_where(params["apply"], images.flip(self.dim), images)
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        apply = params["apply"].view(-1, *([1] * (masks.dim() - 1)))
+        return torch.where(apply, masks.flip(self.dim), masks)
+
+    def transform_target(self, target, params: Params, size):
+        if not bool(params["apply"]):
+            return target
+        return TF.horizontal_flip(target) if self.dim == -1 else TF.vertical_flip(target)
 
 
 class RandomHorizontalFlip(_RandomFlip):
@@ -83,6 +119,8 @@ class RandomCrop(BatchTransform):
     ``RandomCrop``: ``padding``, ``pad_if_needed``, ``fill``, ``padding_mode`` of
     'constant', 'edge' or 'reflect'). Pixels are copied, not interpolated.
     """
+
+    targets = "transform"
 
     _MODES: ClassVar[dict[str, str]] = {
         "constant": "constant",
@@ -164,9 +202,20 @@ class RandomCrop(BatchTransform):
                 )
         return crop_windows(images, params["top"], params["left"], *self.size)
 
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        return _like(self.apply_transform(_as_4d(masks), params), masks)
+
+    def transform_target(self, target, params: Params, size):
+        left, right, top, bottom = self._padding(*size)
+        if left or right or top or bottom:
+            target = TF.pad(target, [left, top, right, bottom], padding_mode=self.padding_mode)
+        return TF.crop(target, int(params["top"]), int(params["left"]), *self.size)
+
 
 class CenterCrop(BatchTransform):
     """The central ``size`` window (zero-padded first where the image is smaller)."""
+
+    targets = "transform"
 
     def __init__(self, size: int | Sequence[int]) -> None:
         super().__init__()
@@ -186,6 +235,12 @@ class CenterCrop(BatchTransform):
         left = round((width - crop_w) / 2.0)
         return images[..., top : top + crop_h, left : left + crop_w]
 
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        return _like(self.apply_transform(_as_4d(masks), params), masks)
+
+    def transform_target(self, target, params: Params, size):
+        return TF.center_crop(target, list(self.size))
+
 
 class Resize(BatchTransform):
     """Resize the batch, bilinear with antialiasing (torchvision's defaults).
@@ -193,6 +248,8 @@ class Resize(BatchTransform):
     ``size``: an int resizes the shorter side to it, keeping the aspect ratio (as in
     torchvision; ``max_size`` caps the longer side); ``(h, w)`` resizes to exactly that.
     """
+
+    targets = "transform"
 
     def __init__(
         self, size: int | Sequence[int], *, max_size: int | None = None, antialias: bool = True
@@ -231,6 +288,18 @@ class Resize(BatchTransform):
         )
         return restore(resized, images.dtype)
 
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        height, width = masks.shape[-2:]
+        out_h, out_w = self._output_size(height, width)
+        n, device = masks.shape[0], masks.device
+        zeros = torch.zeros(n, device=device)
+        rows = nearest_indices(zeros, torch.full((n,), height, device=device), out_h)
+        cols = nearest_indices(zeros, torch.full((n,), width, device=device), out_w)
+        return gather_masks(masks, rows, cols)
+
+    def transform_target(self, target, params: Params, size):
+        return TF.resize(target, list(self._output_size(*size)))
+
 
 class RandomResizedCrop(BatchTransform):
     """A random crop of each image (its own area and aspect ratio), resized to ``size``.
@@ -243,6 +312,7 @@ class RandomResizedCrop(BatchTransform):
     """
 
     TRIES = 10
+    targets = "transform"
 
     def __init__(
         self,
@@ -300,6 +370,15 @@ class RandomResizedCrop(BatchTransform):
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return resized_crops(images, params, self.size)
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        rows = nearest_indices(params["top"], params["height"], self.size[0])
+        cols = nearest_indices(params["left"], params["width"], self.size[1])
+        return gather_masks(masks, rows, cols)
+
+    def transform_target(self, target, params: Params, size):
+        box = (int(params[key]) for key in ("top", "left", "height", "width"))
+        return TF.resized_crop(target, *box, list(self.size))
 
 
 def resized_crops(images: Tensor, params: Params, size: tuple[int, int]) -> Tensor:

@@ -93,6 +93,8 @@ def equalize(images: Tensor) -> Tensor:
 class _RandomPixelOp(BatchTransform):
     """Applies the operation to each sample with probability ``p`` (torchvision's 0.5)."""
 
+    targets = "pass"  # masks, boxes and keypoints stay as they are
+
     def __init__(self, p: float = 0.5, *, same_on_batch: bool = False, generator=None) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
 
@@ -181,6 +183,8 @@ class GaussianNoise(BatchTransform):
     """Add Gaussian noise of ``mean`` and ``sigma`` (on the 0..1 scale) to every image, then
     clip to the valid range if ``clip``; uint8 as torchvision adds it (noise scaled by 255
     and truncated to integers)."""
+
+    targets = "pass"  # masks, boxes and keypoints stay as they are
 
     def __init__(
         self,

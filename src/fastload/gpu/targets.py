@@ -1,0 +1,78 @@
+"""Detection and segmentation targets beside the image batch: torchvision's ``tv_tensors``
+found in whatever structure a module is called with, as torchvision v2 finds them.
+
+A batch call looks like torchvision's per-sample one, with a batch where the image is:
+
+    images, targets = module(images, [{"boxes": BoundingBoxes(...), "labels": ...}, ...])
+    images, masks = module(images, Mask(masks))            # masks (N, H, W) or (N, K, H, W)
+
+``Mask`` leaves hold the whole batch (first dimension N); ``BoundingBoxes`` and
+``KeyPoints`` leaves hold one sample each (their counts differ per image), and belong to
+samples 0, 1, ... in the order they appear. Everything else passes through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torchvision import tv_tensors
+
+__all__ = ["PER_SAMPLE", "Split", "has_targets", "is_target", "join", "split"]
+
+#: Targets with one leaf per sample (a list of them follows the batch).
+PER_SAMPLE: tuple[type, ...] = (tv_tensors.BoundingBoxes,) + (
+    (tv_tensors.KeyPoints,) if hasattr(tv_tensors, "KeyPoints") else ()
+)
+_TARGETS = (tv_tensors.Mask, *PER_SAMPLE)
+
+
+def is_target(leaf: Any) -> bool:
+    return isinstance(leaf, _TARGETS)
+
+
+def has_targets(value: Any) -> bool:
+    """Whether ``value`` (a tensor, or any structure of them) holds a target."""
+    if isinstance(value, Tensor):
+        return is_target(value)
+    return any(is_target(leaf) for leaf in tree_flatten(value)[0])
+
+
+class Split:
+    """A call's inputs taken apart: the leaves, where the image batch is, how to rebuild."""
+
+    def __init__(self, leaves: list[Any], spec: Any, image: int, single: bool) -> None:
+        self.leaves, self.spec, self.image, self.single = leaves, spec, image, single
+
+    @property
+    def images(self) -> Tensor:
+        return self.leaves[self.image]
+
+    def targets(self) -> list[tuple[int, Any]]:
+        return [(index, leaf) for index, leaf in enumerate(self.leaves) if is_target(leaf)]
+
+
+def split(inputs: tuple[Any, ...], name: str) -> Split:
+    """Find the image batch among ``inputs``: a ``tv_tensors.Image``, else the first plain
+    4-D tensor; raise naming ``name`` when there is none."""
+    single = len(inputs) == 1
+    leaves, spec = tree_flatten(inputs[0] if single else inputs)
+    candidates = [i for i, leaf in enumerate(leaves) if isinstance(leaf, tv_tensors.Image)]
+    if not candidates:
+        candidates = [
+            i
+            for i, leaf in enumerate(leaves)
+            if isinstance(leaf, Tensor) and not is_target(leaf) and leaf.dim() == 4
+        ]
+    if not candidates:
+        raise TypeError(
+            f"{name} found no image batch among its inputs: give an (N, C, H, W) tensor "
+            "(or a tv_tensors.Image) beside the masks, boxes or keypoints"
+        )
+    return Split(leaves, spec, candidates[0], single)
+
+
+def join(parts: Split, leaves: list[Any]) -> Any:
+    """The inputs' structure rebuilt around new ``leaves``."""
+    return tree_unflatten(leaves, parts.spec)
