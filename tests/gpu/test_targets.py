@@ -1,0 +1,179 @@
+"""Masks, boxes and keypoints beside the image batch: moved with the same per-sample
+parameters as the images, equal to torchvision v2's kernels per sample, aligned with the
+image pixel for pixel where pixels are copied, and refused where a module cannot move them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TF
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torchvision import tv_tensors
+
+from fastload import gpu
+from gpu_cases import images
+
+N, H, W = 5, 40, 56
+MOVERS = {
+    "RandomHorizontalFlip": lambda: gpu.RandomHorizontalFlip(p=0.5),
+    "RandomVerticalFlip": lambda: gpu.RandomVerticalFlip(p=0.5),
+    "RandomCrop": lambda: gpu.RandomCrop((24, 30), padding=4),
+    "CenterCrop": lambda: gpu.CenterCrop((24, 30)),
+    "Resize": lambda: gpu.Resize(20),
+    "RandomResizedCrop": lambda: gpu.RandomResizedCrop((24, 30)),
+}
+
+
+def reference(name: str, module, target, params: dict, i: int):
+    """torchvision's kernel for sample ``i``'s parameters."""
+    if name.endswith("Flip"):
+        flip = TF.horizontal_flip if "Horizontal" in name else TF.vertical_flip
+        return flip(target) if params["apply"][i] else target
+    if name == "RandomCrop":
+        padded = TF.pad(target, [4, 4, 4, 4])
+        return TF.crop(padded, int(params["top"][i]), int(params["left"][i]), 24, 30)
+    if name == "CenterCrop":
+        return TF.center_crop(target, [24, 30])
+    if name == "Resize":
+        return TF.resize(target, [20, 28])
+    box = (int(params[k][i]) for k in ("top", "left", "height", "width"))
+    return TF.resized_crop(target, *box, [24, 30])
+
+
+def boxes_per_image(seed: int = 0, fmt: str = "XYXY") -> list[tv_tensors.BoundingBoxes]:
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(N):
+        count = i % 3 + 1  # a different count per image
+        corner = torch.rand(count, 2, generator=generator) * torch.tensor([W - 10, H - 10])
+        size = 2 + torch.rand(count, 2, generator=generator) * 20
+        xyxy = torch.cat([corner, (corner + size).minimum(torch.tensor([W, H]))], dim=1)
+        boxes = tv_tensors.BoundingBoxes(xyxy, format="XYXY", canvas_size=(H, W))
+        out.append(
+            TF.convert_bounding_box_format(boxes, new_format=fmt) if fmt != "XYXY" else boxes
+        )
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["XYXY", "XYWH", "CXCYWH"])
+@pytest.mark.parametrize("name", MOVERS)
+def test_images_masks_and_boxes_move_together_as_torchvision_moves_them(name, fmt):
+    module = MOVERS[name]()
+    batch = images(n=N)
+    masks = tv_tensors.Mask(
+        torch.randint(0, 4, (N, H, W), generator=torch.Generator().manual_seed(1))
+    )
+    stacked = tv_tensors.Mask(torch.stack([masks, masks.flip(-1)], dim=1))  # (N, K, H, W)
+    boxes = boxes_per_image(fmt=fmt)
+    labels = [torch.arange(len(b)) for b in boxes]
+    targets = [{"boxes": b, "labels": y} for b, y in zip(boxes, labels, strict=True)]
+    params = module.sample_params(batch.shape, batch.device)
+
+    out_images, out_masks, out_stacked, out_targets = module(
+        batch, masks, stacked, targets, params=params
+    )
+    assert torch.equal(out_images, module(batch, params=params))
+    assert type(out_masks) is tv_tensors.Mask and type(out_targets) is list
+    for i in range(N):
+        assert torch.equal(
+            out_masks[i], reference(name, module, tv_tensors.Mask(masks[i]), params, i)
+        )
+        assert torch.equal(
+            out_stacked[i], reference(name, module, tv_tensors.Mask(stacked[i]), params, i)
+        )
+        moved = out_targets[i]["boxes"]
+        want = reference(name, module, boxes[i], params, i)
+        assert isinstance(moved, tv_tensors.BoundingBoxes) and moved.format == want.format
+        assert moved.canvas_size == want.canvas_size == tuple(out_images.shape[-2:])
+        torch.testing.assert_close(moved.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
+        assert out_targets[i]["labels"] is labels[i]  # other leaves pass through as they are
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["RandomHorizontalFlip",
+       "RandomVerticalFlip", "RandomCrop", "CenterCrop"]))  # fmt: skip
+def test_painted_regions_stay_under_their_boxes_and_masks(seed, name):
+    """Paint each box's region in a colour of its own, in the image and in a mask: where
+    pixels are copied (flips, crops), the mask stays equal to the painted image pixel for
+    pixel, and each colour's extent is its transformed box."""
+    torch.manual_seed(seed)
+    canvas = torch.zeros(N, 3, H, W, dtype=torch.uint8)
+    painted = torch.zeros(N, H, W, dtype=torch.int64)
+    boxes = []
+    for i in range(N):
+        rows = []
+        for colour, left in enumerate((2, 20, 38), start=1):  # side by side, never touching
+            top, width, height = int(torch.randint(0, 20, ())), 14, int(torch.randint(4, 18, ()))
+            canvas[i, 0, top : top + height, left : left + width] = colour * 60
+            painted[i, top : top + height, left : left + width] = colour
+            rows.append([left, top, left + width, top + height])
+        boxes.append(tv_tensors.BoundingBoxes(rows, format="XYXY", canvas_size=(H, W)))
+    out, masks, moved = MOVERS[name]()(canvas, tv_tensors.Mask(painted), boxes)
+    assert torch.equal(out[:, 0].long(), masks.as_subclass(torch.Tensor) * 60)
+    for i in range(N):
+        for colour in (1, 2, 3):
+            ys, xs = torch.nonzero(masks[i] == colour, as_tuple=True)
+            box = moved[i][colour - 1].tolist()
+            if len(xs) == 0:  # cropped away: its box is empty once clipped
+                assert box[2] - box[0] <= 0 or box[3] - box[1] <= 0
+                continue
+            assert [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1] == box
+
+
+@pytest.mark.skipif(
+    not hasattr(tv_tensors, "KeyPoints"), reason="this torchvision has no KeyPoints"
+)
+def test_keypoints_move_with_their_image():
+    batch = images(n=N)
+    points = [
+        tv_tensors.KeyPoints([[5.0, 7.0], [50.0, 30.0]], canvas_size=(H, W)) for _ in range(N)
+    ]
+    module = gpu.RandomHorizontalFlip(p=1.0)
+    _, moved = module(batch, points)
+    for original, flipped in zip(points, moved, strict=True):
+        torch.testing.assert_close(
+            flipped.as_subclass(torch.Tensor),
+            TF.horizontal_flip(original).as_subclass(torch.Tensor),
+        )
+
+
+@pytest.mark.parametrize(
+    "module",
+    [gpu.ColorJitter(0.4, 0.4), gpu.RandomGrayscale(p=1.0), gpu.GaussianBlur(5),
+     gpu.RandomInvert(p=1.0), gpu.RandomErasing(p=1.0), gpu.ToDtype(torch.float32, scale=True),
+     gpu.GaussianNoise()],
+    ids=lambda m: type(m).__name__,
+)  # fmt: skip
+def test_colour_and_pixel_operations_pass_targets_through(module):
+    batch = images(n=N)
+    masks, boxes = tv_tensors.Mask(torch.zeros(N, H, W)), boxes_per_image()
+    out, same_masks, same_boxes = module(batch, masks, boxes)
+    assert out.shape[0] == N and same_masks is masks
+    assert all(a is b for a, b in zip(same_boxes, boxes, strict=True))
+
+
+@pytest.mark.parametrize(
+    "module",
+    [gpu.RandomAffine(10), gpu.RandomRotation(10), gpu.RandomPerspective(p=1.0),
+     gpu.TrivialAugmentWide()],
+    ids=lambda m: type(m).__name__,
+)  # fmt: skip
+def test_geometry_that_cannot_move_targets_yet_refuses_them(module):
+    with pytest.raises(TypeError, match=rf"{type(module).__name__} cannot move BoundingBoxes"):
+        module(images(n=N), boxes_per_image())
+
+
+def test_one_box_set_per_image_in_batch_order():
+    with pytest.raises(ValueError, match=r"one BoundingBoxes or KeyPoints per image.*got 2 for 5"):
+        gpu.RandomHorizontalFlip()(images(n=N), boxes_per_image()[:2])
+
+
+def test_a_mask_of_the_wrong_shape_is_refused():
+    with pytest.raises(ValueError, match=r"a Mask beside 5 images of \(40, 56\) must be"):
+        gpu.RandomHorizontalFlip()(images(n=N), tv_tensors.Mask(torch.zeros(N, H, W - 1)))
+
+
+def test_without_an_image_batch_the_call_says_so():
+    with pytest.raises(TypeError, match=r"found no image batch among its inputs"):
+        gpu.RandomHorizontalFlip()(boxes_per_image())
