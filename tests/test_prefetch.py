@@ -435,3 +435,42 @@ def test_the_cpu_normalisation_equals_torchs_multiply_add(shape, seed):
     out = torch.full(shape, float("nan"))
     assert _normalize_into(out, pixels, scale, shift) is out
     torch.testing.assert_close(out, pixels.float() * scale + shift, rtol=1e-6, atol=1e-6)
+
+
+# --- detection and segmentation batches ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_a_detection_batch_moves_its_targets_with_the_image(device):
+    from torchvision import tv_tensors
+
+    from fastload import gpu
+
+    images = uint8_images(n=3, h=8, w=6)
+    masks = tv_tensors.Mask(torch.arange(3 * 8 * 6).view(3, 8, 6) % 5)
+    boxes = [
+        tv_tensors.BoundingBoxes(
+            [[0.0, 1.0, 2.0, 5.0]] * (i + 1), format="XYXY", canvas_size=(8, 6)
+        )
+        for i in range(3)
+    ]
+    batch = {"masks": masks, "img": images, "boxes": boxes, "labels": torch.tensor([1, 2, 3])}
+    flip = nn.Sequential(gpu.RandomHorizontalFlip(p=1.0), gpu.ColorJitter(brightness=0.0))
+    (out,) = DataPrefetcher([batch], device, mean=MEAN, std=STD, transform=flip, image="img")
+    want = reference(images.flip(-1))
+    torch.testing.assert_close(out["img"].cpu(), want, **TOLERANCE)  # flipped, then normalised
+    assert type(out["masks"]) is tv_tensors.Mask and out["masks"].dtype == masks.dtype
+    assert torch.equal(out["masks"].cpu(), masks.flip(-1))  # moved, not converted
+    assert [len(b) for b in out["boxes"]] == [1, 2, 3]
+    assert (
+        out["boxes"][0].tolist() == [[4.0, 1.0, 6.0, 5.0]] and out["boxes"][0].device.type == device
+    )
+    assert out["labels"].tolist() == [1, 2, 3]
+
+
+def test_a_4d_mask_is_never_taken_for_the_image():
+    from torchvision import tv_tensors
+
+    masks = tv_tensors.Mask(torch.zeros(2, 1, 4, 4, dtype=torch.uint8))
+    (out,) = DataPrefetcher([(masks, uint8_images(n=2, h=4, w=4))], "cpu", mean=MEAN, std=STD)
+    assert out[0].dtype == torch.uint8 and out[1].dtype == torch.float32

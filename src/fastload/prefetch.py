@@ -21,6 +21,7 @@ from torch import nn
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
 from fastload.gpu.color import Normalize, normalize
+from fastload.gpu.targets import has_targets, is_target
 from fastload.loader.proxy import LoaderProxy
 from fastload.system import default_device
 
@@ -89,7 +90,8 @@ def image_leaf_path(batch: Any) -> Path | None:
         return tensor
 
     map_tensors(batch, visit)
-    images = [path for path, tensor in found if tensor.dim() == 4]
+    # masks (N, K, H, W) are 4-D too: never the image
+    images = [path for path, tensor in found if tensor.dim() == 4 and not is_target(tensor)]
     return images[0] if images else (found[0][0] if found else None)
 
 
@@ -242,8 +244,8 @@ class DataPrefetcher(LoaderProxy):
 
     # --- per batch, on the side stream -----------------------------------------------------
 
-    def _finish_image(self, image: torch.Tensor) -> torch.Tensor:
-        if self.transform is not None:
+    def _finish_image(self, image: torch.Tensor, *, transform: bool = True) -> torch.Tensor:
+        if transform and self.transform is not None:
             image = self.transform(image)
         if self.dtype is not None:
             # The maths in fp32 (fp64 if asked), then one cast: half precision loses
@@ -323,11 +325,24 @@ class DataPrefetcher(LoaderProxy):
                 raise ValueError("decoder needs the encoded images at the top level of the batch")
             batch = _with_item(batch, image_path[0], self.decoder(batch[image_path[0]]))
 
+        # With masks, boxes or keypoints in the batch, the transform gets the whole batch
+        # (fastload.gpu modules find the image and move the targets with it), and the
+        # image is finished (dtype, normalisation) after it.
+        whole = self.transform is not None and has_targets(batch)
+
         def move(path: Path, tensor: torch.Tensor) -> torch.Tensor:
             tensor = tensor.to(self.device, non_blocking=True)
-            return self._finish_image(tensor) if path == image_path else tensor
+            return self._finish_image(tensor) if path == image_path and not whole else tensor
 
-        return map_tensors(batch, move)
+        moved = map_tensors(batch, move)
+        if not whole:
+            return moved
+        transformed = self.transform(moved)  # type: ignore[misc]
+
+        def finish(path: Path, tensor: torch.Tensor) -> torch.Tensor:
+            return self._finish_image(tensor, transform=False) if path == image_path else tensor
+
+        return map_tensors(transformed, finish)
 
     def _preload(self) -> None:
         """Take the next batch from the loader and start its copy; never raises."""
