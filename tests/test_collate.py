@@ -105,3 +105,54 @@ def test_uint8_collate_in_a_worker_stacks_straight_into_shared_memory():
     assert not uint8_collate(arrays[:2]).is_shared()  # in the main process: plain memory
     want = [uint8_collate(arrays[i : i + 2]) for i in (0, 2)]
     assert all(torch.equal(got, w) for (got, _), w in zip(batches, want, strict=True))
+
+
+# --- padded batches of variable-size images ------------------------------------------------------
+
+
+def test_padded_collate_pads_to_the_largest_and_keeps_sizes_and_targets():
+    from torchvision import tv_tensors
+
+    from fastload.collate import padded_collate
+
+    first, second = image(30, 40, seed=1), image(50, 20, seed=2)
+    boxes = [
+        tv_tensors.BoundingBoxes([[1, 2, 3, 4]], format="XYXY", canvas_size=(30, 40)),
+        tv_tensors.BoundingBoxes([[0, 0, 5, 5], [6, 6, 9, 9]], format="XYXY", canvas_size=(50, 20)),
+    ]
+    masks = [tv_tensors.Mask(torch.ones(30, 40, dtype=torch.uint8)),
+             tv_tensors.Mask(torch.full((50, 20), 2, dtype=torch.uint8))]  # fmt: skip
+    batch = [(first, boxes[0], masks[0], 7), (second, boxes[1], masks[1], 8)]
+    images, valid, sizes, out_boxes, out_masks, labels = padded_collate(batch, multiple=32)
+    assert images.shape == (2, 3, 64, 64) and images.dtype == torch.uint8
+    assert sizes.tolist() == [[30, 40], [50, 20]]
+    assert torch.equal(images[0, :, :30, :40], torch.from_numpy(first).permute(2, 0, 1))
+    assert (images[0, :, 30:] == 0).all() and (images[0, :, :, 40:] == 0).all()
+    assert valid.sum(dim=(1, 2)).tolist() == [1200, 1000] and valid[1, :50, :20].all()
+    assert type(out_masks) is tv_tensors.Mask and out_masks.shape == (2, 64, 64)
+    assert torch.equal(out_masks.bool(), valid)  # the masks padded with their image
+    assert [b.canvas_size for b in out_boxes] == [(64, 64), (64, 64)]
+    assert out_boxes[1].tolist() == [[0, 0, 5, 5], [6, 6, 9, 9]] and labels == (7, 8)
+
+
+def test_padded_collate_without_a_multiple_pads_to_the_largest_exactly():
+    from fastload.collate import padded_collate
+
+    images, valid, sizes = padded_collate([(image(3, 9),), (image(7, 2),)])
+    assert images.shape == (2, 3, 7, 9) and valid.shape == (2, 7, 9)
+    assert sizes.tolist() == [[3, 9], [7, 2]]
+
+
+@pytest.mark.parametrize(
+    ("batch", "kwargs", "message"),
+    [
+        ([], {}, "cannot collate an empty batch"),
+        ([(image(4, 4),)], {"multiple": 0}, r"multiple must be an int >= 1, got 0"),
+        ([(image(4, 4),), (np.zeros((4, 4, 1), np.uint8),)], {}, r"differ in channels \[1, 3\]"),
+    ],
+)
+def test_padded_collate_refuses_bad_batches(batch, kwargs, message):
+    from fastload.collate import padded_collate
+
+    with pytest.raises(ValueError, match=message):
+        padded_collate(batch, **kwargs)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-__all__ = ["EncodedBatch", "chw", "encoded_collate", "uint8_collate"]
+__all__ = ["EncodedBatch", "chw", "encoded_collate", "padded_collate", "uint8_collate"]
 
 
 def chw(image: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -136,3 +136,60 @@ def encoded_collate(batch: Sequence[Any]) -> Any:
         encoded = EncodedBatch.pack([sample[0] for sample in batch])
         return [encoded, *default_collate([tuple(sample[1:]) for sample in batch])]
     return EncodedBatch.pack(batch)
+
+
+def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) -> list[Any]:
+    """Images of different sizes in one batch: each padded at the bottom and right to the
+    largest (rounded up to ``multiple``, say 32 for a detector's strides).
+
+    Samples are ``(image, *fields)``, the image an HWC array or CHW tensor. Returns
+    ``[images, valid, sizes, *fields]``: the padded NCHW uint8 batch, a bool (N, H, W)
+    mask of each image's own pixels, its (N, 2) heights and widths, and each field as a
+    tuple with one item per image (boxes and labels differ in count), except that a
+    ``tv_tensors.Mask`` is padded with the image (stacked into one (N, H, W) ``Mask``
+    when each image has one (H, W) mask). ``BoundingBoxes`` keep their coordinates; their
+    canvas becomes the padded size, so that later transforms of the batch agree.
+
+    Example:
+        >>> samples = [(torch.zeros(3, 4, 5),), (torch.zeros(3, 6, 2),)]
+        >>> images, valid, sizes = padded_collate(samples)
+        >>> images.shape, sizes.tolist(), valid[1].sum().item()
+        (torch.Size([2, 3, 6, 5]), [[4, 5], [6, 2]], 12)
+    """
+    from torchvision import tv_tensors
+
+    if not batch:
+        raise ValueError("cannot collate an empty batch")
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise ValueError(f"multiple must be an int >= 1, got {multiple!r}")
+    samples = [sample if isinstance(sample, (tuple, list)) else (sample,) for sample in batch]
+    views = [chw(sample[0]) for sample in samples]
+    channels = {view.shape[0] for view in views}
+    if len(channels) > 1:
+        raise ValueError(f"images in a batch differ in channels {sorted(channels)}")
+    sizes = torch.tensor([view.shape[-2:] for view in views], dtype=torch.int64)
+    height, width = (-(-int(s) // multiple) * multiple for s in sizes.max(dim=0).values)
+    images = views[0].new_full((len(views), views[0].shape[0], height, width), fill)
+    valid = torch.zeros(len(views), height, width, dtype=torch.bool)
+    for index, view in enumerate(views):
+        images[index, :, : view.shape[-2], : view.shape[-1]] = view
+        valid[index, : view.shape[-2], : view.shape[-1]] = True
+
+    def pad(item: Any) -> Any:
+        if isinstance(item, tv_tensors.Mask):
+            padding = (0, width - item.shape[-1], 0, height - item.shape[-2])
+            return tv_tensors.wrap(
+                torch.nn.functional.pad(item.as_subclass(torch.Tensor), padding), like=item
+            )
+        if isinstance(item, tv_tensors.BoundingBoxes):
+            return tv_tensors.wrap(item, like=item, canvas_size=(height, width))
+        return item
+
+    fields = []
+    for column in zip(*(sample[1:] for sample in samples), strict=True):
+        padded = tuple(pad(item) for item in column)
+        if all(isinstance(item, tv_tensors.Mask) and item.dim() == 2 for item in padded):
+            fields.append(tv_tensors.Mask(torch.stack(padded)))
+        else:
+            fields.append(padded)
+    return [images, valid, sizes, *fields]
