@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
@@ -147,12 +148,29 @@ class RandomAffine(BatchTransform):
             "shear": shear,
         }
 
-    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        center = _center(self.center, images.shape, images.device)
-        matrices = inverse_affine_matrices(
+    targets = "transform"
+
+    def _matrices(self, shape: torch.Size, params: Params, device) -> Tensor:
+        center = _center(self.center, shape, device)
+        return inverse_affine_matrices(
             params["angle"], params["translate"], params["scale"], params["shear"], center
         )
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        matrices = self._matrices(images.shape, params, images.device)
         return affine(images, matrices, self.interpolation, self.fill)
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        # nearest, and 0 (background) where the mask comes from outside, whatever ``fill``
+        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
+        moved = affine(grid, self._matrices(grid.shape, params, masks.device), "nearest", 0)
+        return moved.squeeze(1) if masks.dim() == 3 else moved
+
+    def transform_target(self, target, params: Params, size):
+        return TF.affine(
+            target, angle=float(params["angle"]), translate=params["translate"].tolist(),
+            scale=float(params["scale"]), shear=params["shear"].tolist(), center=self.center,
+        )  # fmt: skip
 
 
 class RandomRotation(BatchTransform):
@@ -185,14 +203,27 @@ class RandomRotation(BatchTransform):
     def sample_params(self, shape, device, generator=None) -> Params:
         return {"angle": self._uniform(shape[0], *self.degrees, device=device, generator=generator)}
 
-    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        n = len(images)
-        none = torch.zeros(n, 2, device=images.device)
-        center = _center(self.center, images.shape, images.device)
+    targets = "transform"
+
+    def _matrices(self, shape: torch.Size, params: Params, device) -> Tensor:
+        n = shape[0]
+        none = torch.zeros(n, 2, device=device)
+        center = _center(self.center, shape, device)
         # torchvision's rotate turns the other way from its affine: the angle is negated
-        matrices = inverse_affine_matrices(
-            -params["angle"], none, torch.ones(n, device=images.device), none, center
+        return inverse_affine_matrices(
+            -params["angle"], none, torch.ones(n, device=device), none, center
         )
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
+        moved = affine(grid, self._matrices(grid.shape, params, masks.device), "nearest", 0)
+        return moved.squeeze(1) if masks.dim() == 3 else moved
+
+    def transform_target(self, target, params: Params, size):
+        return TF.rotate(target, float(params["angle"]), center=self.center)
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        matrices = self._matrices(images.shape, params, images.device)
         return affine(images, matrices, self.interpolation, self.fill)
 
 
