@@ -80,6 +80,7 @@ OUTSIDE_THE_CONTRACT = {
     "MixUp": "takes (images, labels): the mixing tests below",
     "CutMix": "takes (images, labels): the mixing tests below",
     "AutoAugmentPolicy": "torchvision's enum of AutoAugment's policies, not a module",
+    "SanitizeBoundingBoxes": "takes (images, targets): tests/gpu/test_targets.py",
     "ToDtype": "changes the dtype: its parity test below",
 }
 

@@ -82,6 +82,7 @@ GPU_NAMES = {
     "RandomRotation",
     "RandomSolarize",
     "TrivialAugmentWide",
+    "SanitizeBoundingBoxes",
 }
 
 
@@ -89,8 +90,9 @@ def test_gpu_module_names():
     from fastload import gpu
 
     assert set(gpu.__all__) == GPU_NAMES
-    # GPUDecoder takes encoded images, not a batch; AutoAugmentPolicy is torchvision's enum
-    modules = GPU_NAMES - {"GPUDecoder", "AutoAugmentPolicy"}
+    # GPUDecoder takes encoded images, not a batch; AutoAugmentPolicy is torchvision's enum;
+    # SanitizeBoundingBoxes works on the targets alone
+    modules = GPU_NAMES - {"GPUDecoder", "AutoAugmentPolicy", "SanitizeBoundingBoxes"}
     assert all(issubclass(getattr(gpu, name), gpu.BatchTransform) for name in modules)
 
 

@@ -173,7 +173,9 @@ def test_geometry_that_cannot_move_targets_yet_refuses_them(module):
 
 
 def test_one_box_set_per_image_in_batch_order():
-    with pytest.raises(ValueError, match=r"one BoundingBoxes or KeyPoints per image.*got 2 for 5"):
+    with pytest.raises(
+        ValueError, match=r"BoundingBoxes and KeyPoints come one per image.*got 2 for 5"
+    ):
         gpu.RandomHorizontalFlip()(images(n=N), boxes_per_image()[:2])
 
 
@@ -185,3 +187,51 @@ def test_a_mask_of_the_wrong_shape_is_refused():
 def test_without_an_image_batch_the_call_says_so():
     with pytest.raises(TypeError, match=r"found no image batch among its inputs"):
         gpu.RandomHorizontalFlip()(boxes_per_image())
+
+
+def test_sanitize_removes_degenerate_boxes_with_their_labels_and_masks_per_image():
+    batch = images(n=2)
+    targets = [
+        {
+            "boxes": tv_tensors.BoundingBoxes(
+                [[0, 0, 1, 1], [2, 2, 12, 12], [5, 5, 5, 9]], format="XYXY", canvas_size=(H, W)
+            ),
+            "labels": torch.tensor([1, 2, 3]),
+            "masks": tv_tensors.Mask(torch.zeros(3, H, W)),
+        },
+        {
+            "boxes": tv_tensors.BoundingBoxes([[0, 0, 30, 30]], format="XYXY", canvas_size=(H, W)),
+            "labels": torch.tensor([7]),
+            "masks": tv_tensors.Mask(torch.zeros(1, H, W)),
+        },
+    ]
+    same, cleaned = gpu.SanitizeBoundingBoxes(min_size=2)(batch, targets)
+    assert same is batch
+    assert cleaned[0]["labels"].tolist() == [2] and cleaned[0]["boxes"].tolist() == [[2, 2, 12, 12]]
+    assert cleaned[0]["masks"].shape == (1, H, W) and cleaned[1]["labels"].tolist() == [7]
+    # a centre crop of 10x10 (rows 15-25, columns 23-33) leaves the first image's boxes
+    # outside it: they go; the second's overlaps it and stays; per-image masks are cropped
+    cropped_images, cropped = gpu.CenterCrop(10)(batch, targets)
+    assert cropped[0]["masks"].shape == (3, 10, 10) and cropped[1]["masks"].shape == (1, 10, 10)
+    _, sane = gpu.SanitizeBoundingBoxes()(cropped_images, cropped)
+    assert sane[0]["labels"].tolist() == [] and sane[1]["labels"].tolist() == [7]
+    assert sane[1]["boxes"].tolist() == [[0, 0, 7, 10]]
+    with pytest.raises(ValueError, match=r"1 targets for 2 images"):
+        gpu.SanitizeBoundingBoxes()(batch, targets[:1])
+    with pytest.raises(TypeError, match=r"targets a list holding each image's target, got dict"):
+        gpu.SanitizeBoundingBoxes()(batch, targets[0])
+
+
+@pytest.mark.parametrize("name", ["RandomResizedCrop", "RandomAffine", "RandomHorizontalFlip"])
+def test_per_image_instance_masks_move_with_their_own_image(name):
+    module = MOVERS[name]()
+    batch = images(n=N)
+    generator = torch.Generator().manual_seed(2)
+    masks = [
+        tv_tensors.Mask(torch.randint(0, 2, (i + 1, H, W), generator=generator)) for i in range(N)
+    ]
+    targets = [{"masks": m} for m in masks]
+    params = module.sample_params(batch.shape, batch.device)
+    _, moved = module(batch, targets, params=params)
+    for i in range(N):
+        assert torch.equal(moved[i]["masks"], reference(name, module, masks[i], params, i))

@@ -36,6 +36,7 @@ from fastload.gpu.policies import (
     RandAugment,
     TrivialAugmentWide,
 )
+from fastload.gpu.targets import SanitizeBoundingBoxes
 from fastload.gpu.warp import ElasticTransform, RandomPerspective
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "RandomSolarize",
     "RandomVerticalFlip",
     "Resize",
+    "SanitizeBoundingBoxes",
     "ToDtype",
     "TrivialAugmentWide",
 ]

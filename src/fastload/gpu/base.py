@@ -153,29 +153,46 @@ class BatchTransform(nn.Module):
     def _move_targets(
         self, found: list[tuple[int, Any]], leaves: list[Any], params: Params, shape: torch.Size
     ) -> None:
+        """One Mask of the whole batch (N, H, W) or (N, K, H, W), or one Mask per image
+        ((K, H, W) instance masks, in batch order), and one BoundingBoxes or KeyPoints per
+        image, in batch order."""
         n, size = shape[0], (int(shape[-2]), int(shape[-1]))
-        sample = 0
+        masks = sum(isinstance(leaf, tv_tensors.Mask) for _, leaf in found)
+        batched = masks != n  # N masks are one per image; otherwise each holds the batch
+        counts = {"mask": 0, "other": 0}
         for index, leaf in found:
-            if isinstance(leaf, tv_tensors.Mask):
-                if leaf.dim() not in (3, 4) or leaf.shape[0] != n or tuple(leaf.shape[-2:]) != size:
-                    raise ValueError(
-                        f"{type(self).__name__}: a Mask beside {n} images of {size} must be "
-                        f"(N, H, W) or (N, K, H, W) of that size, got {tuple(leaf.shape)}"
-                    )
-                moved = self.apply_masks(leaf.as_subclass(Tensor), params)
-                leaves[index] = tv_tensors.wrap(moved, like=leaf)
+            kind = "mask" if isinstance(leaf, tv_tensors.Mask) else "other"
+            sample = counts[kind]
+            counts[kind] += 1
+            if kind == "mask":
+                leaves[index] = self._move_mask(leaf, params, size, n, None if batched else sample)
+            elif sample >= n:
                 continue
-            if sample >= n:
-                break
-            row = {k: v[sample] for k, v in params.items() if v.dim() and len(v) == n}
-            leaves[index] = self.transform_target(leaf, row, size)
-            sample += 1
-        per_sample = sum(not isinstance(leaf, tv_tensors.Mask) for _, leaf in found)
-        if per_sample not in (0, n):
+            else:
+                row = {k: v[sample] for k, v in params.items() if v.dim() and len(v) == n}
+                leaves[index] = self.transform_target(leaf, row, size)
+        if counts["other"] not in (0, n):
             raise ValueError(
-                f"{type(self).__name__}: boxes and keypoints come one BoundingBoxes or KeyPoints "
-                f"per image, in batch order; got {per_sample} for {n} images"
+                f"{type(self).__name__}: BoundingBoxes and KeyPoints come one per image, in "
+                f"batch order; got {counts['other']} for {n} images"
             )
+
+    def _move_mask(self, mask: Any, params: Params, size: tuple, n: int, sample: int | None) -> Any:
+        """A batched mask, or image ``sample``'s own (K, H, W) or (H, W) mask."""
+        plain = mask.as_subclass(Tensor)
+        if sample is not None:  # one image's: a batch of one, with that image's parameters
+            params = {k: v[sample : sample + 1] if v.dim() and len(v) == n else v
+                      for k, v in params.items()}  # fmt: skip
+            plain = plain.unsqueeze(0)
+        expected = 1 if sample is not None else n
+        if plain.dim() not in (3, 4) or tuple(plain.shape[-2:]) != size or len(plain) != expected:
+            raise ValueError(
+                f"{type(self).__name__}: a Mask beside {n} images of {size} must be (N, H, W) "
+                f"or (N, K, H, W) for the batch, or (K, H, W) per image, of that size; got "
+                f"{tuple(mask.shape)}"
+            )
+        moved = self.apply_masks(plain, params)
+        return tv_tensors.wrap(moved[0] if sample is not None else moved, like=mask)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
         """The transform on (N, H, W) or (N, K, H, W) masks, nearest where it resamples."""

@@ -15,11 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torchvision import tv_tensors
+from torchvision.transforms import v2
 
-__all__ = ["PER_SAMPLE", "Split", "has_targets", "is_target", "join", "split"]
+__all__ = [
+    "PER_SAMPLE",
+    "SanitizeBoundingBoxes",
+    "Split",
+    "has_targets",
+    "is_target",
+    "join",
+    "split",
+]
 
 #: Targets with one leaf per sample (a list of them follows the batch).
 PER_SAMPLE: tuple[type, ...] = (tv_tensors.BoundingBoxes,) + (
@@ -76,3 +85,33 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
 def join(parts: Split, leaves: list[Any]) -> Any:
     """The inputs' structure rebuilt around new ``leaves``."""
     return tree_unflatten(leaves, parts.spec)
+
+
+class SanitizeBoundingBoxes(nn.Module):
+    """Remove degenerate boxes (smaller than ``min_size``, or outside the image after a
+    crop) and their labels, per-instance masks and other per-box leaves, from each image's
+    target: torchvision v2's ``SanitizeBoundingBoxes`` applied to every image's target.
+
+    Call it as the batch modules are called: ``images, targets = module(images, targets)``
+    with ``targets`` a list of per-image dicts (``labels_getter="default"`` finds their
+    ``"labels"``); the images pass through. Other arguments (``min_area`` where your
+    torchvision has it) go to torchvision's transform.
+    """
+
+    def __init__(self, min_size: float = 1.0, labels_getter: Any = "default", **kwargs: Any):
+        super().__init__()
+        self.sanitize = v2.SanitizeBoundingBoxes(
+            min_size=min_size, labels_getter=labels_getter, **kwargs
+        )
+
+    def forward(self, images: Tensor, targets: list[Any]) -> tuple[Tensor, list[Any]]:
+        if not isinstance(targets, (list, tuple)):
+            raise TypeError(
+                "SanitizeBoundingBoxes takes (images, targets) with targets a list holding "
+                f"each image's target, got {type(targets).__name__}"
+            )
+        if len(targets) != len(images):
+            raise ValueError(
+                f"SanitizeBoundingBoxes: {len(targets)} targets for {len(images)} images"
+            )
+        return images, [self.sanitize(target) for target in targets]
