@@ -34,8 +34,15 @@ PARTS = {
     ),
     "gpu_augment": (
         "GPU augmentation",
-        "256 uint8 images of 384x384 to float 224x224, two recipes. Goal: at least 20x the "
-        "per-sample CPU recipe in one worker per core, ahead of Kornia.",
+        "256 uint8 images of 384x384 to float 224x224 through the recipes in the table "
+        "(seed and timm; policy, with TrivialAugmentWide, from the runs after it was added). "
+        "Goal: at least 20x the per-sample CPU recipe in one worker per core, ahead of Kornia.",
+    ),
+    "detection_augment": (
+        "Detection augmentation",
+        "64 uint8 images of 384x384 with 1 to 8 boxes, labels and instance masks each, "
+        "through RandomResizedCrop 320, flip and SanitizeBoundingBoxes: fastload.gpu on the "
+        "batch against torchvision v2 per sample in one worker per core.",
     ),
     "gpu_decode": (
         "GPU JPEG decoding",

@@ -6,6 +6,8 @@ Parts, in the order they run (each compares with its baseline in the same run):
   tests       the whole pytest suite with CUDA visible (cuda_tests.py)
   prefetch    ResNet-50 step fed by the usual loop, apex, timm, DataPrefetcher (prefetch.py)
   augment     fastload.gpu vs torchvision v2, Kornia, the per-sample CPU recipe (gpu_augment.py)
+  detection   boxes, labels and instance masks: fastload.gpu vs torchvision v2 per sample
+              (detection_augment.py)
   decode      GPUDecoder vs torchvision's nvJPEG call vs OpenCV on every core (gpu_decode.py)
   memory      reserved CUDA memory over 5 epochs (gpu_memory.py)
   end_to_end  ResNet-50 training from 20,000 JPEGs, folder and LMDB (end_to_end.py)
@@ -54,6 +56,7 @@ PARTS: dict[str, tuple[str, list[str], int]] = {
     "tests": ("cuda_tests.py", ["--workers", str(max(1, available_cpus() // 2))], 480),
     "prefetch": ("prefetch.py", [], 420),
     "augment": ("gpu_augment.py", [], 420),
+    "detection": ("detection_augment.py", ["--batch-size", "64"], 240),
     "decode": ("gpu_decode.py", [], 240),
     "memory": ("gpu_memory.py", [], 240),
     "end_to_end": ("end_to_end.py", end_to_end_options(), 570),
