@@ -144,7 +144,8 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
 
     Samples are ``(image, *fields)``, the image an HWC array or CHW tensor. Returns
     ``[images, valid, sizes, *fields]``: the padded NCHW uint8 batch, a bool (N, H, W)
-    mask of each image's own pixels, its (N, 2) heights and widths, and each field as a
+    ``tv_tensors.Mask`` of each image's own pixels (so ``fastload.gpu`` moves it with the
+    images), its (N, 2) heights and widths, and each field as a
     tuple with one item per image (boxes and labels differ in count), except that a
     ``tv_tensors.Mask`` is padded with the image (stacked into one (N, H, W) ``Mask``
     when each image has one (H, W) mask). ``BoundingBoxes`` keep their coordinates; their
@@ -192,4 +193,5 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
             fields.append(tv_tensors.Mask(torch.stack(padded)))
         else:
             fields.append(padded)
-    return [images, valid, sizes, *fields]
+    # a Mask: valid moves with the images through flips and crops on the batch
+    return [images, tv_tensors.Mask(valid), sizes, *fields]
