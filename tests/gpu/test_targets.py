@@ -224,13 +224,15 @@ def test_sanitize_removes_degenerate_boxes_with_their_labels_and_masks_per_image
 
 @pytest.mark.parametrize("name", ["RandomResizedCrop", "RandomAffine", "RandomHorizontalFlip"])
 def test_per_image_instance_masks_move_with_their_own_image(name):
+    """An image's masks are those in its target, beside its boxes (torchvision's layout)."""
     module = MOVERS[name]()
     batch = images(n=N)
     generator = torch.Generator().manual_seed(2)
     masks = [
         tv_tensors.Mask(torch.randint(0, 2, (i + 1, H, W), generator=generator)) for i in range(N)
     ]
-    targets = [{"masks": m} for m in masks]
+    boxes = boxes_per_image()
+    targets = [{"boxes": b, "masks": m} for b, m in zip(boxes, masks, strict=True)]
     params = module.sample_params(batch.shape, batch.device)
     _, moved = module(batch, targets, params=params)
     for i in range(N):

@@ -139,7 +139,7 @@ class BatchTransform(nn.Module):
                 "images alone, or use a module that transforms targets (flips, crops, Resize)"
             )
         if found and self.targets == "transform":
-            self._move_targets(found, leaves, params, parts.images.shape)
+            self._move_targets(found, leaves, params, parts.images.shape, parts.per_image_masks)
         return join(parts, leaves)
 
     def _images(self, images: Tensor, params: Params | None) -> tuple[Tensor, Params]:
@@ -151,23 +151,29 @@ class BatchTransform(nn.Module):
         return (tv_tensors.Image(out) if isinstance(images, tv_tensors.Image) else out), params
 
     def _move_targets(
-        self, found: list[tuple[int, Any]], leaves: list[Any], params: Params, shape: torch.Size
+        self,
+        found: list[tuple[int, Any]],
+        leaves: list[Any],
+        params: Params,
+        shape: torch.Size,
+        per_image_masks: set[int],
     ) -> None:
-        """One Mask of the whole batch (N, H, W) or (N, K, H, W), or one Mask per image
-        ((K, H, W) instance masks, in batch order), and one BoundingBoxes or KeyPoints per
-        image, in batch order."""
+        """Masks of the whole batch, (N, H, W) or (N, K, H, W); an image's own masks
+        (in its target beside its boxes) and its BoundingBoxes or KeyPoints, in batch
+        order (see :mod:`fastload.gpu.targets`)."""
         n, size = shape[0], (int(shape[-2]), int(shape[-1]))
-        masks = sum(isinstance(leaf, tv_tensors.Mask) for _, leaf in found)
-        batched = masks != n  # N masks are one per image; otherwise each holds the batch
         counts = {"mask": 0, "other": 0}
         for index, leaf in found:
+            if isinstance(leaf, tv_tensors.Mask) and index not in per_image_masks:
+                leaves[index] = self._move_mask(leaf, params, size, n, None)
+                continue
             kind = "mask" if isinstance(leaf, tv_tensors.Mask) else "other"
             sample = counts[kind]
             counts[kind] += 1
-            if kind == "mask":
-                leaves[index] = self._move_mask(leaf, params, size, n, None if batched else sample)
-            elif sample >= n:
+            if sample >= n:
                 continue
+            if kind == "mask":
+                leaves[index] = self._move_mask(leaf, params, size, n, sample)
             else:
                 row = {k: v[sample] for k, v in params.items() if v.dim() and len(v) == n}
                 leaves[index] = self.transform_target(leaf, row, size)

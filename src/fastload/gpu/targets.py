@@ -6,9 +6,11 @@ A batch call looks like torchvision's per-sample one, with a batch where the ima
     images, targets = module(images, [{"boxes": BoundingBoxes(...), "labels": ...}, ...])
     images, masks = module(images, Mask(masks))            # masks (N, H, W) or (N, K, H, W)
 
-``Mask`` leaves hold the whole batch (first dimension N); ``BoundingBoxes`` and
-``KeyPoints`` leaves hold one sample each (their counts differ per image), and belong to
-samples 0, 1, ... in the order they appear. Everything else passes through.
+``BoundingBoxes`` and ``KeyPoints`` leaves hold one sample each (their counts differ per
+image), and belong to samples 0, 1, ... in the order they appear. A ``Mask`` beside them
+in the same container (an image's target dict) is that image's own, (K, H, W) instance
+masks or (H, W); any other ``Mask`` holds the whole batch, (N, H, W) or (N, K, H, W).
+Everything else passes through.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch import Tensor, nn
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
@@ -49,10 +51,14 @@ def has_targets(value: Any) -> bool:
 
 
 class Split:
-    """A call's inputs taken apart: the leaves, where the image batch is, how to rebuild."""
+    """A call's inputs taken apart: the leaves, where the image batch is, how to rebuild,
+    and which masks are one image's (those beside boxes or keypoints in its target)."""
 
-    def __init__(self, leaves: list[Any], spec: Any, image: int, single: bool) -> None:
+    def __init__(
+        self, leaves: list[Any], spec: Any, image: int, single: bool, per_image_masks: set[int]
+    ) -> None:
         self.leaves, self.spec, self.image, self.single = leaves, spec, image, single
+        self.per_image_masks = per_image_masks
 
     @property
     def images(self) -> Tensor:
@@ -66,7 +72,15 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
     """Find the image batch among ``inputs``: a ``tv_tensors.Image``, else the first plain
     4-D tensor; raise naming ``name`` when there is none."""
     single = len(inputs) == 1
-    leaves, spec = tree_flatten(inputs[0] if single else inputs)
+    with_paths, spec = tree_flatten_with_path(inputs[0] if single else inputs)
+    leaves = [leaf for _, leaf in with_paths]
+    # an image's own masks sit in its target, beside its boxes: same parent container
+    beside_boxes = {path[:-1] for path, leaf in with_paths if isinstance(leaf, PER_SAMPLE)}
+    per_image_masks = {
+        index
+        for index, (path, leaf) in enumerate(with_paths)
+        if isinstance(leaf, tv_tensors.Mask) and path[:-1] in beside_boxes
+    }
     candidates = [i for i, leaf in enumerate(leaves) if isinstance(leaf, tv_tensors.Image)]
     if not candidates:
         candidates = [
@@ -79,7 +93,7 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
             f"{name} found no image batch among its inputs: give an (N, C, H, W) tensor "
             "(or a tv_tensors.Image) beside the masks, boxes or keypoints"
         )
-    return Split(leaves, spec, candidates[0], single)
+    return Split(leaves, spec, candidates[0], single, per_image_masks)
 
 
 def join(parts: Split, leaves: list[Any]) -> Any:
