@@ -156,3 +156,15 @@ def test_padded_collate_refuses_bad_batches(batch, kwargs, message):
 
     with pytest.raises(ValueError, match=message):
         padded_collate(batch, **kwargs)
+
+
+def test_padded_collate_pads_masks_inside_target_dicts():
+    from torchvision import tv_tensors
+
+    from fastload.collate import padded_collate
+
+    target = {"masks": tv_tensors.Mask(torch.ones(2, 5, 6, dtype=torch.uint8)), "id": 3}
+    images, valid, _, targets = padded_collate([(image(5, 6), target), (image(7, 7), target)])
+    assert images.shape == (2, 3, 7, 7)
+    assert targets[0]["masks"].shape == (2, 7, 7) and targets[0]["id"] == 3
+    assert type(valid) is tv_tensors.Mask and valid[0].sum() == 30

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 from torch.utils.data import default_collate, get_worker_info
 
 __all__ = ["EncodedBatch", "chw", "encoded_collate", "padded_collate", "uint8_collate"]
@@ -188,7 +189,7 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
 
     fields = []
     for column in zip(*(sample[1:] for sample in samples), strict=True):
-        padded = tuple(pad(item) for item in column)
+        padded = tuple(tree_map(pad, item) for item in column)  # inside target dicts too
         if all(isinstance(item, tv_tensors.Mask) and item.dim() == 2 for item in padded):
             fields.append(tv_tensors.Mask(torch.stack(padded)))
         else:
