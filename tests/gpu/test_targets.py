@@ -24,6 +24,8 @@ MOVERS = {
     "RandomResizedCrop": lambda: gpu.RandomResizedCrop((24, 30)),
     "RandomAffine": lambda: gpu.RandomAffine(30, (0.1, 0.1), (0.8, 1.2), 10),
     "RandomRotation": lambda: gpu.RandomRotation(40),
+    "RandomPerspective": lambda: gpu.RandomPerspective(0.4, p=0.5),
+    "ElasticTransform": lambda: gpu.ElasticTransform(30.0, 4.0),
 }
 
 
@@ -46,6 +48,12 @@ def reference(name: str, module, target, params: dict, i: int):
         )  # fmt: skip
     if name == "RandomRotation":
         return TF.rotate(target, float(params["angle"][i]))
+    if name == "RandomPerspective":
+        corners = [[0, 0], [W - 1, 0], [W - 1, H - 1], [0, H - 1]]
+        endpoints = params["endpoints"][i].tolist()
+        return TF.perspective(target, corners, endpoints) if params["apply"][i] else target
+    if name == "ElasticTransform":
+        return TF.elastic(target, params["displacement"][i : i + 1])
     box = (int(params[k][i]) for k in ("top", "left", "height", "width"))
     return TF.resized_crop(target, *box, [24, 30])
 
@@ -164,7 +172,7 @@ def test_colour_and_pixel_operations_pass_targets_through(module):
 
 @pytest.mark.parametrize(
     "module",
-    [gpu.RandomPerspective(p=1.0), gpu.ElasticTransform(), gpu.TrivialAugmentWide()],
+    [gpu.TrivialAugmentWide(), gpu.RandAugment(), gpu.AutoAugment(), gpu.AugMix()],
     ids=lambda m: type(m).__name__,
 )  # fmt: skip
 def test_geometry_that_cannot_move_targets_yet_refuses_them(module):

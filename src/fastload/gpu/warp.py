@@ -162,9 +162,24 @@ class RandomPerspective(BatchTransform):
             "coefficients": perspective_coefficients(start, endpoints),
         }
 
+    targets = "transform"
+
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         warped = perspective(images, params["coefficients"], self.interpolation, self.fill)
         return blend_where(params["apply"], warped, images)
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
+        warped = perspective(grid, params["coefficients"], "nearest", 0)  # background 0
+        moved = blend_where(params["apply"], warped, grid)
+        return moved.squeeze(1) if masks.dim() == 3 else moved
+
+    def transform_target(self, target, params: Params, size):
+        if not bool(params["apply"]):
+            return target
+        height, width = size
+        corners = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+        return TF.perspective(target, corners, params["endpoints"].tolist())
 
 
 class ElasticTransform(BatchTransform):
@@ -201,8 +216,18 @@ class ElasticTransform(BatchTransform):
             fields.append(field * self.alpha[axis] / extent)
         return {"displacement": torch.cat(fields, dim=1).permute(0, 2, 3, 1)}
 
+    targets = "transform"
+
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return elastic(images, params["displacement"], self.interpolation, self.fill)
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
+        moved = elastic(grid, params["displacement"], "nearest", 0)  # background 0
+        return moved.squeeze(1) if masks.dim() == 3 else moved
+
+    def transform_target(self, target, params: Params, size):
+        return TF.elastic(target, params["displacement"].unsqueeze(0))
 
 
 def _xy(value: float | Sequence[float], name: str) -> tuple[float, float]:
