@@ -181,7 +181,8 @@ class DataPrefetcher(LoaderProxy):
         channels_last: Return 4-D images in ``torch.channels_last`` memory format.
         transform: An ``nn.Module`` (say an ``nn.Sequential`` of ``fastload.gpu``
             modules) applied to the image batch on the device, before ``dtype`` and
-            normalisation.
+            normalisation. When the batch holds masks, boxes or keypoints
+            (``tv_tensors``), it gets the whole batch, and moves them with the image.
         depth: Batches prepared ahead of the one you hold.
         image: Which leaf is the image: an index into a tuple/list batch or a key of a
             dict batch. Default: the key ``"image"`` (or ``"images"``) of a dict, else the
