@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchvision import tv_tensors
 
+from common_utils import cpu_and_cuda
 from fastload import gpu
 from gpu_cases import images
 
@@ -73,17 +74,30 @@ def boxes_per_image(seed: int = 0, fmt: str = "XYXY") -> list[tv_tensors.Boundin
     return out
 
 
+WARPS = ("RandomAffine", "RandomRotation", "RandomPerspective", "ElasticTransform")
+
+
+def assert_same_mask(ours, want, name: str) -> None:
+    """Equal on the CPU; on CUDA a warp's batched grid may round a sample landing on a
+    pixel edge to the other neighbour: under 1 % of pixels."""
+    if ours.device.type == "cpu" or name not in WARPS:
+        assert torch.equal(ours, want)
+    else:
+        assert (ours != want).double().mean() < 0.01
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("fmt", ["XYXY", "XYWH", "CXCYWH"])
 @pytest.mark.parametrize("name", MOVERS)
-def test_images_masks_and_boxes_move_together_as_torchvision_moves_them(name, fmt):
+def test_images_masks_and_boxes_move_together_as_torchvision_moves_them(name, fmt, device):
     module = MOVERS[name]()
-    batch = images(n=N)
+    batch = images(n=N, device=device)
     masks = tv_tensors.Mask(
         torch.randint(0, 4, (N, H, W), generator=torch.Generator().manual_seed(1))
-    )
+    ).to(device)
     stacked = tv_tensors.Mask(torch.stack([masks, masks.flip(-1)], dim=1))  # (N, K, H, W)
-    boxes = boxes_per_image(fmt=fmt)
-    labels = [torch.arange(len(b)) for b in boxes]
+    boxes = [b.to(device) for b in boxes_per_image(fmt=fmt)]
+    labels = [torch.arange(len(b), device=device) for b in boxes]
     targets = [{"boxes": b, "labels": y} for b, y in zip(boxes, labels, strict=True)]
     params = module.sample_params(batch.shape, batch.device)
 
@@ -93,12 +107,10 @@ def test_images_masks_and_boxes_move_together_as_torchvision_moves_them(name, fm
     assert torch.equal(out_images, module(batch, params=params))
     assert type(out_masks) is tv_tensors.Mask and type(out_targets) is list
     for i in range(N):
-        assert torch.equal(
-            out_masks[i], reference(name, module, tv_tensors.Mask(masks[i]), params, i)
-        )
-        assert torch.equal(
-            out_stacked[i], reference(name, module, tv_tensors.Mask(stacked[i]), params, i)
-        )
+        want_mask = reference(name, module, tv_tensors.Mask(masks[i]), params, i)
+        assert_same_mask(out_masks[i], want_mask, name)
+        want_stacked = reference(name, module, tv_tensors.Mask(stacked[i]), params, i)
+        assert_same_mask(out_stacked[i], want_stacked, name)
         moved = out_targets[i]["boxes"]
         want = reference(name, module, boxes[i], params, i)
         assert isinstance(moved, tv_tensors.BoundingBoxes) and moved.format == want.format
