@@ -140,13 +140,19 @@ class _Policy(BatchTransform):
         return tuple(self.space)
 
     def _tables(self, bins: int, height: int, width: int, device) -> tuple[Tensor, Tensor]:
-        """Per operation, its magnitudes (ops x bins, 0 where it has none) and signedness."""
-        rows, signed = [], []
-        for make, is_signed in self.space.values():
-            values = make(bins, height, width)
-            rows.append(torch.zeros(bins) if values is None else values.to(torch.float32))
-            signed.append(is_signed)
-        return torch.stack(rows).to(device), torch.tensor(signed, device=device)
+        """Per operation, its magnitudes (ops x bins, 0 where it has none) and signedness;
+        made once per image size and device (a tensor built from a list on a GPU is a
+        blocking copy: not one per batch)."""
+        key = (bins, height, width, str(device), self.op_names)
+        cache = self.__dict__.setdefault("_table_cache", {})
+        if key not in cache:
+            rows, signed = [], []
+            for make, is_signed in self.space.values():
+                values = make(bins, height, width)
+                rows.append(torch.zeros(bins) if values is None else values.to(torch.float32))
+                signed.append(is_signed)
+            cache[key] = (torch.stack(rows).to(device), torch.tensor(signed, device=device))
+        return cache[key]
 
     def _signs(self, ops: Tensor, signed: Tensor, device, generator) -> Tensor:
         """-1 where a signed operation's coin (torchvision: ``rand() <= 0.5``) says so."""
@@ -271,12 +277,22 @@ class AutoAugment(_Policy):
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
         table, signed = self._tables(10, shape[-2], shape[-1], device)
-        chosen = self._pick(n, len(self._sub_ops), device=device, generator=generator)
-        ops, bins = self._sub_ops.to(device)[chosen], self._sub_bins.to(device)[chosen]
+        sub_ops, sub_p, sub_bins = self._sub_policies_on(device)
+        chosen = self._pick(n, len(sub_ops), device=device, generator=generator)
+        ops, bins = sub_ops[chosen], sub_bins[chosen]
         coins = self._rand(n, 2, device=device, generator=generator)
-        applied = coins <= self._sub_p.to(device)[chosen]
+        applied = coins <= sub_p[chosen]
         magnitudes = table[ops, bins] * self._signs(ops, signed, device, generator)
         return {"policy": chosen, "ops": torch.where(applied, ops, -1), "magnitudes": magnitudes}
+
+    def _sub_policies_on(self, device) -> tuple[Tensor, Tensor, Tensor]:
+        """The sub-policy tables on ``device``, copied there once, not once a batch."""
+        cache = self.__dict__.setdefault("_sub_cache", {})
+        if str(device) not in cache:
+            cache[str(device)] = tuple(
+                t.to(device) for t in (self._sub_ops, self._sub_p, self._sub_bins)
+            )
+        return cache[str(device)]
 
 
 class AugMix(_Policy):
