@@ -100,9 +100,9 @@ def test_an_incomplete_database_says_how_to_finish_it(tmp_path):
 
 
 def test_a_newer_format_version(tmp_path):
-    path = raw_database(tmp_path / "new.lmdb", {META_KEY: meta(version=2)})
+    path = raw_database(tmp_path / "new.lmdb", {META_KEY: meta(version=3)})
     with pytest.raises(
-        RecordFormatError, match="format version 2 is newer than this fastload reads"
+        RecordFormatError, match="format version 3 is newer than this fastload reads"
     ):
         LMDBDataset(path)
 

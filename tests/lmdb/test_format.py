@@ -104,5 +104,5 @@ def test_metadata_round_trip_and_errors():
         decode_meta(pickle.dumps(meta), what="db")
     with pytest.raises(RecordFormatError, match="does not name the fastload-lmdb format"):
         decode_meta(encode_meta({"format": "other", "version": 1}), what="db")
-    with pytest.raises(RecordFormatError, match="database format version 2 is newer"):
-        decode_meta(encode_meta({"format": FORMAT_NAME, "version": 2}), what="db")
+    with pytest.raises(RecordFormatError, match="database format version 3 is newer"):
+        decode_meta(encode_meta({"format": FORMAT_NAME, "version": 3}), what="db")

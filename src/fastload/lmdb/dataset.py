@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fastload.datasets.base import ImageDataset
-from fastload.datasets.decode import DecodeMode, as_output
+from fastload.datasets.decode import DecodeMode, ImageDecodeError, as_output, displayed_size
 from fastload.lmdb.format import (
     PROGRESS_KEY,
     Record,
@@ -19,12 +19,14 @@ from fastload.lmdb.format import (
     unpack_record,
 )
 from fastload.lmdb.store import close_reader, read_meta, read_transaction, record_entries
+from fastload.lmdb.targets import fields_target
 
 __all__ = ["LMDBDataset"]
 
 
 class LMDBDataset(ImageDataset):
-    """Images and labels from a database written by :func:`fastload.write_lmdb`.
+    """Images and labels (or detection and segmentation targets) from a database
+    written by :func:`fastload.write_lmdb`.
 
     The dataset holds only the path and the metadata: each process opens the database
     itself on first use (read-only, no lock file, so no reader-slot limit), which makes
@@ -32,10 +34,17 @@ class LMDBDataset(ImageDataset):
     method. Records are parsed without pickle, so a database from someone else cannot
     run code.
 
+    A database with fields (boxes, masks, ...) gives ``(image, target)`` with
+    ``target`` a dict as torchvision's detection datasets give it: ``BoundingBoxes``
+    (with the image's size as canvas), ``Mask``, ``KeyPoints`` and plain tensors.
+
     Args:
         path: The database file.
         transform: Called on the image (and its output returned in its place).
-        target_transform: Called on the label.
+        target_transform: Called on the label or target.
+        transforms: Called on ``(image, target)`` together, returning both: a
+            torchvision v2 transform for detection or segmentation. Not with
+            ``transform`` or ``target_transform``.
         decode: ``"numpy"``: HWC uint8 RGB ndarray, what albumentations takes;
             ``"tensor"``: CHW uint8 tensor; ``None``: the encoded file bytes as a 1-D
             uint8 tensor, for decoding later (on the GPU). Records stored as raw arrays
@@ -43,6 +52,7 @@ class LMDBDataset(ImageDataset):
         min_size: The smallest image your transform needs (an int for both sides, or
             ``(h, w)``): JPEGs at least twice as large are decoded at 1/2, 1/4 or 1/8
             scale, which is faster (see :func:`fastload.datasets.decode.decode_image`).
+            Not for databases with fields: boxes and masks are at full scale.
         readahead: OS readahead on the memory map. On (the default) reads an image
             record, which spans many pages, in one go: with a cold cache 12x faster than
             off in benchmarks/lmdb_vs_files.py. Off only pays for records of a page or
@@ -69,8 +79,9 @@ class LMDBDataset(ImageDataset):
         decode: DecodeMode = "numpy",
         min_size: int | tuple[int, int] | None = None,
         readahead: bool = True,
+        transforms: Callable[[Any, Any], tuple[Any, Any]] | None = None,
     ) -> None:
-        super().__init__(transform, target_transform, decode, min_size)
+        super().__init__(transform, target_transform, decode, min_size, transforms)
         self.path = Path(path)
         self._path = os.fspath(path)
         self.readahead = readahead
@@ -81,6 +92,11 @@ class LMDBDataset(ImageDataset):
         except Exception:
             close_reader(self.path)  # keep nothing open: the next step may be a --resume
             raise
+        if min_size is not None and self.fields:
+            raise ValueError(
+                f"{self.path}: min_size decodes images smaller, its fields {self.fields} are "
+                "at full scale; leave min_size out"
+            )
 
     def _checked_count(self, txn) -> int:
         """The metadata's record count, checked against the file: a count that lies would
@@ -96,6 +112,11 @@ class LMDBDataset(ImageDataset):
                 "the database is damaged (verify it, or convert again)"
             )
         return count
+
+    @property
+    def fields(self) -> list[str]:
+        """The names of each record's target fields; empty for a database of labels."""
+        return list(self.meta.get("fields") or [])
 
     @property
     def classes(self) -> list[str]:
@@ -142,9 +163,26 @@ class LMDBDataset(ImageDataset):
         payload, source = record.payload, f"{self._path}:{index}"
         if isinstance(payload, np.ndarray):  # stored as a raw array
             image = as_output(payload, self.decode)
+            size = payload.shape[:2]
         else:
             image = self._load(payload, source=source)
-        return self._finish(image, record.label, source)
+            size = _image_size(image, source)
+        target: Any = record.label
+        if record.fields:
+            target = fields_target(record.fields, size, what=source)
+        return self._finish(image, target, source)
 
     def __repr__(self) -> str:
         return f"LMDBDataset({str(self.path)!r}, records={len(self)}, decode={self.decode!r})"
+
+
+def _image_size(image: Any, source: str) -> tuple[int, int]:
+    """(height, width) of a decoded image (HWC array, CHW tensor) or of encoded bytes."""
+    if isinstance(image, np.ndarray):
+        return image.shape[0], image.shape[1]
+    if image.ndim == 3:
+        return image.shape[-2], image.shape[-1]
+    size = displayed_size(image.numpy(), source)
+    if size is None:
+        raise ImageDecodeError(f"{source}: the image's header is unreadable")
+    return size

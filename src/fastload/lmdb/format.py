@@ -1,22 +1,31 @@
 """The fastload LMDB record format: pickle-free, versioned, checksummed.
 
-A record is a fixed header, an optional label array, an optional payload array
-descriptor, then the payload::
+A record is a fixed header, an optional label array, (version 2) named fields, an
+optional payload array descriptor, then the payload::
 
     offset  size  field
     0       4     magic b"FLR1"
-    4       1     format version (1)
+    4       1     format version: 1, or 2 for a record with named fields
     5       1     payload kind: 0 = encoded image file bytes, 1 = raw array
     6       1     label kind: 0 = int64 scalar, 1 = array, 2 = none
     7       1     reserved (0)
-    8       4     CRC-32 of the payload (little-endian uint32)
+    8       4     CRC-32 (little-endian uint32): version 1 of the payload, version 2 of
+                  everything after the header
     12      8     label value if kind 0 (little-endian int64), else 0
     20      ...   label array if kind 1: array descriptor + its bytes
+    ...     ...   version 2: field count (uint16), then each field
     ...     ...   payload array descriptor if kind 1
     ...     ...   payload
 
 An array descriptor is: dtype string length (uint8), dtype string (NumPy's, e.g.
 ``<u1``; numeric and bool dtypes only), ndim (uint8), each dimension (uint32).
+
+A field is: name length (uint8), name (UTF-8), role length (uint8), role (ASCII: what
+the array is, e.g. ``boxes.XYXY`` or ``mask``, see :mod:`fastload.lmdb.targets`),
+storage (uint8: 0 = raw, 1 = PNG), the array descriptor, then the array's bytes (raw)
+or a uint32 length and a lossless PNG of the array as a 2-D image (rows: every
+dimension but the last). uint8 and uint16 arrays of 2 or more dimensions, such as
+masks, are stored as PNG: a mask of a few shapes is 50-100x smaller.
 
 Keys are the record index as 10 zero-padded ASCII digits, so index order is key
 order. The metadata (JSON under :data:`META_KEY`) is written last: its presence marks
@@ -30,8 +39,11 @@ import json
 import math
 import struct
 import zlib
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
+import cv2
 import numpy as np
 
 __all__ = [
@@ -39,6 +51,7 @@ __all__ = [
     "FORMAT_VERSION",
     "META_KEY",
     "PROGRESS_KEY",
+    "Field",
     "Record",
     "RecordFormatError",
     "decode_meta",
@@ -49,30 +62,48 @@ __all__ = [
 ]
 
 FORMAT_NAME = "fastload-lmdb"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"FLR1"
 META_KEY = b"__fastload_meta__"  # '_' sorts after digits: after every record key
 PROGRESS_KEY = b"__fastload_progress__"
 ENCODED, ARRAY = 0, 1
 LABEL_INT, LABEL_ARRAY, LABEL_NONE = 0, 1, 2
+RAW, PNG = 0, 1
+PNG_MIN_ELEMENTS = 1024  # below this a PNG's own ~70 bytes of structure cost more than it saves
 
 _HEADER = struct.Struct("<4sBBBBIq")
 _ALLOWED_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: never object dtypes
 _PICKLE_PROTOCOL_MARK = 0x80
 MAX_NDIM = 32  # NumPy 1.x's own limit: a record can always be read back
+#: What a PNG field's pixels are: the dtype stored, and the PNG's (8 or 16 bits, grey)
+_PNG_DTYPES: dict[np.dtype, np.dtype] = {
+    np.dtype(np.bool_): np.dtype(np.uint8),
+    np.dtype(np.uint8): np.dtype(np.uint8),
+    np.dtype(np.uint16): np.dtype(np.uint16),
+}
 
 
 class RecordFormatError(ValueError):
     """A value or database that is not in the fastload format; nothing was executed."""
 
 
+class Field(NamedTuple):
+    """A named array of a record and its ``role`` (``"array"``, ``"mask"``,
+    ``"boxes.XYXY"``, ...): what it becomes when read as a target."""
+
+    role: str
+    array: np.ndarray
+
+
 class Record(NamedTuple):
     """One parsed record: ``payload`` is encoded file bytes (a memoryview into the
-    database when parsed with ``copy=False``) or a raw array."""
+    database when parsed with ``copy=False``) or a raw array; ``fields`` its named
+    arrays (version 2)."""
 
     payload: bytes | memoryview | np.ndarray
     label: int | np.ndarray | None
     crc32: int
+    fields: Mapping[str, Field] = MappingProxyType({})
 
     @property
     def encoded(self) -> bool:
@@ -83,17 +114,22 @@ def index_key(index: int) -> bytes:
     return b"%010d" % index
 
 
-def _pack_array(array: np.ndarray) -> bytes:
+def _pack_descriptor(array: np.ndarray) -> bytes:
     if array.dtype.kind not in _ALLOWED_KINDS:
         raise TypeError(f"only numeric and bool arrays can be stored, got dtype {array.dtype}")
     if array.ndim > MAX_NDIM:
         raise ValueError(f"arrays of at most {MAX_NDIM} dimensions can be stored, got {array.ndim}")
     dtype = array.dtype.str.encode("ascii")
-    shape = struct.pack(f"<B{array.ndim}I", array.ndim, *array.shape)
-    return bytes([len(dtype)]) + dtype + shape + np.ascontiguousarray(array).tobytes()
+    return bytes([len(dtype)]) + dtype + struct.pack(f"<B{array.ndim}I", array.ndim, *array.shape)
 
 
-def _unpack_array(view: memoryview, offset: int, *, what: str) -> tuple[np.ndarray, int]:
+def _pack_array(array: np.ndarray) -> bytes:
+    return _pack_descriptor(array) + np.ascontiguousarray(array).tobytes()
+
+
+def _unpack_descriptor(
+    view: memoryview, offset: int, *, what: str
+) -> tuple[np.dtype, tuple[int, ...], int]:
     try:
         length = view[offset]
         dtype = np.dtype(bytes(view[offset + 1 : offset + 1 + length]).decode("ascii"))
@@ -107,6 +143,11 @@ def _unpack_array(view: memoryview, offset: int, *, what: str) -> tuple[np.ndarr
         raise RecordFormatError(f"{what}: refusing array of dtype {dtype}")
     if ndim > MAX_NDIM:
         raise RecordFormatError(f"{what}: array of {ndim} dimensions, at most {MAX_NDIM} allowed")
+    return dtype, shape, offset
+
+
+def _unpack_array(view: memoryview, offset: int, *, what: str) -> tuple[np.ndarray, int]:
+    dtype, shape, offset = _unpack_descriptor(view, offset, what=what)
     size = math.prod(shape) * dtype.itemsize  # Python ints: a crafted shape cannot wrap
     if offset + size > len(view):
         raise RecordFormatError(f"{what}: array needs {size} bytes, record is shorter")
@@ -116,13 +157,101 @@ def _unpack_array(view: memoryview, offset: int, *, what: str) -> tuple[np.ndarr
     return array.reshape(shape).copy(), offset + size
 
 
-def pack_record(payload: bytes | np.ndarray, label: Any = None) -> bytes:
+def _png_storable(array: np.ndarray) -> bool:
+    return (
+        array.dtype in _PNG_DTYPES
+        and array.ndim >= 2
+        and array.size >= PNG_MIN_ELEMENTS
+        and max(array.shape[-1], array.size // array.shape[-1]) < 1 << 31
+    )
+
+
+def _pack_field(name: str, field: Field) -> bytes:
+    encoded_name, role = name.encode("utf-8"), field.role.encode("ascii")
+    if not 0 < len(encoded_name) < 256 or not 0 < len(role) < 256:
+        raise ValueError(f"field {name!r}: name and role must be 1 to 255 bytes")
+    head = bytes([len(encoded_name)]) + encoded_name + bytes([len(role)]) + role
+    array = np.asarray(field.array)
+    if not _png_storable(array):
+        return head + bytes([RAW]) + _pack_array(array)
+    image = array.reshape(-1, array.shape[-1]).view(_PNG_DTYPES[array.dtype])
+    ok, png = cv2.imencode(".png", image, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    if not ok:
+        raise ValueError(f"field {name!r}: OpenCV could not encode it as PNG")
+    return head + bytes([PNG]) + _pack_descriptor(array) + struct.pack("<I", len(png)) + png.data
+
+
+def _unpack_png(
+    view: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, ...], *, what: str
+) -> tuple[np.ndarray, int]:
+    from fastload.datasets.decode import MAX_PIXELS
+
+    (length,) = struct.unpack_from("<I", view, offset)
+    png = view[offset + 4 : offset + 4 + length]
+    if len(png) != length or dtype not in _PNG_DTYPES or len(shape) < 2:
+        raise RecordFormatError(f"{what}: malformed PNG field")
+    width, rows = shape[-1], math.prod(shape[:-1])
+    # The header is checked before decoding: a crafted PNG cannot make us allocate more
+    # than the descriptor declares.
+    bits = 8 * _PNG_DTYPES[dtype].itemsize
+    header = bytes(png[:26])
+    if (
+        header[:8] != b"\x89PNG\r\n\x1a\n"
+        or header[12:16] != b"IHDR"
+        or struct.unpack(">II", header[16:24]) != (width, rows)
+        or tuple(header[24:26]) != (bits, 0)  # bit depth, grey
+        or (MAX_PIXELS is not None and width * rows > MAX_PIXELS)
+    ):
+        raise RecordFormatError(f"{what}: PNG field does not match its {shape} {dtype} descriptor")
+    image = cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_UNCHANGED)
+    if image is None or image.shape != (rows, width):
+        raise RecordFormatError(f"{what}: PNG field does not decode")
+    if dtype == np.bool_ and image.max(initial=0) > 1:
+        raise RecordFormatError(f"{what}: boolean PNG field holds values other than 0 and 1")
+    return image.view(dtype).reshape(shape), offset + 4 + length
+
+
+def _unpack_fields(view: memoryview, offset: int, *, what: str) -> tuple[dict[str, Field], int]:
+    fields: dict[str, Field] = {}
+    try:
+        (count,) = struct.unpack_from("<H", view, offset)
+        offset += 2
+        for _ in range(count):
+            length = view[offset]
+            name = bytes(view[offset + 1 : offset + 1 + length]).decode("utf-8")
+            offset += 1 + length
+            length = view[offset]
+            role = bytes(view[offset + 1 : offset + 1 + length]).decode("ascii")
+            storage, offset = view[offset + 1 + length], offset + 2 + length
+            where = f"{what} field {name!r}"
+            if storage == RAW:
+                array, offset = _unpack_array(view, offset, what=where)
+            elif storage == PNG:
+                dtype, shape, offset = _unpack_descriptor(view, offset, what=where)
+                array, offset = _unpack_png(view, offset, dtype, shape, what=where)
+            else:
+                raise RecordFormatError(f"{where}: unknown storage {storage}")
+            if name in fields:
+                raise RecordFormatError(f"{where}: stored twice")
+            fields[name] = Field(role, array)
+    except (IndexError, struct.error, UnicodeDecodeError) as error:
+        raise RecordFormatError(f"{what}: malformed fields ({error})") from error
+    return fields, offset
+
+
+def pack_record(
+    payload: bytes | np.ndarray, label: Any = None, fields: Mapping[str, Field] | None = None
+) -> bytes:
     """Serialise one record. ``payload``: encoded image bytes or a raw array; ``label``:
-    an int, a small array (multi-label), or None.
+    an int, a small array (multi-label), or None; ``fields``: named arrays with their
+    roles (a version 2 record; without them the record is version 1).
 
     Example:
         >>> unpack_record(pack_record(b"jpeg bytes", 3), what="doc").label
         3
+        >>> boxes = Field("boxes.XYXY", np.array([[1, 2, 30, 40]], np.float32))
+        >>> unpack_record(pack_record(b"jpeg bytes", None, {"boxes": boxes}), what="doc").fields
+        {'boxes': Field(role='boxes.XYXY', array=array([[ 1.,  2., 30., 40.]], dtype=float32))}
     """
     if isinstance(payload, (bytes, bytearray, memoryview)):
         kind, body = ENCODED, bytes(payload)
@@ -142,8 +271,15 @@ def pack_record(payload: bytes | np.ndarray, label: Any = None) -> bytes:
             label_kind, label_value = LABEL_INT, int(array)
         else:
             label_kind, label_body = LABEL_ARRAY, _pack_array(array)
-    checksum = zlib.crc32(body)
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, kind, label_kind, 0, checksum, label_value)
+    if fields is None:
+        version, checksum = 1, zlib.crc32(body)
+    else:
+        if len(fields) >= 1 << 16:
+            raise ValueError(f"at most 65535 fields in a record, got {len(fields)}")
+        packed = [_pack_field(name, field) for name, field in fields.items()]
+        body = label_body + struct.pack("<H", len(packed)) + b"".join(packed) + body
+        label_body, version, checksum = b"", 2, zlib.crc32(body)
+    header = _HEADER.pack(MAGIC, version, kind, label_kind, 0, checksum, label_value)
     return header + label_body + body
 
 
@@ -157,7 +293,8 @@ def unpack_record(
 
     Raises:
         RecordFormatError: Not a fastload record (a pickle is recognised and refused),
-            a newer version, a malformed header, or (``check=True``) a CRC mismatch.
+            a newer version, a malformed header or field, or (``check=True``) a CRC
+            mismatch.
     """
     view = memoryview(value)
     try:
@@ -174,6 +311,8 @@ def unpack_record(
             f"({FORMAT_VERSION}); upgrade fastload"
         )
     offset = _HEADER.size
+    if check and version >= 2 and zlib.crc32(view[offset:]) != checksum:
+        raise RecordFormatError(f"{what}: CRC-32 mismatch, the record is corrupt")
     label: int | np.ndarray | None
     if label_kind == LABEL_INT:
         label = label_value
@@ -183,8 +322,11 @@ def unpack_record(
         label = None
     else:
         raise RecordFormatError(f"{what}: unknown label kind {label_kind}")
+    fields: dict[str, Field] = {}
+    if version >= 2:
+        fields, offset = _unpack_fields(view, offset, what=what)
     body = view[offset:]
-    if check and zlib.crc32(body) != checksum:
+    if check and version == 1 and zlib.crc32(body) != checksum:
         raise RecordFormatError(f"{what}: CRC-32 mismatch, the record is corrupt")
     if kind == ENCODED:
         payload: bytes | memoryview | np.ndarray = bytes(body) if copy else body
@@ -192,7 +334,7 @@ def unpack_record(
         payload, _ = _unpack_array(view, offset, what=what)
     else:
         raise RecordFormatError(f"{what}: unknown payload kind {kind}")
-    return Record(payload, label, checksum)
+    return Record(payload, label, checksum, fields)
 
 
 def encode_meta(meta: dict[str, Any]) -> bytes:

@@ -1,23 +1,45 @@
 """What ``write_lmdb`` reads, and how one item becomes a record: an image folder or a list
 of files (kept byte for byte unless re-encoded), or a Dataset of arrays, tensors or PIL
-images (stored losslessly as arrays unless re-encoded)."""
+images (stored losslessly as arrays unless re-encoded) with a label or a target dict.
+COCO annotations and mask folders: :mod:`fastload.lmdb.annotations`."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
 
 from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.datasets.folder import folder_samples
-from fastload.lmdb.format import pack_record
+from fastload.lmdb.format import Field, pack_record
+from fastload.lmdb.targets import resize_fields, target_fields
 
-__all__ = ["DatasetSource", "Encoding", "FileSource", "as_source"]
+__all__ = ["DatasetSource", "Encoding", "FileSource", "Source", "as_source"]
+
+
+class Source(Protocol):
+    """What ``write_lmdb`` converts: items by position, each made into one record."""
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def classes(self) -> list[str] | None: ...
+
+    @property
+    def fields(self) -> list[str] | None:
+        """The names of each record's fields (a version 2 database), or None (labels)."""
+
+    def __len__(self) -> int: ...
+
+    def name(self, position: int) -> str: ...
+
+    def record(self, position: int, encoding: Encoding) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -27,19 +49,49 @@ class Encoding:
     resize: int | None = None
     quality: int | None = None
 
+    @property
+    def keeps_files(self) -> bool:
+        return self.resize is None and self.quality is None
+
+    def presized_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(height, width) after the presize: longest side to ``resize``, never up."""
+        height, width = size
+        if self.resize is None or max(height, width) <= self.resize:
+            return size
+        scale = self.resize / max(height, width)
+        return max(1, round(height * scale)), max(1, round(width * scale))
+
     def encode(self, rgb: np.ndarray) -> np.ndarray | bytes:
-        height, width = rgb.shape[:2]
-        if self.resize is not None and max(height, width) > self.resize:
-            scale = self.resize / max(height, width)
-            size = (max(1, round(width * scale)), max(1, round(height * scale)))
-            rgb = cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
-        if self.quality is None and self.resize is None:
+        """``rgb`` presized and JPEG-encoded, or as it is when neither is asked for."""
+        if self.keeps_files:
             return rgb
+        height, width = self.presized_size(rgb.shape[:2])
+        if (height, width) != rgb.shape[:2]:
+            rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
         bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR) if rgb.ndim == 3 else rgb
         ok, jpeg = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, self.quality or 90])
         if not ok:
             raise ImageDecodeError("OpenCV could not encode the image as JPEG")
         return jpeg.tobytes()
+
+
+def pack_item(
+    rgb: np.ndarray,
+    label: Any,
+    fields: dict[str, Field] | None,
+    encoding: Encoding,
+    *,
+    what: str,
+    data: bytes | None = None,
+) -> bytes:
+    """The record of one image (``data``: its file, kept unless ``encoding`` re-encodes),
+    with its label or fields; a presize scales the fields with the image."""
+    if encoding.keeps_files:
+        return pack_record(rgb if data is None else data, label, fields)
+    if fields is not None:
+        size = encoding.presized_size(rgb.shape[:2])
+        fields = resize_fields(fields, rgb.shape[:2], size, what=what)
+    return pack_record(encoding.encode(rgb), label, fields)
 
 
 @dataclass
@@ -53,6 +105,8 @@ class FileSource:
     def __len__(self) -> int:
         return len(self.samples)
 
+    fields = None  # labels, no target fields
+
     def name(self, position: int) -> str:
         return self.samples[position][0]
 
@@ -60,9 +114,7 @@ class FileSource:
         path, label = self.samples[position]
         data = Path(path).read_bytes()
         rgb = decode_image(data, source=path)  # also proves the file is a whole image
-        if encoding.resize is None and encoding.quality is None:
-            return pack_record(data, label)
-        return pack_record(encoding.encode(rgb), label)
+        return pack_item(rgb, label, None, encoding, what=path, data=data)
 
 
 @dataclass
@@ -79,12 +131,23 @@ class DatasetSource:
     def name(self, position: int) -> str:
         return f"{self.description}[{position}]"
 
+    @property
+    def fields(self) -> list[str] | None:
+        """The target's keys when the dataset gives target dicts (read from item 0)."""
+        if not len(self.dataset):
+            return None
+        target = self.dataset[0][1]
+        return list(target) if isinstance(target, Mapping) else None
+
     def record(self, position: int, encoding: Encoding) -> bytes:
+        name = self.name(position)
         image, label = self.dataset[position]
-        rgb = _to_hwc_uint8(image, name=self.name(position))
+        rgb = _to_hwc_uint8(image, name=name)
+        if isinstance(label, Mapping):
+            return pack_item(rgb, None, target_fields(label, what=name), encoding, what=name)
         if hasattr(label, "tolist"):  # tensors and NumPy scalars/arrays
             label = np.asarray(label.tolist()) if getattr(label, "ndim", 0) else int(label)
-        return pack_record(encoding.encode(rgb), label)
+        return pack_item(rgb, label, None, encoding, what=name)
 
 
 def _to_hwc_uint8(image: Any, *, name: str) -> np.ndarray:

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 import lmdb
 from fastload.datasets.decode import ImageDecodeError
+from fastload.lmdb.annotations import CocoSource, MaskFolderSource
 from fastload.lmdb.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -32,7 +33,7 @@ from fastload.lmdb.format import (
     encode_meta,
     index_key,
 )
-from fastload.lmdb.sources import DatasetSource, Encoding, FileSource, as_source
+from fastload.lmdb.sources import DatasetSource, Encoding, Source, as_source
 from fastload.lmdb.store import close_reader, lock_path, open_for_writing, read_meta
 from fastload.system import available_cpus
 
@@ -46,10 +47,10 @@ COMMIT_BYTES = 64 << 20
 
 # --- worker processes ------------------------------------------------------------------------
 
-_worker_job: tuple[FileSource | DatasetSource, Encoding] | None = None
+_worker_job: tuple[Source, Encoding] | None = None
 
 
-def _init_worker(source: FileSource | DatasetSource, encoding: Encoding) -> None:
+def _init_worker(source: Source, encoding: Encoding) -> None:
     global _worker_job
     _worker_job = (source, encoding)
     cv2.setNumThreads(0)
@@ -66,7 +67,7 @@ def _load(position: int) -> tuple[int, bytes | None, str | None]:
 
 @contextlib.contextmanager
 def _records(
-    source: FileSource | DatasetSource, encoding: Encoding, start: int, workers: int
+    source: Source, encoding: Encoding, start: int, workers: int
 ) -> Iterator[Iterator[tuple[int, bytes | None, str | None]]]:
     """The loaded items from ``start`` on, in order. Leaving the block (a bad file, an
     interrupt) stops the workers there and then: none is left behind."""
@@ -126,7 +127,7 @@ class Progress:
         return json.dumps(self.__dict__).encode()
 
 
-def _fingerprint(source: FileSource | DatasetSource, encoding: Encoding) -> dict[str, Any]:
+def _fingerprint(source: Source, encoding: Encoding) -> dict[str, Any]:
     """What must not change between a conversion and its resume. Items after the point
     reached may: removing the bad file a conversion stopped at is how to go on."""
     return {
@@ -137,9 +138,7 @@ def _fingerprint(source: FileSource | DatasetSource, encoding: Encoding) -> dict
     }
 
 
-def _start(
-    env: lmdb.Environment, path: Path, items: FileSource | DatasetSource, encoding: Encoding
-) -> Progress | None:
+def _start(env: lmdb.Environment, path: Path, items: Source, encoding: Encoding) -> Progress | None:
     """The progress to continue from, or None when the database is already complete."""
     fingerprint = _fingerprint(items, encoding)
     with env.begin() as txn:
@@ -181,6 +180,9 @@ def write_lmdb(
     skip_bad: bool = False,
     resize: int | None = None,
     quality: int | None = None,
+    annotations: str | os.PathLike | None = None,
+    instance_masks: bool = False,
+    masks: str | os.PathLike | None = None,
     num_workers: int | None = None,
     commit_every: int = 256,
     map_size: int = DEFAULT_MAP_SIZE,
@@ -202,6 +204,18 @@ def write_lmdb(
         quality: JPEG quality for images fastload encodes. Files are kept byte for byte
             unless ``resize`` or ``quality`` is given; Dataset images are stored as raw
             arrays (lossless) unless one is.
+        annotations: A COCO-style annotation file (``instances_train2017.json``) for the
+            images under the folder ``source``: records get the fields ``boxes`` (XYXY),
+            ``labels``, ``iscrowd``, ``area`` and ``image_id``.
+        instance_masks: With ``annotations``: also ``masks``, each object's polygons or
+            RLE rasterised as (K, H, W) uint8 (needs pycocotools: ``fastload[coco]``).
+        masks: A folder of PNG class masks for the images under the folder ``source``
+            (same relative paths, ``.png``): records get the field ``mask``.
+
+        A Dataset that returns ``(image, target)`` with ``target`` a dict (of
+        ``tv_tensors`` and tensors, as torchvision's detection datasets give) is stored
+        with the target's entries as fields. Presizing scales boxes, keypoints and masks
+        with the image. Read back, fields are ``tv_tensors`` again.
         num_workers: Processes that read and encode (default: the CPUs available); 0 runs
             in this process.
         commit_every: Records per transaction.
@@ -236,7 +250,7 @@ def write_lmdb(
         raise ValueError(f"quality must be in 1..100, got {quality}")
     if resize is not None and resize < 1:
         raise ValueError(f"resize must be >= 1 pixel, got {resize}")
-    items = as_source(source)
+    items = _source(source, annotations, instance_masks, masks)
     encoding = Encoding(resize, quality)
     num_workers = available_cpus() if num_workers is None else num_workers
 
@@ -257,9 +271,28 @@ def write_lmdb(
     return meta
 
 
+def _source(
+    source: Any,
+    annotations: str | os.PathLike | None,
+    instance_masks: bool,
+    masks: str | os.PathLike | None,
+) -> Source:
+    if annotations is not None and masks is not None:
+        raise ValueError("give annotations (detection) or masks (segmentation), not both")
+    if instance_masks and annotations is None:
+        raise ValueError("instance_masks come from annotations: give the annotation file")
+    if (annotations or masks) is not None and not isinstance(source, (str, os.PathLike)):
+        raise TypeError("with annotations or masks, source must be the image folder")
+    if annotations is not None:
+        return CocoSource(Path(source), Path(annotations), instance_masks)
+    if masks is not None:
+        return MaskFolderSource(Path(source), Path(masks))
+    return as_source(source)
+
+
 def _convert(
     env: lmdb.Environment,
-    items: FileSource | DatasetSource,
+    items: Source,
     encoding: Encoding,
     state: Progress,
     *,
@@ -300,11 +333,13 @@ def _convert(
                 if len(pending) >= commit_every or pending_bytes >= COMMIT_BYTES:
                     commit()
 
+    fields = items.fields
     meta = {
         "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
+        "version": FORMAT_VERSION if fields else 1,  # a version 1 reader reads labels
         "count": state.count,
         "classes": items.classes,
+        "fields": fields,
         "source": items.description,
         "resize": encoding.resize,
         "quality": encoding.quality,
@@ -315,6 +350,8 @@ def _convert(
         "checksum": "crc32 of each record's payload, in its header",
         "fingerprint": state.fingerprint,
     }
+    if isinstance(items, CocoSource):
+        meta["categories"] = items.categories
     # The last transaction: the remaining records, the metadata, and no more progress.
     _commit(env, [*pending, (META_KEY, encode_meta(meta))], delete=PROGRESS_KEY)
     return meta
