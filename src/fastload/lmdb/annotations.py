@@ -160,12 +160,15 @@ def _instance_masks(objects: list[dict[str, Any]], height: int, width: int, *, w
         segmentation = obj.get("segmentation")
         if not segmentation:
             continue
-        try:
-            rles = coco_mask.frPyObjects(segmentation, height, width)
-            masks[index] = coco_mask.decode(
-                coco_mask.merge(rles) if isinstance(rles, list) else rles
-            )
-        except (TypeError, ValueError, KeyError, IndexError) as error:
+        try:  # as pycocotools' COCO.annToRLE reads the three forms
+            if isinstance(segmentation, list):  # polygons
+                rle = coco_mask.merge(coco_mask.frPyObjects(segmentation, height, width))
+            elif isinstance(segmentation.get("counts"), list):  # uncompressed RLE
+                rle = coco_mask.frPyObjects(segmentation, height, width)
+            else:  # compressed RLE
+                rle = segmentation
+            masks[index] = coco_mask.decode(rle)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
             raise ImageDecodeError(
                 f"{what}: annotation {obj.get('id', index)} has a segmentation pycocotools "
                 f"cannot read ({error})"

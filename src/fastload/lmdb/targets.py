@@ -81,7 +81,8 @@ def fields_target(
             target[name] = data
         else:
             raise ValueError(
-                f"{what}: field {name!r} has role {role!r}, which fastload does not know"
+                f"{what}: field {name!r} has role {role!r}, unknown to this fastload "
+                "(a newer one wrote it?)"
             )
     return target
 

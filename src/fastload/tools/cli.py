@@ -34,6 +34,9 @@ def _convert(args: argparse.Namespace) -> None:
         skip_bad=args.skip_bad,
         resize=args.resize,
         quality=args.quality,
+        annotations=args.annotations,
+        instance_masks=args.instance_masks,
+        masks=args.masks,
         num_workers=args.workers,
     )
     skipped = f", {len(meta['skipped'])} skipped" if meta["skipped"] else ""
@@ -203,7 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     convert = commands.add_parser("convert", help="write an image folder into one LMDB file")
-    convert.add_argument("source", type=Path, help="image folder with one sub-folder per class")
+    convert.add_argument(
+        "source", type=Path,
+        help="image folder: one sub-folder per class, or the images of --annotations/--masks",
+    )  # fmt: skip
     convert.add_argument("destination", type=Path, help="database file to create")
     convert.add_argument("--resume", action="store_true", help="finish an interrupted conversion")
     convert.add_argument(
@@ -216,6 +222,19 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--workers", type=_non_negative, help="reader processes (default: all CPUs)"
     )
+    targets = convert.add_mutually_exclusive_group()
+    targets.add_argument(
+        "--annotations", type=Path, metavar="JSON",
+        help="COCO-style instances JSON: store boxes, labels, iscrowd, area, image_id",
+    )  # fmt: skip
+    targets.add_argument(
+        "--masks", type=Path, metavar="DIR",
+        help="folder of PNG class masks, same relative paths as the images: store mask",
+    )  # fmt: skip
+    convert.add_argument(
+        "--instance-masks", action="store_true",
+        help="with --annotations: also each object's mask (needs pycocotools)",
+    )  # fmt: skip
     convert.set_defaults(run=_convert)
 
     info = commands.add_parser("info", help="print a database's metadata")
@@ -266,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         args.run(args)
-    except (OSError, ValueError) as error:  # bad input: one clear line, not a traceback
+    except (OSError, ValueError, ImportError) as error:  # one clear line, not a traceback
         parser.exit(2, f"fastload {args.command}: error: {error}\n")
 
 

@@ -1,0 +1,222 @@
+"""``fastload convert --annotations`` (COCO) and ``--masks`` (a folder of class masks):
+what is stored, read back as torchvision's targets, and every bad input named."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from pycocotools import mask as coco_mask
+from torchvision import tv_tensors
+
+from fastload.datasets.decode import decode_image
+from fastload.lmdb import LMDBDataset
+from fastload.tools.cli import main
+from fastload.tools.synthetic import photo_like_image
+
+
+def write_jpeg(path, height, width, seed):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), photo_like_image(np.random.default_rng(seed), height, width))
+    return path
+
+
+def blob(height, width):
+    """A known irregular mask: an ellipse and a separate square."""
+    mask = np.zeros((height, width), np.uint8)
+    cv2.ellipse(mask, (20, 15), (12, 8), 30, 0, 360, 1, -1)
+    mask[30:38, 40:50] = 1
+    return mask
+
+
+@pytest.fixture
+def coco(tmp_path):
+    images = tmp_path / "images"
+    write_jpeg(images / "a.jpg", 48, 64, 0)
+    write_jpeg(images / "b.jpg", 40, 40, 1)
+    write_jpeg(images / "sub" / "c.jpg", 50, 60, 2)
+    rle = coco_mask.encode(np.asfortranarray(blob(50, 60)))
+    annotations = {
+        "images": [
+            {"id": 10, "file_name": "a.jpg", "height": 48, "width": 64},
+            {"id": 20, "file_name": "b.jpg", "height": 40, "width": 40},
+            {"id": 30, "file_name": "sub/c.jpg", "height": 50, "width": 60},
+        ],
+        "annotations": [
+            {"id": 1, "image_id": 10, "category_id": 18, "bbox": [4, 6, 20, 10], "area": 200,
+             "iscrowd": 0, "segmentation": [[4, 6, 24, 6, 24, 16, 4, 16]]},
+            {"id": 2, "image_id": 30, "category_id": 1, "bbox": [8, 7, 42, 31], "area": 500,
+             "iscrowd": 1, "segmentation": {"size": rle["size"], "counts": rle["counts"].decode()}},
+            {"id": 3, "image_id": 10, "category_id": 90, "bbox": [30.5, 2, 10, 40.25],
+             "area": 12.5, "iscrowd": 0, "segmentation": []},
+        ],
+        "categories": [{"id": 1, "name": "person"}, {"id": 18, "name": "dog"},
+                       {"id": 90, "name": "toothbrush"}],
+    }  # fmt: skip
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(annotations))
+    return images, path, annotations
+
+
+def convert(*args):
+    main(["convert", *map(str, args), "--workers", "0"])
+
+
+def test_coco_boxes_labels_and_instance_masks_are_stored_as_torchvision_reads_them(coco, tmp_path):
+    images, annotations, raw = coco
+    convert(images, tmp_path / "db", "--annotations", annotations, "--instance-masks")
+    dataset = LMDBDataset(tmp_path / "db", decode="tensor")
+    assert len(dataset) == 3 and dataset.meta["categories"] == raw["categories"]
+    assert dataset.fields == ["boxes", "labels", "iscrowd", "area", "image_id", "masks"]
+
+    image, target = dataset[0]
+    want = decode_image((images / "a.jpg").read_bytes())
+    assert torch.equal(image, torch.from_numpy(want).permute(2, 0, 1))
+    assert isinstance(target["boxes"], tv_tensors.BoundingBoxes)
+    assert target["boxes"].canvas_size == (48, 64)
+    assert target["boxes"].tolist() == [[4, 6, 24, 16], [30.5, 2, 40.5, 42.25]]
+    assert target["labels"].tolist() == [18, 90] and target["iscrowd"].tolist() == [0, 0]
+    assert target["area"].tolist() == [200, 12.5] and int(target["image_id"]) == 10
+    polygon, empty = target["masks"]
+    ys, xs = torch.nonzero(polygon, as_tuple=True)
+    assert (int(xs.min()), int(ys.min())) >= (4, 6) and (int(xs.max()), int(ys.max())) <= (24, 16)
+    assert abs(int(polygon.sum()) - 200) <= 40 and not empty.any()  # no segmentation: empty
+
+    _, unannotated = dataset[1]
+    assert unannotated["boxes"].shape == (0, 4) and unannotated["masks"].shape == (0, 40, 40)
+
+    _, crowd = dataset[2]
+    assert crowd["iscrowd"].tolist() == [1]
+    assert np.array_equal(crowd["masks"][0].numpy(), blob(50, 60))  # RLE: exactly
+
+
+def test_coco_without_instance_masks_stores_no_masks_and_a_presize_scales_boxes(coco, tmp_path):
+    images, annotations, _ = coco
+    convert(images, tmp_path / "db", "--annotations", annotations, "--resize", "32")
+    image, target = LMDBDataset(tmp_path / "db", decode="tensor")[0]
+    assert "masks" not in target and image.shape == (3, 24, 32)
+    assert target["boxes"].canvas_size == (24, 32)
+    assert target["boxes"].tolist() == [[2, 3, 12, 8], [15.25, 1, 20.25, 21.125]]
+
+
+def break_json(raw, change):
+    raw = json.loads(json.dumps(raw))
+    change(raw)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c["images"][1].update(file_name="../b.jpg"),
+         r"images\[1\] file_name '../b.jpg' is not a relative path inside the image folder"),
+        (lambda c: c["images"][0].update(file_name="/etc/passwd"), "images.0. file_name"),
+        (lambda c: c["annotations"][2].update(bbox=[1, 2, float("nan"), 3]),
+         r"annotations\[2\]: bbox \[1, 2, nan, 3\] is not four finite numbers"),
+        (lambda c: c["annotations"][0].update(image_id=99),
+         r"annotations\[0\]: image_id 99 is not in 'images'"),
+        (lambda c: c["annotations"][0].update(category_id="dog"),
+         r"annotations\[0\]: category_id 'dog' is not an integer"),
+        (lambda c: c["images"][1].update(id=10), "two images have the same id"),
+        (lambda c: c.pop("images"), "not a COCO annotation file"),
+        (lambda c: c["images"][0].update(width=65), r"a.jpg: the image is 64x48, .* says 65x48"),
+    ],
+    ids=["parent", "absolute", "nan box", "unknown image", "category", "same id", "no images",
+         "size"],
+)  # fmt: skip
+def test_a_bad_annotation_file_is_refused_in_one_line_naming_the_entry(
+    coco, tmp_path, capsys, change, message
+):
+    images, annotations, raw = coco
+    annotations.write_text(json.dumps(break_json(raw, change)))
+    with pytest.raises(SystemExit) as stopped:
+        convert(images, tmp_path / "db", "--annotations", annotations)
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert stopped.value.code == 2 and error.startswith("fastload convert: error: ")
+    assert re.search(message, error), error
+
+
+def test_a_missing_image_and_a_file_that_is_not_json_are_named(coco, tmp_path, capsys):
+    images, annotations, _ = coco
+    (images / "b.jpg").unlink()
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db", "--annotations", annotations)
+    assert "b.jpg" in capsys.readouterr().err
+    convert(images, tmp_path / "db2", "--annotations", annotations, "--skip-bad")
+    assert len(LMDBDataset(tmp_path / "db2")) == 2
+    annotations.write_text("{not json")
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db3", "--annotations", annotations)
+    assert "instances.json: not a JSON file" in capsys.readouterr().err
+    assert not (tmp_path / "db3").exists()
+
+
+def test_option_combinations_and_a_missing_pycocotools_are_one_line_errors(
+    coco, tmp_path, capsys, monkeypatch
+):
+    images, annotations, _ = coco
+    with pytest.raises(SystemExit) as stopped:
+        convert(images, tmp_path / "db", "--annotations", annotations, "--masks", images)
+    assert stopped.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db", "--instance-masks")
+    assert "instance_masks come from annotations" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "pycocotools", None)
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db", "--annotations", annotations, "--instance-masks")
+    assert "pip install 'fastload[coco]'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def segmentation(tmp_path):
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    write_jpeg(images / "a.jpg", 30, 40, 0)
+    write_jpeg(images / "sub" / "b.jpg", 20, 24, 1)
+    (masks / "sub").mkdir(parents=True)
+    palette = Image.fromarray(np.arange(1200, dtype=np.uint8).reshape(30, 40) % 21, mode="P")
+    palette.putpalette([value for i in range(21) for value in (i * 12, 255 - i * 12, 7)])
+    palette.save(masks / "a.png")
+    Image.fromarray(np.full((20, 24), 255, np.uint8), mode="L").save(masks / "sub" / "b.png")
+    return images, masks
+
+
+def test_a_mask_folder_gives_class_indices_beside_each_image(segmentation, tmp_path):
+    images, masks = segmentation
+    convert(images, tmp_path / "db", "--masks", masks)
+    dataset = LMDBDataset(tmp_path / "db", decode="tensor")
+    assert len(dataset) == 2 and dataset.fields == ["mask"]
+    image, target = dataset[0]
+    assert image.shape == (3, 30, 40) and isinstance(target["mask"], tv_tensors.Mask)
+    assert torch.equal(target["mask"], torch.arange(1200, dtype=torch.uint8).reshape(30, 40) % 21)
+    assert dataset[1][1]["mask"].unique().tolist() == [255]
+
+
+def test_mask_folder_problems_are_named(segmentation, tmp_path, capsys):
+    images, masks = segmentation
+    write_jpeg(images / "c.jpg", 10, 10, 2)
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db", "--masks", masks)
+    assert "masks/c.png: no mask for" in capsys.readouterr().err
+    meta = json.loads(json.dumps(_convert_skipping(images, masks, tmp_path / "db2")))
+    assert [entry["path"].rsplit("/", 1)[1] for entry in meta["skipped"]] == ["c.jpg"]
+
+    Image.fromarray(np.zeros((10, 10, 3), np.uint8)).save(masks / "c.png")
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db3", "--masks", masks)
+    assert "c.png: a RGB image; masks hold one class index per pixel" in capsys.readouterr().err
+    Image.fromarray(np.zeros((11, 10), np.uint8)).save(masks / "c.png")
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db4", "--masks", masks)
+    assert "c.png: the mask is 10x11, its image" in capsys.readouterr().err
+
+
+def _convert_skipping(images, masks, path):
+    from fastload import write_lmdb
+
+    return write_lmdb(images, path, masks=masks, skip_bad=True, num_workers=0, progress=False)
