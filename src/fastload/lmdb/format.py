@@ -25,7 +25,8 @@ the array is, e.g. ``boxes.XYXY`` or ``mask``, see :mod:`fastload.lmdb.targets`)
 storage (uint8: 0 = raw, 1 = PNG), the array descriptor, then the array's bytes (raw)
 or a uint32 length and a lossless PNG of the array as a 2-D image (rows: every
 dimension but the last). uint8 and uint16 arrays of 2 or more dimensions, such as
-masks, are stored as PNG: a mask of a few shapes is 50-100x smaller.
+masks, are stored as PNG: the instance masks of a 640x480 ShapesDetection image
+(1 to 4 shapes) are 90 to 170x smaller than raw.
 
 Keys are the record index as 10 zero-padded ASCII digits, so index order is key
 order. The metadata (JSON under :data:`META_KEY`) is written last: its presence marks
