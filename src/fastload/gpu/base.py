@@ -163,9 +163,10 @@ class BatchTransform(nn.Module):
         order (see :mod:`fastload.gpu.targets`)."""
         n, size = shape[0], (int(shape[-2]), int(shape[-1]))
         counts = {"mask": 0, "other": 0}
+        own_masks: list[tuple[int, int]] = []  # (leaf, sample): moved together below
         for index, leaf in found:
             if isinstance(leaf, tv_tensors.Mask) and index not in per_image_masks:
-                leaves[index] = self._move_mask(leaf, params, size, n, None)
+                leaves[index] = self._move_mask(leaf, params, size, n)
                 continue
             kind = "mask" if isinstance(leaf, tv_tensors.Mask) else "other"
             sample = counts[kind]
@@ -173,7 +174,7 @@ class BatchTransform(nn.Module):
             if sample >= n:
                 continue
             if kind == "mask":
-                leaves[index] = self._move_mask(leaf, params, size, n, sample)
+                own_masks.append((index, sample))
             else:
                 row = {k: v[sample] for k, v in params.items() if v.dim() and len(v) == n}
                 leaves[index] = self.transform_target(leaf, row, size)
@@ -182,23 +183,48 @@ class BatchTransform(nn.Module):
                 f"{type(self).__name__}: BoundingBoxes and KeyPoints come one per image, in "
                 f"batch order; got {counts['other']} for {n} images"
             )
+        if own_masks:
+            self._move_own_masks(own_masks, leaves, params, size, n)
 
-    def _move_mask(self, mask: Any, params: Params, size: tuple, n: int, sample: int | None) -> Any:
-        """A batched mask, or image ``sample``'s own (K, H, W) or (H, W) mask."""
+    def _move_mask(self, mask: Any, params: Params, size: tuple, n: int) -> Any:
+        """A mask of the whole batch, (N, H, W) or (N, K, H, W)."""
         plain = mask.as_subclass(Tensor)
-        if sample is not None:  # one image's: a batch of one, with that image's parameters
-            params = {k: v[sample : sample + 1] if v.dim() and len(v) == n else v
-                      for k, v in params.items()}  # fmt: skip
-            plain = plain.unsqueeze(0)
-        expected = 1 if sample is not None else n
-        if plain.dim() not in (3, 4) or tuple(plain.shape[-2:]) != size or len(plain) != expected:
-            raise ValueError(
-                f"{type(self).__name__}: a Mask beside {n} images of {size} must be (N, H, W) "
-                f"or (N, K, H, W) for the batch, or (K, H, W) per image, of that size; got "
-                f"{tuple(mask.shape)}"
-            )
-        moved = self.apply_masks(plain, params)
-        return tv_tensors.wrap(moved[0] if sample is not None else moved, like=mask)
+        if plain.dim() not in (3, 4) or tuple(plain.shape[-2:]) != size or len(plain) != n:
+            raise ValueError(self._mask_shape_error(mask, size, n))
+        return tv_tensors.wrap(self.apply_masks(plain, params), like=mask)
+
+    def _move_own_masks(
+        self, own: list[tuple[int, int]], leaves: list[Any], params: Params, size: tuple, n: int
+    ) -> None:
+        """Each image's own (K, H, W) or (H, W) masks, in one call per dtype: every mask
+        row becomes a sample of its own with its image's parameters, so a batch of
+        instance masks costs one gather, not one per image."""
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        for index, sample in own:
+            mask = leaves[index]
+            if mask.dim() not in (2, 3) or tuple(mask.shape[-2:]) != size:
+                raise ValueError(self._mask_shape_error(mask, size, n))
+            groups.setdefault((mask.dtype, mask.device), []).append((index, sample))
+        for members in groups.values():
+            masks = [leaves[index].as_subclass(Tensor).reshape(-1, *size) for index, _ in members]
+            rows = torch.tensor([len(mask) for mask in masks])
+            samples = torch.repeat_interleave(torch.tensor([s for _, s in members]), rows)
+            samples = samples.to(masks[0].device)
+            expanded = {k: v[samples] if v.dim() and len(v) == n else v
+                        for k, v in params.items()}  # fmt: skip
+            moved = self.apply_masks(torch.cat(masks), expanded)
+            for (index, _), part in zip(members, moved.split(rows.tolist()), strict=True):
+                mask = leaves[index]
+                leaves[index] = tv_tensors.wrap(
+                    part.reshape(*mask.shape[:-2], *part.shape[-2:]), like=mask
+                )
+
+    def _mask_shape_error(self, mask: Any, size: tuple, n: int) -> str:
+        return (
+            f"{type(self).__name__}: a Mask beside {n} images of {size} must be (N, H, W) "
+            f"or (N, K, H, W) for the batch, or (K, H, W) per image, of that size; got "
+            f"{tuple(mask.shape)}"
+        )
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
         """The transform on (N, H, W) or (N, K, H, W) masks, nearest where it resamples."""
