@@ -4,12 +4,15 @@ and masks moved with their images.
 
     python examples/train_detector.py                  # synthetic shapes, one short epoch
     python examples/train_detector.py --images 512 --epochs 5 --batch-size 16
+    python examples/train_detector.py --lmdb shapes.lmdb  # stored once, then read from it
 
 The data is fastload's ShapesDetection (shapes with known boxes and masks on photo-like
 backgrounds); any dataset that returns ``(image, {"boxes", "labels", "masks"})`` as
 torchvision's detection datasets do works the same way. The model is torchvision's
 ``fasterrcnn_mobilenet_v3_large_320_fpn`` without pretrained weights (nothing to download).
---json prints the last epoch's metrics as one line.
+--lmdb writes the data set into one LMDB file (boxes, labels and PNG masks as fields)
+the first time and reads it from there, as ``fastload convert --annotations`` data
+would be. --json prints each epoch's metrics as one line.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import argparse
 import functools
 import json
 import time
+from pathlib import Path
 
 import torch
 import torchvision
 from torch import nn
+from torch.utils.data import Dataset
 
-from fastload import DataPrefetcher, FastLoader, gpu
+from fastload import DataPrefetcher, FastLoader, LMDBDataset, gpu, write_lmdb
 from fastload.collate import padded_collate
 from fastload.tools.shapes import ShapesDetection
 
@@ -36,12 +41,17 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--workers", default="auto", help="int or auto")
+    parser.add_argument("--lmdb", type=Path, help="store the data here first, then read it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     workers = args.workers if args.workers == "auto" else int(args.workers)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    dataset = ShapesDetection(args.images, size=(240, 320))
+    dataset: Dataset = ShapesDetection(args.images, size=(240, 320))
+    if args.lmdb is not None:
+        if not args.lmdb.exists():
+            write_lmdb(dataset, args.lmdb, progress=False)
+        dataset = LMDBDataset(args.lmdb, decode="tensor")
     loader = FastLoader(
         dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers,
         collate_fn=functools.partial(padded_collate, multiple=32),

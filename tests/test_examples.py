@@ -94,13 +94,16 @@ def test_train_classifier_talks_to_people_without_warnings(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_detector_runs_an_epoch_on_synthetic_shapes():
+@pytest.mark.parametrize("storage", ["generated", "lmdb"])
+def test_train_detector_runs_an_epoch_on_synthetic_shapes(storage, tmp_path):
+    lmdb = ["--lmdb", str(tmp_path / "shapes.lmdb")] if storage == "lmdb" else []
     completed = subprocess.run(
         [sys.executable, str(EXAMPLES / "train_detector.py"), "--images", "8", "--batch-size", "4",
-         "--workers", "2", "--json"],
+         "--workers", "2", "--json", *lmdb],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert (tmp_path / "shapes.lmdb").is_file() == (storage == "lmdb")
     (metrics,) = [json.loads(line) for line in completed.stdout.splitlines()]
     assert metrics["epoch"] == 0 and metrics["images_per_second"] > 0
     assert 0 < metrics["loss"] < 100  # the detector's summed losses, finite
