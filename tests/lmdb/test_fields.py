@@ -3,6 +3,7 @@ datasets of target dicts, read back as tv_tensors; version 1 stays readable."""
 
 from __future__ import annotations
 
+import shutil
 import struct
 import zlib
 
@@ -15,10 +16,12 @@ from hypothesis.extra import numpy as hnp
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+import lmdb
 from fastload import write_lmdb
 from fastload.lmdb import LMDBDataset
-from fastload.lmdb.format import Field, RecordFormatError, pack_record, unpack_record
+from fastload.lmdb.format import Field, RecordFormatError, index_key, pack_record, unpack_record
 from fastload.lmdb.targets import fields_target, resize_fields, target_fields
+from fastload.lmdb.verify import verify_lmdb
 from fastload.tools.shapes import ShapesDetection
 
 DTYPES = st.sampled_from(["u1", "<u2", "?", "<i4", "<f4", "<i8"])
@@ -187,3 +190,17 @@ def test_presized_records_scale_their_targets_and_bytes_give_the_canvas(tmp_path
     assert from_bytes["boxes"].canvas_size == (30, 40)
     with pytest.raises(ValueError, match="min_size decodes images smaller, its fields"):
         LMDBDataset(path, min_size=8)
+
+
+def test_verify_checks_the_fields_of_every_record(shapes_database, tmp_path):
+    _, path, _ = shapes_database
+    assert verify_lmdb(path, progress=False).ok
+    broken = tmp_path / "broken.lmdb"
+    shutil.copy(path, broken)
+    with lmdb.open(str(broken), subdir=False, lock=False) as env, env.begin(write=True) as txn:
+        value = bytearray(txn.get(index_key(2)))
+        value[30] ^= 0xFF  # inside the first field
+        txn.put(index_key(2), bytes(value))
+    report = verify_lmdb(broken, progress=False)
+    assert report.checked == 4 and len(report.problems) == 1
+    assert report.problems[0].endswith("0000000002: CRC-32 mismatch, the record is corrupt")
