@@ -49,6 +49,7 @@ def test_import_does_not_load_torch_or_opencv():
 
 
 GPU_NAMES = {
+    "sample_seeds",
     "BatchTransform",
     "CenterCrop",
     "ColorJitter",
@@ -92,7 +93,13 @@ def test_gpu_module_names():
     assert set(gpu.__all__) == GPU_NAMES
     # GPUDecoder takes encoded images, not a batch; AutoAugmentPolicy is torchvision's enum;
     # SanitizeBoundingBoxes works on the targets alone
-    modules = GPU_NAMES - {"GPUDecoder", "AutoAugmentPolicy", "SanitizeBoundingBoxes"}
+    # sample_seeds is a context manager for the modules' draws
+    modules = GPU_NAMES - {
+        "GPUDecoder",
+        "AutoAugmentPolicy",
+        "SanitizeBoundingBoxes",
+        "sample_seeds",
+    }
     assert all(issubclass(getattr(gpu, name), gpu.BatchTransform) for name in modules)
 
 

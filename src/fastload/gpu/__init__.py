@@ -19,6 +19,7 @@ from fastload.gpu.geometric import (
     RandomVerticalFlip,
     Resize,
 )
+from fastload.gpu.keyed import sample_seeds
 from fastload.gpu.mix import CutMix, MixUp
 from fastload.gpu.pixel import (
     GaussianNoise,
@@ -73,4 +74,5 @@ __all__ = [
     "SanitizeBoundingBoxes",
     "ToDtype",
     "TrivialAugmentWide",
+    "sample_seeds",
 ]

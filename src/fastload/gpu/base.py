@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 from torchvision import tv_tensors
 
+from fastload.gpu.keyed import keyed_uniform
 from fastload.gpu.targets import has_targets, join, split
 
 __all__ = ["BatchTransform", "Params"]
@@ -249,7 +250,11 @@ class BatchTransform(nn.Module):
         self, n: int, *extra: int, device: torch.device, generator: torch.Generator | None
     ) -> Tensor:
         rows = 1 if self.same_on_batch else n
-        values = torch.rand((rows, *extra), device=device, generator=generator)
+        keyed = None if generator is not None else keyed_uniform(n, extra, device)
+        if keyed is not None:  # inside gpu.sample_seeds: each row from its sample's seed
+            values = keyed[:rows]
+        else:
+            values = torch.rand((rows, *extra), device=device, generator=generator)
         return values.expand(n, *extra) if self.same_on_batch else values
 
     def _uniform(

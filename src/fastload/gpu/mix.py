@@ -12,6 +12,7 @@ from torch import Tensor
 
 from fastload.gpu.base import BatchTransform, Params, check_images, finite, restore, to_float
 from fastload.gpu.erase import box_mask
+from fastload.gpu.keyed import keyed
 
 __all__ = ["CutMix", "MixUp"]
 
@@ -37,8 +38,10 @@ class _Mix(BatchTransform):
     def _lam(self, n: int, device, generator) -> Tensor:
         """Beta(alpha, alpha) per sample, from two Gamma draws (torch.distributions has no
         generator argument)."""
-        concentration = torch.full((1 if self.same_on_batch else n, 2), self.alpha, device=device)
-        gammas = torch._standard_gamma(concentration, generator=generator)
+        # Inside gpu.sample_seeds, from the CPU generator it seeds (no keyed Gamma draws).
+        on = torch.device("cpu") if generator is None and keyed() else device
+        concentration = torch.full((1 if self.same_on_batch else n, 2), self.alpha, device=on)
+        gammas = torch._standard_gamma(concentration, generator=generator).to(device)
         lam = gammas[:, 0] / gammas.sum(dim=1)
         return lam.expand(n) if self.same_on_batch else lam
 

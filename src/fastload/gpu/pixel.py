@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from fastload.gpu.base import BatchTransform, Params, blend_where, finite, max_value
+from fastload.gpu.keyed import keyed_normal
 
 __all__ = [
     "GaussianNoise",
@@ -202,7 +203,11 @@ class GaussianNoise(BatchTransform):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         rows = 1 if self.same_on_batch else shape[0]
-        noise = torch.randn((rows, *shape[1:]), device=device, generator=generator)
+        noise = None if generator is not None else keyed_normal(shape[0], shape[1:], device)
+        if noise is not None:  # inside gpu.sample_seeds
+            noise = noise[:rows]
+        else:
+            noise = torch.randn((rows, *shape[1:]), device=device, generator=generator)
         return {"noise": noise.expand(tuple(shape))}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:

@@ -20,6 +20,7 @@ from torchvision.transforms import AutoAugmentPolicy, InterpolationMode, v2
 
 from fastload.gpu.affine import affine, inverse_affine_matrices
 from fastload.gpu.base import BatchTransform, Params, finite, max_value
+from fastload.gpu.keyed import keyed
 from fastload.gpu.pixel import (
     adjust_sharpness,
     autocontrast,
@@ -339,8 +340,11 @@ class AugMix(_Policy):
 
     def _dirichlet(self, n: int, parts: int, device, generator) -> Tensor:
         rows = 1 if self.same_on_batch else n
-        concentration = torch.full((rows, parts), self.alpha, device=device)
-        return torch._sample_dirichlet(concentration, generator=generator).expand(n, parts)
+        # Inside gpu.sample_seeds, from the CPU generator it seeds (no keyed Gamma draws).
+        on = torch.device("cpu") if generator is None and keyed() else device
+        concentration = torch.full((rows, parts), self.alpha, device=on)
+        weights = torch._sample_dirichlet(concentration, generator=generator).to(device)
+        return weights.expand(n, parts)
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n, width = shape[0], self.mixture_width

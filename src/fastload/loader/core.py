@@ -9,7 +9,10 @@ wins; FastLoader only fills in what was left unset:
 * a worker init that seeds ``random``/NumPy, turns OpenCV threads off and then runs
   the caller's ``worker_init_fn``,
 * whole-batch indexing for in-memory tensor datasets,
-* a :class:`~torch.utils.data.DistributedSampler` under an initialised process group.
+* a :class:`~torch.utils.data.DistributedSampler` under an initialised process group,
+
+and adds what DataLoader lacks: ``state_dict()``/``load_state_dict()`` to resume an
+epoch exactly where a checkpoint left it, and ``seed=`` for randomness keyed by sample.
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ from fastload.loader.defaults import (
     small_shared_memory,
 )
 from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
+from fastload.loader.state import (
+    EpochProgress,
+    ResumableBatches,
+    RNGSnapshot,
+    SeededSamples,
+    keyed_seeds,
+)
 from fastload.loader.workers import SendableBatch, UnsendableBatchError, WorkerInit
 from fastload.system import available_cpus
 
@@ -93,7 +103,18 @@ class FastLoader(DataLoader[T_co]):
             ``sampler`` or ``batch_sampler`` given, a ``DistributedSampler`` with
             ``shuffle`` and ``drop_last`` passed on; its epoch advances by itself at
             each new iteration unless you call ``set_epoch`` yourself.
+        seed: Randomness keyed by sample: each sample is loaded (in whichever worker)
+            with Python's, NumPy's and torch's generators seeded from ``(seed, epoch,
+            index)``, and ``DataPrefetcher``'s ``fastload.gpu`` transform draws each
+            sample's parameters from the same key. The same epoch is then the same,
+            batch for batch, whatever ``num_workers``. Also seeds the order (the
+            ``generator``, when none is given) and an automatic DistributedSampler.
         **kwargs: Any other DataLoader argument, passed through untouched.
+
+    Checkpoints: ``state_dict()`` is small plain data (ints, bytes of generator states)
+    to save beside the model; ``load_state_dict(state)`` makes the next epoch pick up
+    exactly after the batches already trained on (same samples, same order, and with
+    ``seed`` the same augmentation draws), without loading the ones skipped.
 
     Example:
         >>> import torch
@@ -122,10 +143,18 @@ class FastLoader(DataLoader[T_co]):
         *,
         prefetch_factor: int | None = None,
         persistent_workers: bool | None = None,
+        seed: int | None = None,
         **kwargs: Any,
     ) -> None:
         _check_num_workers(num_workers)
-        if isinstance(dataset, DatasetView):  # re-created by a framework from .dataset
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+                raise ValueError(f"seed must be an int in 0 .. 2**63 - 1, got {seed!r}")
+            if kwargs.get("in_order") is False:
+                raise ValueError("seed needs in_order=True: a batch's seeds follow its order")
+            if generator is None:
+                generator = torch.Generator().manual_seed(seed)
+        if isinstance(dataset, (DatasetView, SeededSamples)):  # re-created from .dataset
             dataset = dataset.dataset
         self.choices: dict[str, str] = {}
 
@@ -137,7 +166,12 @@ class FastLoader(DataLoader[T_co]):
         in_memory = (
             not iterable and collate_fn is None and collates and tensor_source(dataset) is not None
         )
-        view = DatasetView(dataset) if in_memory else dataset
+        keyed = seed is not None and not iterable and not in_memory
+        view: Dataset = dataset
+        if in_memory:
+            view = DatasetView(dataset)
+        elif keyed:
+            view = SeededSamples(dataset, seed)  # type: ignore[arg-type]
         if in_memory:
             collate_fn = passthrough_collate
             self.choices["fetch"] = "one indexing operation per batch (in-memory tensors)"
@@ -173,7 +207,9 @@ class FastLoader(DataLoader[T_co]):
         # Workers FastLoader chose are dropped if a batch could not travel from them.
         self._check_sendable = chosen and workers > 0 and not iterable
         if sampler is None and batch_sampler is None and not iterable and _distributed():
-            sampler = DistributedSampler(view, shuffle=bool(shuffle), drop_last=drop_last)
+            sampler = DistributedSampler(
+                view, shuffle=bool(shuffle), drop_last=drop_last, seed=seed or 0
+            )
             shuffle = None
             self._auto_epoch = True
             self.choices["sampler"] = f"rank {sampler.rank} of {sampler.num_replicas}"
@@ -202,6 +238,20 @@ class FastLoader(DataLoader[T_co]):
             IndexBatches(self.batch_sampler)
             if in_memory and type(self.batch_sampler) is BatchSampler
             else None
+        )
+        self.seed = seed
+        self._epochs_started = 0
+        self._progress: EpochProgress | None = None  # the epoch under way, or the last
+        self._resume: EpochProgress | None = None  # load_state_dict's, for the next epoch
+        self._live: _BaseDataLoaderIter | None = None
+        self._resumable = (
+            None
+            if iterable
+            else ResumableBatches(
+                self._index_batches or DataLoader._index_sampler.fget(self),  # type: ignore[attr-defined]
+                self,
+                keyed=keyed,
+            )
         )
         if self.choices:
             logger.info("%s chose %s", type(self).__name__, self._describe_choices())
@@ -240,7 +290,10 @@ class FastLoader(DataLoader[T_co]):
 
     @property
     def _index_sampler(self) -> Any:
-        if self._index_batches is not None:
+        resumable = self.__dict__.get("_resumable")
+        if resumable is not None:
+            return resumable
+        if self.__dict__.get("_index_batches") is not None:
             return self._index_batches
         return super()._index_sampler
 
@@ -309,7 +362,182 @@ class FastLoader(DataLoader[T_co]):
     def __iter__(self) -> _BaseDataLoaderIter:
         if self._auto_epoch:
             self._advance_epoch()
-        return super().__iter__()
+        if self._resumable is not None:
+            self._start_epoch()
+        self._live = super().__iter__()
+        return self._live
+
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def _next_iterator_is_fresh(self) -> bool:
+        """Whether the next ``iter()`` makes a new DataLoader iterator (which draws the
+        workers' base seed) rather than resetting the persistent one."""
+        return self._iterator is None or not (self.persistent_workers and self.num_workers > 0)
+
+    def _start_epoch(self) -> None:
+        if self._resume is not None:
+            self._progress, self._resume = self._resume, None
+        else:
+            snapshot = RNGSnapshot.take(
+                self._order_generators(), base_draw=self._next_iterator_is_fresh()
+            )
+            self._progress = EpochProgress(self._epochs_started, snapshot)
+        self._epochs_started = self._progress.epoch + 1
+
+    def _order_generators(self) -> dict[str, torch.Generator]:
+        """The loader's and its samplers' own generators, each once."""
+        found: dict[str, torch.Generator] = {}
+        owners = (
+            ("loader", self),
+            ("sampler", self.sampler),
+            ("batch_sampler", getattr(self.batch_sampler, "sampler", None)),
+        )
+        for name, owner in owners:
+            generator = getattr(owner, "generator", None)
+            if isinstance(generator, torch.Generator) and all(
+                generator is not other for other in found.values()
+            ):
+                found[name] = generator
+        return found
+
+    def _samplers_with_epochs(self) -> dict[str, Any]:
+        return {
+            name: owner
+            for name, owner in (("sampler", self.sampler), ("batch_sampler", self.batch_sampler))
+            if isinstance(getattr(owner, "epoch", None), int) and hasattr(owner, "set_epoch")
+        }
+
+    def _key_epoch(self) -> int:
+        """The epoch in a sample's key: its sampler's (set_epoch) where it has one."""
+        for owner in self._samplers_with_epochs().values():
+            return int(owner.epoch)
+        return self._progress.epoch if self._progress is not None else 0
+
+    def _identity(self) -> dict[str, Any]:
+        """What a state must have been saved with to resume here."""
+        batch_size = self.batch_size
+        if batch_size is None:
+            batch_size = getattr(self.batch_sampler, "batch_size", None)
+        return {
+            "dataset_length": len(self.dataset),  # type: ignore[arg-type]
+            "batch_size": batch_size,
+            "batches_per_epoch": len(self),
+            "seed": self.seed,
+            "sampler": type(self.sampler).__name__,
+            "world_size": getattr(self.sampler, "num_replicas", 1),
+            "rank": getattr(self.sampler, "rank", 0),
+        }
+
+    def state_dict(self, *, batches: int | None = None) -> dict[str, Any]:
+        """Where the loader is: the epoch, the batches of it handed out, and the states of
+        the generators its order was drawn from; plain data for ``torch.save``.
+
+        Args:
+            batches: The batches of the epoch under way that the training loop has had
+                since this ``iter()``, when a wrapper holds some in flight (DataPrefetcher
+                passes its count); by default, all the iterator handed out.
+
+        Example:
+            >>> from torch.utils.data import TensorDataset
+            >>> data = TensorDataset(torch.arange(10))
+            >>> loader = FastLoader(data, batch_size=2, shuffle=True, seed=7)
+            >>> batches = iter(loader)
+            >>> seen = [next(batches)[0].tolist() for _ in range(2)]
+            >>> state = loader.state_dict()
+            >>> rest = [b[0].tolist() for b in batches]
+            >>> resumed = FastLoader(data, batch_size=2, shuffle=True, seed=7)
+            >>> resumed.load_state_dict(state)
+            >>> [b[0].tolist() for b in resumed] == rest
+            True
+        """
+        if self._resumable is None:
+            raise TypeError("an IterableDataset keeps its own position: FastLoader cannot save it")
+        pending = self._resume is not None
+        progress = self._resume if pending else self._progress
+        next_epoch = self._epochs_started
+        if progress is not None:
+            done = progress.skip
+            if not pending:
+                live = self._live._num_yielded if self._live is not None else 0
+                done += live if batches is None else batches
+            if done < len(self):
+                return self._state(progress.epoch, done, progress.snapshot, between=False)
+            next_epoch = progress.epoch + 1
+        snapshot = RNGSnapshot.take(
+            self._order_generators(), base_draw=self._next_iterator_is_fresh()
+        )
+        return self._state(next_epoch, 0, snapshot, between=True)
+
+    def _state(self, epoch: int, done: int, snapshot: RNGSnapshot, *, between: bool) -> dict:
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "epoch": epoch,
+            "batches": done,
+            "between_epochs": between,
+            "generators": dict(snapshot.states),
+            "base_draw": snapshot.base_draw,
+            "sampler_epochs": {
+                name: int(owner.epoch) for name, owner in self._samplers_with_epochs().items()
+            },
+            **self._identity(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state_dict()``'s state: the next ``iter()`` continues its epoch
+        after the batches already handed out (or starts the next epoch, if that one was
+        done). ``num_workers`` may differ; the data set, batch size, seed, sampler and
+        world size may not.
+
+        Raises:
+            ValueError: Not a FastLoader state, or one saved by a loader that differs
+                (the message says what differs).
+        """
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError("not a FastLoader state: give what FastLoader.state_dict() returned")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"FastLoader state version {state.get('version')!r}; this fastload reads "
+                f"{STATE_VERSION}"
+            )
+        if self._resumable is None:
+            raise TypeError("an IterableDataset keeps its own position: nothing to resume")
+        differences = [
+            f"{key} {state.get(key)!r} in the state, {value!r} here"
+            for key, value in self._identity().items()
+            if state.get(key) != value
+        ]
+        if differences:
+            raise ValueError(
+                "cannot resume: the state was saved by a different loader: "
+                + "; ".join(differences)
+            )
+        snapshot = RNGSnapshot(_checked_generators(state, self._order_generators()),
+                               bool(state["base_draw"]))  # fmt: skip
+        epoch, done = _count(state, "epoch"), _count(state, "batches")
+        self._resume = EpochProgress(epoch, snapshot, skip=done, replay=True)
+        self._epochs_started = epoch
+        samplers = self._samplers_with_epochs()
+        for name, value in dict(state.get("sampler_epochs") or {}).items():
+            if name in samplers:
+                samplers[name].set_epoch(int(value))
+        if self._auto_epoch:
+            # The next iter() advances the sampler's epoch only when the saved one was done.
+            self._epoch = int(self.sampler.epoch) if state["between_epochs"] else None  # type: ignore[attr-defined]
+
+    def keep_batch_seeds(self) -> None:
+        """Queue each batch's per-sample seeds (with ``seed``) for :meth:`pop_batch_seeds`;
+        DataPrefetcher calls it so that its GPU transform draws per sample."""
+        if self._resumable is not None and self.seed is not None:
+            self._resumable.track = True
+
+    def pop_batch_seeds(self) -> Any:
+        """The per-sample seeds (int64 NumPy array) of the oldest batch not yet asked for,
+        in the order batches are handed out; None without ``seed``."""
+        if self._resumable is None or not self._resumable.track or self.seed is None:
+            return None
+        epoch, indices = self._resumable.dispatched.popleft()
+        return keyed_seeds(self.seed, epoch, indices)
 
     def _advance_epoch(self) -> None:
         # A user who calls set_epoch() themselves keeps control: the epoch only moves on
@@ -339,6 +567,33 @@ class FastLoader(DataLoader[T_co]):
         body = ", ".join(f"{key}={value}" for key, value in fields.items())
         why = f"\n  chosen: {self._describe_choices()}" if self.choices else ""
         return f"{type(self).__name__}({body}){why}"
+
+
+STATE_FORMAT, STATE_VERSION = "fastload-loader", 1
+
+
+def _count(state: dict[str, Any], key: str) -> int:
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"FastLoader state: {key} {value!r} is not a count")
+    return value
+
+
+def _checked_generators(
+    state: dict[str, Any], generators: dict[str, torch.Generator]
+) -> dict[str, bytes]:
+    saved = state.get("generators")
+    if not isinstance(saved, dict) or not isinstance(saved.get("torch"), bytes):
+        raise ValueError("FastLoader state: no generator states")
+    sizes = {"torch": torch.get_rng_state().numel()}
+    sizes |= {name: g.get_state().numel() for name, g in generators.items()}
+    for name, data in saved.items():
+        if name not in sizes or not isinstance(data, bytes) or len(data) != sizes[name]:
+            raise ValueError(
+                f"FastLoader state: generator {name!r} does not match this loader's "
+                f"({sorted(sizes)})"
+            )
+    return dict(saved)
 
 
 def _distributed() -> bool:
