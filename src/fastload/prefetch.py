@@ -241,6 +241,11 @@ class DataPrefetcher(LoaderProxy):
         self._events: collections.deque[torch.cuda.Event] = collections.deque()
         self._iterator: Iterator[Any] | None = None
         self._pending: collections.deque[_InFlight] = collections.deque()
+        self._handed = 0  # batches of this epoch given to the training loop
+        # With FastLoader(seed=...), the transform draws each sample's parameters from it.
+        self._keyed = transform is not None and getattr(loader, "seed", None) is not None
+        if self._keyed:
+            loader.keep_batch_seeds()  # type: ignore[attr-defined]
         self._buffers = BufferPool(size=depth + 2)  # CPU only: the ones in flight, and yours
 
     # --- per batch, on the side stream -----------------------------------------------------
@@ -357,13 +362,22 @@ class DataPrefetcher(LoaderProxy):
         except Exception as error:  # delivered when this batch's turn comes
             slot.error = error
         else:
+            seeds = self.loader.pop_batch_seeds() if self._keyed else None  # type: ignore[attr-defined]
             try:
-                with self._on_side_stream():
+                with self._on_side_stream(), self._keyed_draws(seeds):
                     slot.batch = self._prepare(batch)
                     slot.event = self._record()
             except Exception as error:
                 slot.error = error
         self._pending.append(slot)
+
+    @staticmethod
+    def _keyed_draws(seeds: Any) -> contextlib.AbstractContextManager:
+        if seeds is None:
+            return contextlib.nullcontext()
+        from fastload.gpu.keyed import sample_seeds
+
+        return sample_seeds(seeds)
 
     def _on_side_stream(self) -> contextlib.AbstractContextManager:
         if self._stream is None:
@@ -408,6 +422,7 @@ class DataPrefetcher(LoaderProxy):
     def __iter__(self) -> DataPrefetcher:
         """Start an epoch: a fresh iterator over the loader, ``depth`` batches in flight."""
         self._close()
+        self._handed = 0
         try:
             self._iterator = iter(self.loader)
             for _ in range(self.depth):
@@ -429,11 +444,25 @@ class DataPrefetcher(LoaderProxy):
             raise slot.error
         try:
             batch = self._hand_out(slot)
+            self._handed += 1
             self._preload()
         except BaseException:  # KeyboardInterrupt included: leave no half-read epoch
             self._close()
             raise
         return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's state as of the batches handed to the training loop, not the
+        ones in flight: resuming from it yields the batch after the one you hold.
+        Needs a loader with ``state_dict(batches=...)`` (FastLoader)."""
+        state_dict = getattr(self.loader, "state_dict", None)
+        if state_dict is None:
+            raise TypeError(f"{type(self.loader).__name__} has no state_dict: use a FastLoader")
+        return state_dict(batches=self._handed)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the loader from :meth:`state_dict`'s state (see FastLoader's)."""
+        self.loader.load_state_dict(state)  # type: ignore[attr-defined]
 
     def next(self) -> Any:
         """apex's ``data_prefetcher.next()``: the next batch, or None once at the end of an

@@ -32,7 +32,11 @@ from torch.utils.data import (
     DistributedSampler,
     IterableDataset,
 )
-from torch.utils.data.dataloader import _BaseDataLoaderIter
+from torch.utils.data.dataloader import (
+    _BaseDataLoaderIter,
+    _MultiProcessingDataLoaderIter,
+    _SingleProcessDataLoaderIter,
+)
 
 from fastload.loader.defaults import (
     MAX_AUTO_WORKERS,
@@ -243,13 +247,11 @@ class FastLoader(DataLoader[T_co]):
         self._epochs_started = 0
         self._progress: EpochProgress | None = None  # the epoch under way, or the last
         self._resume: EpochProgress | None = None  # load_state_dict's, for the next epoch
-        self._live: _BaseDataLoaderIter | None = None
         self._resumable = (
             None
             if iterable
             else ResumableBatches(
                 self._index_batches or DataLoader._index_sampler.fget(self),  # type: ignore[attr-defined]
-                self,
                 keyed=keyed,
             )
         )
@@ -267,13 +269,23 @@ class FastLoader(DataLoader[T_co]):
         # The workers get a collate that checks each batch can be sent; the attribute
         # users and frameworks read stays what they gave (or DataLoader's default).
         if self.num_workers == 0:
-            return super()._get_iterator()
+            return self._new_iterator()
         collate_fn = self.collate_fn
         self.collate_fn = SendableBatch(collate_fn)
         try:
-            return super()._get_iterator()
+            return self._new_iterator()
         finally:
             self.collate_fn = collate_fn
+
+    def _new_iterator(self) -> _BaseDataLoaderIter:
+        """DataLoader's iterator, one that also counts for ``state_dict`` the batches it
+        hands out (it holds no reference to the loader, as DataLoader's does not)."""
+        if self._resumable is None:
+            return super()._get_iterator()
+        if self.num_workers == 0:
+            return _CountingSingleProcessIter(self)
+        self.check_worker_number_rationality()
+        return _CountingMultiProcessingIter(self)
 
     def _unsendable_reason(self) -> str | None:
         """Why a batch of the first sample could not travel from a worker (a class defined
@@ -364,8 +376,7 @@ class FastLoader(DataLoader[T_co]):
             self._advance_epoch()
         if self._resumable is not None:
             self._start_epoch()
-        self._live = super().__iter__()
-        return self._live
+        return super().__iter__()
 
     # --- checkpoints -----------------------------------------------------------------------------
 
@@ -383,6 +394,10 @@ class FastLoader(DataLoader[T_co]):
             )
             self._progress = EpochProgress(self._epochs_started, snapshot)
         self._epochs_started = self._progress.epoch + 1
+        self._progress.key_epoch = self._key_epoch()
+        self._progress.generators = self._order_generators()
+        self._progress.base = self.generator
+        self._resumable.progress = self._progress  # type: ignore[union-attr]
 
     def _order_generators(self) -> dict[str, torch.Generator]:
         """The loader's and its samplers' own generators, each once."""
@@ -458,8 +473,7 @@ class FastLoader(DataLoader[T_co]):
         if progress is not None:
             done = progress.skip
             if not pending:
-                live = self._live._num_yielded if self._live is not None else 0
-                done += live if batches is None else batches
+                done += progress.yielded if batches is None else batches
             if done < len(self):
                 return self._state(progress.epoch, done, progress.snapshot, between=False)
             next_epoch = progress.epoch + 1
@@ -567,6 +581,22 @@ class FastLoader(DataLoader[T_co]):
         body = ", ".join(f"{key}={value}" for key, value in fields.items())
         why = f"\n  chosen: {self._describe_choices()}" if self.choices else ""
         return f"{type(self).__name__}({body}){why}"
+
+
+class _Counting(_BaseDataLoaderIter):
+    def __next__(self) -> Any:
+        data = super().__next__()
+        progress = self._index_sampler.progress  # the ResumableBatches' epoch under way
+        progress.yielded = self._num_yielded
+        return data
+
+
+class _CountingSingleProcessIter(_Counting, _SingleProcessDataLoaderIter):
+    pass
+
+
+class _CountingMultiProcessingIter(_Counting, _MultiProcessingDataLoaderIter):
+    pass
 
 
 STATE_FORMAT, STATE_VERSION = "fastload-loader", 1

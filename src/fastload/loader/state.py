@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -158,28 +158,37 @@ def _state(data: bytes) -> torch.Tensor:
 class EpochProgress:
     """An epoch of a loader: its number (epochs started before it), the generators as
     they were at its start, and, when it is a resume, the batches to skip and the
-    snapshot to draw its order from."""
+    snapshot to draw its order from. Filled in when the epoch's ``iter()`` begins:
+    ``key_epoch``, the epoch in the samples' keys (the sampler's, where it has one), and
+    the generators the order is drawn from (``base`` draws the workers' base seed).
+    ``yielded``: the batches the loader's iterator has handed out since."""
 
     epoch: int
     snapshot: RNGSnapshot
     skip: int = 0
     replay: bool = False
+    yielded: int = 0
+    key_epoch: int = 0
+    generators: dict[str, torch.Generator] = field(default_factory=dict)
+    base: torch.Generator | None = None
 
 
 class ResumableBatches:
     """The loader's batches of indices, one epoch per ``iter()``, able to start part-way.
 
-    At an epoch's first batch (before the sampler draws) it reads the loader's
-    :class:`EpochProgress`: on a resume it draws the order from the snapshot and skips the
-    batches already trained on, without loading them. With ``keyed``, each index ``i``
-    becomes ``(epoch, i)`` for :class:`SeededSamples`. With ``track``, each batch's
+    At an epoch's first batch (before the sampler draws) it reads ``progress``, which the
+    loader sets at each ``iter()`` (it holds no reference to the loader: an iterator
+    that outlives its loader still works, and none keeps it alive): on a resume it draws
+    the order from the snapshot and skips the batches already trained on, unloaded.
+    With ``keyed``, each index ``i`` becomes ``(epoch, i)`` for :class:`SeededSamples`.
+    With ``track``, each batch's
     ``(epoch, indices)`` is queued on ``dispatched``, in order, for a consumer that seeds
     per-sample GPU randomness (DataPrefetcher pops them).
     """
 
-    def __init__(self, inner: Any, loader: Any, *, keyed: bool) -> None:
+    def __init__(self, inner: Any, *, keyed: bool) -> None:
         self.inner = inner
-        self.loader = loader
+        self.progress: EpochProgress | None = None
         self.keyed = keyed
         self.track = False
         self.dispatched: collections.deque[tuple[int, list[int]]] = collections.deque()
@@ -188,13 +197,14 @@ class ResumableBatches:
         return len(self.inner)
 
     def __iter__(self) -> Iterator[Any]:
-        progress: EpochProgress = self.loader._progress
-        epoch = self.loader._key_epoch()
+        progress = self.progress
+        if progress is None:
+            raise RuntimeError("ResumableBatches: iterated before its loader began an epoch")
+        epoch = progress.key_epoch
         self.dispatched.clear()
         place: contextlib.AbstractContextManager = contextlib.nullcontext()
         if progress.replay:
-            generators = self.loader._order_generators()
-            place = progress.snapshot.replayed(generators, self.loader.generator)
+            place = progress.snapshot.replayed(progress.generators, progress.base)
         with place:  # a sampler draws its epoch's order at iter() or at its first batch
             batches = iter(self.inner)
             first = next(batches, _END)

@@ -1,0 +1,351 @@
+"""FastLoader.state_dict/load_state_dict: a loader restored from a state taken after batch
+k yields batches k+1, k+2, ... of the run that was not interrupted; with ``seed``, the
+same augmentation draws, whatever ``num_workers``. The kill -9 runs are in
+test_resume_killed.py."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    SequentialSampler,
+    SubsetRandomSampler,
+    TensorDataset,
+)
+
+from fastload import DataPrefetcher, FastLoader, gpu
+from fastload.loader import BucketBatchSampler
+
+
+class Draws(Dataset):
+    """Sample ``i``: its index and one draw from each of Python's, NumPy's and torch's
+    generators, as an augmentation in a worker would draw."""
+
+    def __init__(self, size: int = 30) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor]:
+        draws = [random.random(), float(np.random.rand()), float(torch.rand(()))]
+        return index, torch.tensor(draws, dtype=torch.float64)
+
+
+def as_lists(batches) -> list:
+    return [(b[0].tolist(), b[1].tolist()) for b in batches]
+
+
+def saved(state: dict) -> dict:
+    """Through torch.save and a weights-only load, as a checkpoint goes."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def resume(make, state: dict) -> FastLoader:
+    torch.manual_seed(999)  # another process: the global generator is elsewhere
+    random.seed(999)
+    np.random.seed(999)
+    loader = make()
+    loader.load_state_dict(saved(state))
+    return loader
+
+
+ORDER_CASES = {
+    "sequential": {"shuffle": False},
+    "shuffle, global generator": {"shuffle": True},
+    "shuffle, generator": {"shuffle": True, "generator": "given"},
+    "shuffle, seed": {"shuffle": True, "seed": 5},
+}
+
+
+def make_loader(dataset, workers: int, persistent: bool, case: dict, batch_size: int = 4):
+    kwargs = dict(case)
+    if kwargs.get("generator") == "given":
+        kwargs["generator"] = torch.Generator().manual_seed(3)
+    return FastLoader(
+        dataset, batch_size=batch_size, num_workers=workers,
+        persistent_workers=persistent if workers else None, **kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ORDER_CASES.values(), ids=ORDER_CASES.keys())
+@pytest.mark.parametrize(
+    ("workers", "persistent"),
+    [(0, False), (2, False), (2, True)],
+    ids=["w0", "w2", "w2 persistent"],
+)
+@pytest.mark.parametrize("stop", [0, 3, 7])
+def test_a_resumed_epoch_yields_the_rest_of_the_interrupted_one(case, workers, persistent, stop):
+    """Stopped in the second epoch (persistent workers then reset rather than start)."""
+
+    def make():
+        return make_loader(Draws(30), workers, persistent, case)
+
+    torch.manual_seed(2)
+    uninterrupted = make()
+    epoch0 = [b[0].tolist() for b in uninterrupted]
+    epoch1 = [b[0].tolist() for b in uninterrupted]
+
+    torch.manual_seed(2)
+    interrupted = make()
+    assert [b[0].tolist() for b in interrupted] == epoch0
+    batches = iter(interrupted)
+    assert [next(batches)[0].tolist() for _ in range(stop)] == epoch1[:stop]
+    state = interrupted.state_dict()
+    assert (state["epoch"], state["batches"], state["between_epochs"]) == (1, stop, False)
+
+    resumed = resume(make, state)
+    assert [b[0].tolist() for b in resumed] == epoch1[stop:]
+    assert sorted(i for batch in epoch1 for i in batch) == list(range(30))  # each once
+
+
+@pytest.mark.parametrize("case", ["generator", "seed"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_after_the_resumed_epoch_the_next_ones_follow_as_uninterrupted(case, workers):
+    kwargs = {"seed": 5} if case == "seed" else {"generator": "given"}
+
+    def make():
+        return make_loader(Draws(30), workers, True, {"shuffle": True, **kwargs})
+
+    uninterrupted = make()
+    epochs = [as_lists(uninterrupted) for _ in range(3)]
+    interrupted = make()
+    batches = iter(interrupted)
+    for _ in range(4):
+        next(batches)
+    resumed = resume(make, interrupted.state_dict())
+    rest = [as_lists(resumed) for _ in range(2)]
+    indices = [[i for i, _ in epoch] for epoch in (rest[0], rest[1])]
+    assert indices == [[i for i, _ in epochs[0][4:]], [i for i, _ in epochs[1]]]
+    if case == "seed":  # the draws too: keyed by (seed, epoch, index)
+        assert rest == [epochs[0][4:], epochs[1]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_taken_at_the_end_of_an_epoch_starts_the_next_one(workers):
+    def make():
+        return make_loader(Draws(30), workers, True, {"shuffle": True, "seed": 9})
+
+    uninterrupted = make()
+    epochs = [as_lists(uninterrupted) for _ in range(2)]
+    finished = make()
+    assert as_lists(finished) == epochs[0]
+    state = finished.state_dict()
+    assert (state["epoch"], state["batches"], state["between_epochs"]) == (1, 0, True)
+    assert as_lists(resume(make, state)) == epochs[1]
+    fresh = make().state_dict()
+    assert (fresh["epoch"], fresh["batches"], fresh["between_epochs"]) == (0, 0, True)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_with_a_seed_an_epoch_is_the_same_whatever_the_worker_count(workers):
+    reference = as_lists(FastLoader(Draws(30), batch_size=4, shuffle=True, num_workers=0, seed=4))
+    loader = FastLoader(Draws(30), batch_size=4, shuffle=True, num_workers=workers, seed=4)
+    assert as_lists(loader) == reference
+    other_seed = FastLoader(Draws(30), batch_size=4, shuffle=True, num_workers=workers, seed=8)
+    assert as_lists(other_seed) != reference
+
+
+def test_a_seed_keys_each_sample_not_its_batch_or_position():
+    by_fours = dict(
+        (i, draws)
+        for indices, rows in as_lists(FastLoader(Draws(30), batch_size=4, seed=4, num_workers=0))
+        for i, draws in zip(indices, rows, strict=True)
+    )
+    by_sevens = dict(
+        (i, draws)
+        for indices, rows in as_lists(FastLoader(Draws(30), batch_size=7, seed=4, num_workers=0))
+        for i, draws in zip(indices, rows, strict=True)
+    )
+    assert by_fours == by_sevens
+    assert len({tuple(draws) for draws in by_fours.values()}) == 30  # each its own draws
+
+
+def test_a_seed_leaves_the_training_loop_generators_alone_without_workers():
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    expected = (torch.rand(1), random.random(), np.random.rand())
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    list(FastLoader(Draws(12), batch_size=4, num_workers=0, seed=4))
+    assert (torch.rand(1), random.random(), np.random.rand()) == expected
+
+
+def test_resuming_with_another_worker_count_is_allowed():
+    def make(workers):
+        return FastLoader(Draws(30), batch_size=4, shuffle=True, num_workers=workers, seed=2)
+
+    whole = as_lists(make(2))
+    interrupted = make(2)
+    batches = iter(interrupted)
+    for _ in range(3):
+        next(batches)
+    resumed = make(0)
+    resumed.load_state_dict(interrupted.state_dict())
+    assert as_lists(resumed) == whole[3:]
+
+
+def test_in_memory_tensors_resume_on_the_batched_path():
+    data = TensorDataset(torch.arange(50))
+
+    def make():
+        return FastLoader(data, batch_size=8, shuffle=True, seed=1)
+
+    whole = [b[0].tolist() for b in make()]
+    interrupted = make()
+    batches = iter(interrupted)
+    next(batches), next(batches)
+    resumed = resume(make, interrupted.state_dict())
+    assert [b[0].tolist() for b in resumed] == whole[2:]
+
+
+SAMPLERS = {
+    "subset random, own generator": lambda: {
+        "sampler": SubsetRandomSampler(range(0, 30, 2), torch.Generator().manual_seed(1))
+    },
+    "batch sampler": lambda: {
+        "batch_sampler": BatchSampler(SequentialSampler(range(30)), 4, drop_last=True)
+    },
+    "buckets": lambda: {
+        "batch_sampler": BucketBatchSampler([(10, 10 + i) for i in range(30)], 4, seed=3)
+    },
+    "distributed rank 1 of 3": lambda: {
+        "sampler": DistributedSampler(range(30), num_replicas=3, rank=1, seed=6)
+    },
+}
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS.values(), ids=SAMPLERS.keys())
+def test_samplers_resume_too(sampler):
+    def make():
+        kwargs = sampler()
+        batch_size = 1 if "batch_sampler" in kwargs else 4
+        return FastLoader(Draws(30), batch_size=batch_size, num_workers=0, **kwargs)
+
+    uninterrupted = make()
+    list(uninterrupted)
+    for owner in (uninterrupted.sampler, uninterrupted.batch_sampler):
+        if hasattr(owner, "set_epoch"):
+            owner.set_epoch(1)
+    expected = [b[0].tolist() for b in uninterrupted]
+    interrupted = make()
+    list(interrupted)
+    for owner in (interrupted.sampler, interrupted.batch_sampler):
+        if hasattr(owner, "set_epoch"):
+            owner.set_epoch(1)
+    batches = iter(interrupted)
+    next(batches), next(batches)
+    resumed = resume(make, interrupted.state_dict())
+    assert [b[0].tolist() for b in resumed] == expected[2:]
+
+
+def test_the_prefetcher_saves_what_the_loop_had_not_what_is_in_flight():
+    def make():
+        return FastLoader(Draws(40), batch_size=4, shuffle=True, num_workers=2, seed=3)
+
+    whole = [b[0].tolist() for b in DataPrefetcher(make(), device="cpu", dtype=None)]
+    prefetcher = DataPrefetcher(make(), device="cpu", dtype=None, depth=3)
+    batches = iter(prefetcher)
+    assert [next(batches)[0].tolist() for _ in range(2)] == whole[:2]
+    state = prefetcher.state_dict()
+    assert state["batches"] == 2  # five are out of the loader: two handed, three in flight
+    resumed = DataPrefetcher(make(), device="cpu", dtype=None)
+    resumed.load_state_dict(saved(state))
+    assert [b[0].tolist() for b in resumed] == whole[2:]
+
+
+class Images(Dataset):
+    """uint8 images numbered by their pixels, labelled by index."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int):
+        image = torch.arange(3 * 8 * 8, dtype=torch.uint8).view(3, 8, 8) + index
+        return image, index
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_gpu_transforms_draw_per_sample_and_replay_after_a_resume(workers):
+    augment = torch.nn.Sequential(gpu.RandomErasing(p=0.5), gpu.RandomHorizontalFlip())
+
+    def make(batch_size=4, w=workers):
+        loader = FastLoader(Images(), batch_size=batch_size, shuffle=True, num_workers=w, seed=1)
+        return DataPrefetcher(loader, device="cpu", dtype=None, transform=augment)
+
+    def by_index(prefetcher):
+        return {int(i): image for images, labels in prefetcher
+                for i, image in zip(labels, images, strict=True)}  # fmt: skip
+
+    whole = by_index(make())
+    assert {i: image.tolist() for i, image in by_index(make(6, 0)).items()} == {
+        i: image.tolist() for i, image in whole.items()
+    }  # another batch size and worker count: each sample augmented alike
+    flipped = [i for i, image in whole.items() if torch.equal(image, Images()[i][0].flip(-1))]
+    assert 0 < len(flipped) < 24
+
+    interrupted = make()
+    batches = iter(interrupted)
+    held = [next(batches) for _ in range(2)]
+    state = interrupted.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    for images, labels in [*held, *resumed]:
+        for i, image in zip(labels.tolist(), images, strict=True):
+            assert torch.equal(image, whole[i])
+
+
+def test_a_state_from_another_loader_is_refused_saying_what_differs():
+    state = FastLoader(Draws(30), batch_size=4, shuffle=True, seed=1, num_workers=0).state_dict()
+    for other, message in [
+        (FastLoader(Draws(30), batch_size=5, shuffle=True, seed=1, num_workers=0),
+         "batch_size 4 in the state, 5 here"),
+        (FastLoader(Draws(31), batch_size=4, shuffle=True, seed=1, num_workers=0),
+         "dataset_length 30 in the state, 31 here"),
+        (FastLoader(Draws(30), batch_size=4, shuffle=True, seed=2, num_workers=0),
+         "seed 1 in the state, 2 here"),
+        (FastLoader(Draws(30), batch_size=4, shuffle=False, seed=1, num_workers=0),
+         "sampler 'RandomSampler' in the state, 'SequentialSampler' here"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"cannot resume: .*{message}"):
+            other.load_state_dict(state)
+    loader = FastLoader(Draws(30), batch_size=4, shuffle=True, seed=1, num_workers=0)
+    with pytest.raises(
+        ValueError, match=r"not a FastLoader state: give what FastLoader.state_dict"
+    ):
+        loader.load_state_dict({"epoch": 1})
+    with pytest.raises(ValueError, match="FastLoader state version 9; this fastload reads 1"):
+        loader.load_state_dict(state | {"version": 9})
+    with pytest.raises(ValueError, match="batches -1 is not a count"):
+        loader.load_state_dict(state | {"batches": -1})
+    with pytest.raises(ValueError, match="generator 'torch' does not match"):
+        loader.load_state_dict(state | {"generators": {"torch": b"short"}})
+
+
+def test_an_iterable_dataset_has_no_state_to_save():
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    loader = FastLoader(Stream(), batch_size=2, num_workers=0)
+    with pytest.raises(TypeError, match="an IterableDataset keeps its own position"):
+        loader.state_dict()
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 1.5, True])
+def test_a_seed_must_be_a_non_negative_int(seed):
+    with pytest.raises(ValueError, match=r"seed must be an int in 0 \.\. 2\*\*63 - 1"):
+        FastLoader(Draws(4), seed=seed)
