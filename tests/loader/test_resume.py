@@ -349,3 +349,14 @@ def test_an_iterable_dataset_has_no_state_to_save():
 def test_a_seed_must_be_a_non_negative_int(seed):
     with pytest.raises(ValueError, match=r"seed must be an int in 0 \.\. 2\*\*63 - 1"):
         FastLoader(Draws(4), seed=seed)
+
+
+def test_with_a_seed_a_sample_is_augmented_alike_whatever_the_world_size():
+    def draws(world: int, rank: int) -> dict:
+        sampler = DistributedSampler(range(30), num_replicas=world, rank=rank, seed=6)
+        loader = FastLoader(Draws(30), batch_size=4, sampler=sampler, num_workers=0, seed=4)
+        return {i: d for indices, rows in as_lists(loader) for i, d in zip(indices, rows)}
+
+    alone = draws(1, 0)
+    split = draws(3, 0) | draws(3, 1) | draws(3, 2)
+    assert split == alone and len(alone) == 30
