@@ -355,7 +355,9 @@ def test_with_a_seed_a_sample_is_augmented_alike_whatever_the_world_size():
     def draws(world: int, rank: int) -> dict:
         sampler = DistributedSampler(range(30), num_replicas=world, rank=rank, seed=6)
         loader = FastLoader(Draws(30), batch_size=4, sampler=sampler, num_workers=0, seed=4)
-        return {i: d for indices, rows in as_lists(loader) for i, d in zip(indices, rows)}
+        return {
+            i: d for indices, rows in as_lists(loader) for i, d in zip(indices, rows, strict=True)
+        }
 
     alone = draws(1, 0)
     split = draws(3, 0) | draws(3, 1) | draws(3, 2)
