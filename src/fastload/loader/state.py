@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import random
 from collections.abc import Iterator, Sequence
@@ -25,32 +26,50 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-__all__ = ["EpochProgress", "RNGSnapshot", "ResumableBatches", "SeededSamples", "keyed_seeds"]
+__all__ = [
+    "EpochProgress",
+    "RNGSnapshot",
+    "ResumableBatches",
+    "SeededSamples",
+    "keyed_seeds",
+    "sample_seed",
+]
 
 _END = object()
 
 
-def keyed_seeds(seed: int, epoch: int, indices: Sequence[int] | np.ndarray) -> np.ndarray:
-    """One 63-bit seed per sample, a function of ``(seed, epoch, index)`` alone.
+_MASK64 = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=16)
+def _epoch_keys(seed: int, epoch: int) -> tuple[int, int]:
+    first, second = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint64)
+    return int(first), int(second)
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The 63-bit seed of sample ``index`` in ``epoch``: a function of the three alone
+    (splitmix64 of the index, keyed by the ``(seed, epoch)`` pair)."""
+    add, xor = _epoch_keys(seed, epoch)
+    x = (index * 0x9E3779B97F4A7C15 + add) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return ((x ^ (x >> 31)) ^ xor) >> 1
+
+
+def keyed_seeds(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray:
+    """:func:`sample_seed` of each index, as an int64 array.
 
     Example:
-        >>> bool(keyed_seeds(1234, 0, [5, 6])[1] == keyed_seeds(1234, 0, [6])[0])
+        >>> int(keyed_seeds(1234, 0, [5, 6])[1]) == sample_seed(1234, 0, 6)
         True
     """
-    indices = np.asarray(indices, dtype=np.uint64)
-    state = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint64)
-    # splitmix64 of the index, mixed with the (seed, epoch) state: a bijection per epoch.
-    with np.errstate(over="ignore"):
-        x = indices * np.uint64(0x9E3779B97F4A7C15) + state[0]
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = (x ^ (x >> np.uint64(31))) ^ state[1]
-    return (x >> np.uint64(1)).astype(np.int64)
+    return np.array([sample_seed(seed, epoch, int(index)) for index in indices], np.int64)
 
 
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
-    np.random.seed(np.random.SeedSequence(seed).generate_state(1))
+    np.random.seed(np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32))  # all 63 bits
     torch.default_generator.manual_seed(seed)  # the CPU generator only: CUDA's is the loop's
 
 
@@ -87,7 +106,7 @@ class SeededSamples(Dataset):
         if not isinstance(key, tuple):
             return self.dataset[key]
         epoch, index = key
-        _seed_everything(int(keyed_seeds(self.seed, epoch, [index])[0]))
+        _seed_everything(sample_seed(self.seed, epoch, index))
         return self.dataset[index]
 
     def __getitem__(self, key: Any) -> Any:
