@@ -243,7 +243,11 @@ class DataPrefetcher(LoaderProxy):
         self._pending: collections.deque[_InFlight] = collections.deque()
         self._handed = 0  # batches of this epoch given to the training loop
         # With FastLoader(seed=...), the transform draws each sample's parameters from it.
-        self._keyed = transform is not None and getattr(loader, "seed", None) is not None
+        self._keyed = (
+            transform is not None
+            and getattr(loader, "seed", None) is not None
+            and callable(getattr(loader, "keep_batch_seeds", None))
+        )
         if self._keyed:
             loader.keep_batch_seeds()  # type: ignore[attr-defined]
         self._buffers = BufferPool(size=depth + 2)  # CPU only: the ones in flight, and yours
