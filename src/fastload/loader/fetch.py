@@ -18,6 +18,8 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from fastload.loader.proxy import DatasetProxy
+
 __all__ = ["DatasetView", "IndexBatches", "passthrough_collate", "tensor_source"]
 
 
@@ -104,7 +106,7 @@ def _describe(indices: Sequence[int] | torch.Tensor | int) -> str:
     return f"indices [{shown}{more}]"
 
 
-class DatasetView(Dataset):
+class DatasetView(DatasetProxy):
     """What FastLoader hands to DataLoader in place of an in-memory tensor dataset: it
     fetches a whole batch with one indexing operation, and adds the failing indices to
     an exception (as a note, so the exception keeps its type). Other attributes are read
@@ -119,9 +121,6 @@ class DatasetView(Dataset):
             raise TypeError(f"not an in-memory tensor dataset: {type(dataset).__name__}")
         self.tensors, self.index_map = source
 
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
     def __getitem__(self, index: int) -> Any:
         return self.dataset[index]
 
@@ -135,12 +134,6 @@ class DatasetView(Dataset):
         except Exception as error:
             error.add_note(f"fastload: raised while loading dataset {_describe(indices)}")
             raise
-
-    def __getattr__(self, name: str) -> Any:
-        # Guard: during unpickling `dataset` is not set yet and lookups would recurse.
-        if name == "dataset" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
 
     def __repr__(self) -> str:
         return f"DatasetView({self.dataset!r})"

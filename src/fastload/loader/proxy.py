@@ -1,11 +1,14 @@
-"""The base of the loader wrappers (DataPrefetcher, timed): len and attributes pass through."""
+"""The bases of the wrappers: of loaders (DataPrefetcher, timed) and of the datasets
+FastLoader hands to DataLoader; len and attributes pass through."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["LoaderProxy"]
+from torch.utils.data import Dataset
+
+__all__ = ["DatasetProxy", "LoaderProxy"]
 
 
 class LoaderProxy:
@@ -22,3 +25,20 @@ class LoaderProxy:
         if name == "loader" or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.loader, name)
+
+
+class DatasetProxy(Dataset):
+    """Wraps ``self.dataset``: ``len()`` and any attribute it lacks (``classes``,
+    ``tensors``) come from the dataset, so code reading ``loader.dataset`` still works."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        # Guarded: during unpickling `dataset` is not set yet and lookups would recurse.
+        if name == "dataset" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from fastload.loader.proxy import DatasetProxy
+
 __all__ = [
     "EpochProgress",
     "RNGSnapshot",
@@ -85,7 +87,7 @@ def _rng_kept() -> Iterator[None]:
         torch.set_rng_state(states[2])
 
 
-class SeededSamples(Dataset):
+class SeededSamples(DatasetProxy):
     """What FastLoader hands to DataLoader when it has a ``seed``: it loads a key
     ``(epoch, index)`` with Python's, NumPy's and torch's generators seeded from
     ``(seed, epoch, index)``, so that the sample's augmentation draws are its own.
@@ -96,11 +98,8 @@ class SeededSamples(Dataset):
     """
 
     def __init__(self, dataset: Dataset, seed: int) -> None:
-        self.dataset = dataset
+        super().__init__(dataset)
         self.seed = seed
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
 
     def _load(self, key: Any) -> Any:
         if not isinstance(key, tuple):
@@ -120,12 +119,6 @@ class SeededSamples(Dataset):
             return [self._load(key) for key in keys]
         with _rng_kept():
             return [self._load(key) for key in keys]
-
-    def __getattr__(self, name: str) -> Any:
-        # Guard: during unpickling `dataset` is not set yet and lookups would recurse.
-        if name == "dataset" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
 
     def __repr__(self) -> str:
         return f"SeededSamples({self.dataset!r}, seed={self.seed})"
