@@ -97,3 +97,12 @@ def test_each_row_depends_on_its_seed_alone(seeds):
         with gpu.sample_seeds([seed]):
             alone = keyed_uniform(1, (5,), torch.device("cpu"))
         assert torch.equal(alone[0], together[row])
+
+
+@given(values=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=16))
+def test_the_device_hash_is_splitmix64(values):
+    from fastload.gpu.keyed import _mix, _signed
+    from fastload.hashing import splitmix64
+
+    mixed = _mix(torch.tensor([_signed(v) for v in values], dtype=torch.int64))
+    assert mixed.tolist() == [_signed(splitmix64(v)) for v in values]

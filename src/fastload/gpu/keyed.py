@@ -17,20 +17,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["keyed", "keyed_normal", "keyed_uniform", "sample_seeds"]
+from fastload.hashing import GOLDEN, MASK64, MIX1, MIX2, splitmix64
 
-_MASK64 = (1 << 64) - 1
+__all__ = ["keyed", "keyed_normal", "keyed_uniform", "sample_seeds"]
 
 
 def _signed(value: int) -> int:
     """A 64-bit pattern as the int64 torch stores."""
-    value &= _MASK64
+    value &= MASK64
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-_GOLDEN = _signed(0x9E3779B97F4A7C15)
-_MIX1 = _signed(0xBF58476D1CE4E5B9)
-_MIX2 = _signed(0x94D049BB133111EB)
+_GOLDEN, _MIX1, _MIX2 = _signed(GOLDEN), _signed(MIX1), _signed(MIX2)
 
 
 def _shift_right(x: Tensor, bits: int) -> Tensor:
@@ -38,7 +36,8 @@ def _shift_right(x: Tensor, bits: int) -> Tensor:
 
 
 def _mix(x: Tensor) -> Tensor:
-    """splitmix64's finaliser on int64 tensors (products wrap, as unsigned ones would)."""
+    """:func:`fastload.hashing.splitmix64` on int64 tensors (products wrap, as unsigned
+    ones would)."""
     x = (x ^ _shift_right(x, 30)) * _MIX1
     x = (x ^ _shift_right(x, 27)) * _MIX2
     return x ^ _shift_right(x, 31)
@@ -46,10 +45,7 @@ def _mix(x: Tensor) -> Tensor:
 
 def _stream(draw: int) -> int:
     """A well-mixed 64-bit constant for the ``draw``-th call within a batch."""
-    x = (draw + 1) * 0x9E3779B97F4A7C15 & _MASK64
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
-    return _signed(x ^ (x >> 31))
+    return _signed(splitmix64((draw + 1) * GOLDEN))
 
 
 @dataclass
@@ -95,7 +91,7 @@ def sample_seeds(seeds: Tensor | np.ndarray | Sequence[int]) -> Iterator[None]:
     try:
         with torch.random.fork_rng(devices=[]):
             if len(cpu):
-                torch.default_generator.manual_seed(int(cpu[0]) & _MASK64 >> 1)
+                torch.default_generator.manual_seed(int(cpu[0]) & MASK64 >> 1)
             yield
     finally:
         _ACTIVE.reset(token)

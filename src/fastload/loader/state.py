@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from fastload.hashing import GOLDEN, splitmix64
 from fastload.loader.proxy import DatasetProxy
 
 __all__ = [
@@ -40,9 +41,6 @@ __all__ = [
 _END = object()
 
 
-_MASK64 = (1 << 64) - 1
-
-
 @functools.lru_cache(maxsize=16)
 def _epoch_keys(seed: int, epoch: int) -> tuple[int, int]:
     first, second = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint64)
@@ -53,10 +51,7 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     """The 63-bit seed of sample ``index`` in ``epoch``: a function of the three alone
     (splitmix64 of the index, keyed by the ``(seed, epoch)`` pair)."""
     add, xor = _epoch_keys(seed, epoch)
-    x = (index * 0x9E3779B97F4A7C15 + add) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return ((x ^ (x >> 31)) ^ xor) >> 1
+    return (splitmix64(index * GOLDEN + add) ^ xor) >> 1
 
 
 def keyed_seeds(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray:
