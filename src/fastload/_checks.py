@@ -1,0 +1,70 @@
+"""Argument checks shared by the package: each refuses a bad value where it is given,
+with a message that names the argument and what it got.
+
+Example:
+    >>> check_int(4, "batch_size", low=1)
+    4
+    >>> check_int(True, "batch_size", low=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch_size must be an int >= 1, got True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["check_int", "check_probability", "finite", "pair"]
+
+
+def check_int(value: object, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` if it is an int (not a bool) in ``[low, high]``; a ValueError otherwise."""
+    in_range = (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and (low is None or value >= low)
+        and (high is None or value <= high)
+    )
+    if not in_range:
+        if low is not None and high is not None:
+            bound = f" in [{low}, {high}]"
+        elif low is not None:
+            bound = f" >= {low}"
+        elif high is not None:
+            bound = f" <= {high}"
+        else:
+            bound = ""
+        raise ValueError(f"{name} must be an int{bound}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def finite(value: float, name: str) -> float:
+    """``value`` as a float; a NaN or infinite argument is refused where it is given (it
+    would otherwise turn images black, silently)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def pair(value: float | Sequence[float], name: str) -> tuple[float, float]:
+    """A number ``v`` as ``(v, v)``, or a finite ``(min, max)`` pair with min <= max."""
+    if isinstance(value, (int, float)):
+        return finite(value, name), finite(value, name)
+    if len(value) != 2:
+        raise ValueError(f"{name} must be a number or a (min, max) pair, got {value!r}")
+    low, high = finite(value[0], name), finite(value[1], name)
+    if low > high:
+        raise ValueError(f"{name} must be (min, max) with min <= max, got {value!r}")
+    return low, high
+
+
+def check_probability(p: float, name: str = "p") -> float:
+    """``p`` as a float in [0, 1]; NaN is refused too."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+    return float(p)
