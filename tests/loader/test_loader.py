@@ -177,11 +177,76 @@ def test_index_batches_drain_any_other_sampler(size, batch_size, drop_last):
 # --- keyword pass-through and defaults ----------------------------------------------------
 
 
-def test_every_dataloader_parameter_is_accepted():
-    fast = inspect.signature(FastLoader.__init__).parameters
-    var_keyword = any(p.kind is p.VAR_KEYWORD for p in fast.values())
-    for name in inspect.signature(DataLoader.__init__).parameters:
-        assert name in fast or var_keyword, name
+def _collate(batch):
+    return batch
+
+
+def _init(worker_id):
+    pass
+
+
+_DATASET = SquaresDataset()
+_SAMPLER = SequentialSampler(range(37))
+_BATCHES = BatchSampler(SequentialSampler(range(37)), batch_size=4, drop_last=False)
+_GENERATOR = torch.Generator()
+_WORKERS = {"num_workers": 2}
+
+#: DataLoader parameter -> (the arguments that set it off its default, what reads it back).
+PASSED_THROUGH = {
+    "dataset": ({}, lambda loader: loader.dataset is _DATASET),
+    "batch_size": ({"batch_size": 5}, lambda loader: loader.batch_size == 5),
+    "shuffle": ({"shuffle": True}, lambda loader: type(loader.sampler) is RandomSampler),
+    "sampler": ({"sampler": _SAMPLER}, lambda loader: loader.sampler is _SAMPLER),
+    "batch_sampler": (
+        {"batch_sampler": _BATCHES},
+        lambda loader: loader.batch_sampler is _BATCHES and loader.batch_size is None,
+    ),
+    "num_workers": (_WORKERS, lambda loader: loader.num_workers == 2),
+    "collate_fn": ({"collate_fn": _collate}, lambda loader: loader.collate_fn is _collate),
+    "pin_memory": ({"pin_memory": True}, lambda loader: loader.pin_memory is True),
+    "drop_last": ({"drop_last": True}, lambda loader: loader.drop_last and len(loader) == 37),
+    "timeout": ({"timeout": 7.0}, lambda loader: loader.timeout == 7.0),
+    "worker_init_fn": (
+        {"worker_init_fn": _init},
+        lambda loader: isinstance(loader.worker_init_fn, WorkerInit)
+        and loader.worker_init_fn.user_fn is _init,
+    ),
+    "multiprocessing_context": (
+        {**_WORKERS, "multiprocessing_context": "spawn"},
+        lambda loader: loader.multiprocessing_context.get_start_method() == "spawn",
+    ),
+    "generator": ({"generator": _GENERATOR}, lambda loader: loader.generator is _GENERATOR),
+    "prefetch_factor": (
+        {**_WORKERS, "prefetch_factor": 7},
+        lambda loader: loader.prefetch_factor == 7,
+    ),
+    "persistent_workers": (
+        {**_WORKERS, "persistent_workers": False},
+        lambda loader: loader.persistent_workers is False,
+    ),
+    "pin_memory_device": (
+        {"pin_memory": True, "pin_memory_device": "cpu"},
+        lambda loader: loader.pin_memory_device == "cpu",
+    ),
+    "in_order": ({**_WORKERS, "in_order": False}, lambda loader: loader.in_order is False),
+}
+
+DATALOADER_PARAMETERS = [
+    name for name in inspect.signature(DataLoader.__init__).parameters if name != "self"
+]
+
+
+def test_every_dataloader_parameter_is_checked_below():
+    unknown = set(DATALOADER_PARAMETERS) - set(PASSED_THROUGH)
+    assert not unknown, f"DataLoader has parameters this test does not check: {unknown}"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pin_memory_device, in torch 2.7+
+@pytest.mark.parametrize("name", DATALOADER_PARAMETERS)
+def test_every_dataloader_parameter_reaches_the_dataloader(name):
+    arguments, reads_back = PASSED_THROUGH[name]
+    loader = FastLoader(_DATASET, **arguments)
+    assert reads_back(loader), f"{name}={arguments.get(name)!r} did not reach the DataLoader"
 
 
 def test_explicit_arguments_reach_the_dataloader():

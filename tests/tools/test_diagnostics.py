@@ -65,36 +65,48 @@ class _Replayable:
         return 4
 
 
-class Sleepy(Dataset):
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+class Slow(Dataset):
+    """Each sample takes ``seconds`` of the fake clock to load."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
 
     def __len__(self) -> int:
         return 256
 
     def __getitem__(self, index: int):
-        time.sleep(self.seconds)
+        self.clock.advance(self.seconds)
         return torch.zeros(3, 8, 8), index
 
 
-def test_a_slow_loader_is_reported_and_more_workers_recommended():
-    loader = FastLoader(Sleepy(0.003), batch_size=4, num_workers=0)
-    report = diagnose(loader, step=lambda batch: None, batches=8, warmup=1, device="cpu")
-    assert report.facts.wait_fraction > 0.8
-    assert report.facts.loader_seconds >= 0.012  # 4 samples x 3 ms
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    """Every clock reading in the diagnosis is the fake clock's: no wall-clock margins."""
+    fake = FakeClock()
+    monkeypatch.setattr(time, "perf_counter", fake)
+    return fake
+
+
+def test_a_slow_loader_is_reported_and_more_workers_recommended(clock):
+    loader = FastLoader(Slow(clock, 0.003), batch_size=4, num_workers=0)
+    step = lambda batch: clock.advance(0.001)  # noqa: E731
+    report = diagnose(loader, step=step, batches=8, warmup=1, device="cpu")
+    assert report.facts.wait_fraction == pytest.approx(12 / 13)  # 12 ms of loading a step
+    assert report.facts.loader_seconds == pytest.approx(0.012)  # 4 samples x 3 ms
     assert report.predicted_speedup > 5
     assert any(advice.startswith("more workers: 0 of") for advice in report.recommendations)
     assert "real loop: waiting for data" in str(report)
 
 
-def test_an_instant_loader_is_compute_bound():
+def test_an_instant_loader_is_compute_bound(clock):
     batches = [(torch.zeros(4, 3, 8, 8), torch.arange(4))] * 8
     report = diagnose(
-        batches, step=lambda batch: time.sleep(0.01), batches=6, warmup=1, device="cpu"
+        batches, step=lambda batch: clock.advance(0.01), batches=6, warmup=1, device="cpu"
     )
-    assert report.facts.wait_fraction < 0.05
+    assert report.facts.wait_fraction == 0.0
+    assert report.facts.step_seconds == pytest.approx(0.01)
     assert report.recommendations[0].startswith("compute-bound")
-    assert report.predicted_speedup == pytest.approx(1.0, abs=0.05)
+    assert report.predicted_speedup == 1.0
     payload = json.loads(report.to_json())
     assert payload["recommendations"] == report.recommendations and "step_seconds" in payload
 
@@ -186,8 +198,17 @@ def test_worker_candidates():
     assert worker_candidates(12) == [0, 1, 2, 4, 8, 12]
 
 
+class Sleepy(Dataset):
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int):
+        time.sleep(0.001)
+        return torch.zeros(3, 8, 8), index
+
+
 def test_fastloader_tune_measures_and_explains():
-    loader = FastLoader(Sleepy(0.001), batch_size=8, num_workers="tune")
+    loader = FastLoader(Sleepy(), batch_size=8, num_workers="tune")
     assert loader.num_workers in worker_candidates(available_cpus())
     assert "tuned, batches/s" in repr(loader)
     assert sum(len(labels) for _, labels in loader) == 256

@@ -45,6 +45,7 @@ from fastload.loader.defaults import (
     local_processes,
     small_shared_memory,
 )
+from fastload.loader.errors import NamingFetcher
 from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
 from fastload.loader.state import (
     EpochProgress,
@@ -592,7 +593,12 @@ class _Counting(_BaseDataLoaderIter):
 
 
 class _CountingSingleProcessIter(_Counting, _SingleProcessDataLoaderIter):
-    pass
+    def __init__(self, loader: DataLoader) -> None:
+        super().__init__(loader)
+        fetcher = self._dataset_fetcher
+        self._dataset_fetcher = NamingFetcher(
+            fetcher.dataset, fetcher.auto_collation, fetcher.collate_fn, fetcher.drop_last
+        )
 
 
 class _CountingMultiProcessingIter(_Counting, _MultiProcessingDataLoaderIter):

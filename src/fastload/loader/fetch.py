@@ -18,6 +18,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from fastload.loader.errors import note_failure
 from fastload.loader.proxy import DatasetProxy
 
 __all__ = ["DatasetView", "IndexBatches", "passthrough_collate", "tensor_source"]
@@ -98,14 +99,6 @@ def passthrough_collate(batch: Any) -> Any:
     return batch
 
 
-def _describe(indices: Sequence[int] | torch.Tensor | int) -> str:
-    if isinstance(indices, int):
-        return f"index {indices}"
-    shown = ", ".join(str(int(i)) for i in list(indices)[:8])
-    more = f", ... ({len(indices)} in all)" if len(indices) > 8 else ""
-    return f"indices [{shown}{more}]"
-
-
 class DatasetView(DatasetProxy):
     """What FastLoader hands to DataLoader in place of an in-memory tensor dataset: it
     fetches a whole batch with one indexing operation, and adds the failing indices to
@@ -132,7 +125,7 @@ class DatasetView(DatasetProxy):
             # index_select: a third faster than tensor[rows] for the same rows.
             return [tensor.index_select(0, rows) for tensor in self.tensors]
         except Exception as error:
-            error.add_note(f"fastload: raised while loading dataset {_describe(indices)}")
+            note_failure(error, self, list(indices))
             raise
 
     def __repr__(self) -> str:

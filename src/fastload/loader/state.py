@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from fastload.hashing import GOLDEN, splitmix64
+from fastload.loader.errors import note_failure
 from fastload.loader.proxy import DatasetProxy
 
 __all__ = [
@@ -101,7 +102,11 @@ class SeededSamples(DatasetProxy):
             return self.dataset[key]
         epoch, index = key
         _seed_everything(sample_seed(self.seed, epoch, index))
-        return self.dataset[index]
+        try:
+            return self.dataset[index]
+        except Exception as error:  # named here: the fetch sees only the batch
+            note_failure(error, self.dataset, index)
+            raise
 
     def __getitem__(self, key: Any) -> Any:
         if get_worker_info() is not None:

@@ -12,13 +12,15 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from fastload.loader.errors import name_failures
+
 __all__ = ["SendableBatch", "UnsendableBatchError", "WorkerInit"]
 
 
 class WorkerInit:
     """Worker start-up: seed ``random`` and NumPy from torch's per-worker seed, keep
-    OpenCV and torch to one thread each (the workers already are the parallelism), then
-    call the user's ``worker_init_fn``.
+    OpenCV and torch to one thread each (the workers already are the parallelism), have
+    a failing sample named on its exception, then call the user's ``worker_init_fn``.
 
     torch's worker seed is ``base_seed + worker_id`` with ``base_seed`` drawn from the
     loader's ``generator`` at every epoch, so streams differ across workers and epochs
@@ -30,6 +32,7 @@ class WorkerInit:
         self.user_fn = user_fn
 
     def __call__(self, worker_id: int) -> None:
+        name_failures()
         info = get_worker_info()
         seed = info.seed if info is not None else torch.initial_seed()
         random.seed(seed)

@@ -1,0 +1,94 @@
+"""A sample that fails to load is named on its exception, whatever the workers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import Dataset, TensorDataset, get_worker_info
+
+from fastload import FastLoader, ImageFolder
+from fastload.loader.errors import describe_indices
+
+
+class Broken(Dataset):
+    """Raises for one index; checks the workers load from the user's object (or, with
+    ``seed=``, FastLoader's seeding view of it)."""
+
+    def __init__(self, bad: int = 37, size: int = 64) -> None:
+        self.bad, self.size = bad, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        info = get_worker_info()
+        if info is not None and self not in (info.dataset, getattr(info.dataset, "dataset", 0)):
+            raise AssertionError("the worker's dataset is not the user's object")
+        if index == self.bad:
+            raise ValueError("broken sample")
+        return torch.tensor(index)
+
+
+def _failure(loader: FastLoader) -> ValueError:
+    with pytest.raises(ValueError, match="broken sample") as caught:
+        for _ in loader:
+            pass
+    return caught.value
+
+
+def _named(error: BaseException) -> str:
+    """What the user reads: the notes, or, from a worker, the re-raised message."""
+    return "\n".join([str(error), *getattr(error, "__notes__", ())])
+
+
+@pytest.mark.parametrize("seed", [None, 5])
+@pytest.mark.parametrize("batch_size", [8, None])
+def test_the_failing_index_is_named_in_the_main_process(seed, batch_size):
+    loader = FastLoader(Broken(), batch_size=batch_size, num_workers=0, seed=seed)
+    error = _failure(loader)
+    assert error.__notes__ == ["fastload: raised while loading dataset index 37"]
+    assert type(error) is ValueError and str(error) == "broken sample"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [None, 5])
+def test_the_failing_index_is_named_from_a_worker(seed):
+    dataset = Broken()
+    loader = FastLoader(dataset, batch_size=8, num_workers=2, seed=seed, shuffle=True)
+    if seed is None:
+        assert loader.dataset is dataset  # not wrapped
+    error = _failure(loader)
+    assert "fastload: raised while loading dataset index 37\n" in _named(error)
+    assert "index 36" not in _named(error)
+
+
+def test_a_file_dataset_names_the_file(tmp_path):
+    folder = tmp_path / "cats"
+    folder.mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (folder / name).write_bytes(b"not an image")
+    error = None
+    try:
+        for _ in FastLoader(ImageFolder(tmp_path), batch_size=2, num_workers=0):
+            pass
+    except Exception as caught:
+        error = caught
+    assert error is not None
+    notes = [n for n in error.__notes__ if n.startswith("fastload:")]
+    assert notes == [f"fastload: raised while loading dataset index 0 ({folder / 'a.jpg'})"]
+
+
+def test_an_in_memory_batch_names_its_indices():
+    data = TensorDataset(torch.arange(4.0))
+    loader = FastLoader(data, batch_sampler=[[0, 9]])
+    with pytest.raises(IndexError) as caught:
+        list(loader)
+    assert caught.value.__notes__ == ["fastload: raised while loading dataset indices [0, 9]"]
+
+
+def test_describe_indices_shortens_long_batches():
+    assert describe_indices(list(range(10))) == (
+        "indices [0, 1, 2, 3, 4, 5, 6, 7, ... (10 in all)]"
+    )
+    assert describe_indices((3, 12)) == "index 12"  # a seeded key (epoch, index)
+    assert describe_indices([(0, 4), (0, 5)]) == "indices [4, 5]"
