@@ -208,8 +208,9 @@ PASSED_THROUGH = {
     "timeout": ({"timeout": 7.0}, lambda loader: loader.timeout == 7.0),
     "worker_init_fn": (
         {"worker_init_fn": _init},
-        lambda loader: isinstance(loader.worker_init_fn, WorkerInit)
-        and loader.worker_init_fn.user_fn is _init,
+        lambda loader: (
+            isinstance(loader.worker_init_fn, WorkerInit) and loader.worker_init_fn.user_fn is _init
+        ),
     ),
     "multiprocessing_context": (
         {**_WORKERS, "multiprocessing_context": "spawn"},
