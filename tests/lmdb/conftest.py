@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import numpy as np
@@ -26,6 +28,21 @@ class NumberedImages(Dataset):
         time.sleep(self.delay)
         index += self.offset
         return torch.full((3, 6, 5), index % 256, dtype=torch.uint8), index
+
+
+class KilledAt(NumberedImages):
+    """NumberedImages whose item ``kill_at``, read in a worker process (not the process
+    that made the dataset), kills that worker with SIGKILL, as the out-of-memory killer
+    does."""
+
+    def __init__(self, count: int = 40, kill_at: int = 13) -> None:
+        super().__init__(count)
+        self.kill_at, self.parent = kill_at, os.getpid()
+
+    def __getitem__(self, index: int):
+        if index == self.kill_at and os.getpid() != self.parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(index)
 
 
 @pytest.fixture(scope="session")

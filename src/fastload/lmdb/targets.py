@@ -17,11 +17,16 @@ from torchvision import tv_tensors
 
 from fastload.lmdb.format import Field
 
-__all__ = ["fields_target", "resize_fields", "target_fields"]
+__all__ = ["TargetError", "fields_target", "resize_fields", "target_fields"]
 
 BOXES, MASK, KEYPOINTS, ARRAY = "boxes.", "mask", "keypoints", "array"
 _KEYPOINTS = getattr(tv_tensors, "KeyPoints", None)  # torchvision >= 0.23
 _AXIS_ALIGNED = {"XYXY", "XYWH", "CXCYWH"}  # what a resize scales per axis
+
+
+class TargetError(ValueError):
+    """A target (boxes, masks, a COCO annotation) that cannot be stored as it is; the
+    message names the item and the entry. ``write_lmdb(skip_bad=True)`` skips its item."""
 
 
 def target_fields(target: Mapping[str, Any], *, what: str) -> dict[str, Field]:
