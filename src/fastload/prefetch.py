@@ -22,6 +22,7 @@ from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
 from fastload.gpu.color import Normalize, normalize
 from fastload.gpu.targets import has_targets, is_target
+from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.system import default_device
 
@@ -242,14 +243,16 @@ class DataPrefetcher(LoaderProxy):
         self._iterator: Iterator[Any] | None = None
         self._pending: collections.deque[_InFlight] = collections.deque()
         self._handed = 0  # batches of this epoch given to the training loop
-        # With FastLoader(seed=...), the transform draws each sample's parameters from it.
-        self._keyed = (
+        # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
+        # the transform draws each sample's parameters from that sample's seed.
+        self._seeds: KeyedSeedSource | None = None
+        if (
             transform is not None
-            and getattr(loader, "seed", None) is not None
-            and callable(getattr(loader, "keep_batch_seeds", None))
-        )
-        if self._keyed:
-            loader.keep_batch_seeds()  # type: ignore[attr-defined]
+            and isinstance(loader, KeyedSeedSource)
+            and loader.seed is not None
+        ):
+            self._seeds = loader
+            loader.keep_batch_seeds()
         self._buffers = BufferPool(size=depth + 2)  # CPU only: the ones in flight, and yours
 
     # --- per batch, on the side stream -----------------------------------------------------
@@ -366,7 +369,7 @@ class DataPrefetcher(LoaderProxy):
         except Exception as error:  # delivered when this batch's turn comes
             slot.error = error
         else:
-            seeds = self.loader.pop_batch_seeds() if self._keyed else None  # type: ignore[attr-defined]
+            seeds = self._seeds.pop_batch_seeds() if self._seeds is not None else None
             try:
                 with self._on_side_stream(), self._keyed_draws(seeds):
                     slot.batch = self._prepare(batch)
@@ -459,14 +462,16 @@ class DataPrefetcher(LoaderProxy):
         """The loader's state as of the batches handed to the training loop, not the
         ones in flight: resuming from it yields the batch after the one you hold.
         Needs a loader with ``state_dict(batches=...)`` (FastLoader)."""
-        state_dict = getattr(self.loader, "state_dict", None)
-        if state_dict is None:
-            raise TypeError(f"{type(self.loader).__name__} has no state_dict: use a FastLoader")
-        return state_dict(batches=self._handed)
+        return self._resumable_loader().state_dict(batches=self._handed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the loader from :meth:`state_dict`'s state (see FastLoader's)."""
-        self.loader.load_state_dict(state)  # type: ignore[attr-defined]
+        self._resumable_loader().load_state_dict(state)
+
+    def _resumable_loader(self) -> ResumableLoader:
+        if not isinstance(self.loader, ResumableLoader):
+            raise TypeError(f"{type(self.loader).__name__} has no state_dict: use a FastLoader")
+        return self.loader
 
     def next(self) -> Any:
         """apex's ``data_prefetcher.next()``: the next batch, or None once at the end of an

@@ -10,7 +10,7 @@ main process FastLoader's iterator uses the fetcher; in a worker, :func:`name_fa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch.utils.data import Dataset
@@ -38,7 +38,7 @@ def _index_of(key: Any) -> Any:
     return key[1] if _is_key(key) else int(key) if hasattr(key, "__index__") else key
 
 
-def _file_of(dataset: Dataset, index: Any) -> str | None:
+def _file_of(dataset: Dataset[Any], index: Any) -> str | None:
     """The file of sample ``index`` where the dataset lists ``(path, target)`` samples
     (torchvision's and fastload's ImageFolder)."""
     samples = getattr(dataset, "samples", None)
@@ -49,7 +49,7 @@ def _file_of(dataset: Dataset, index: Any) -> str | None:
     return path if isinstance(path, str) else None
 
 
-def note_failure(error: BaseException, dataset: Dataset, indices: Any) -> None:
+def note_failure(error: BaseException, dataset: Dataset[Any], indices: Any) -> None:
     """Add the note naming ``indices`` (and the file of a single one) unless the error
     already carries one: the innermost naming is the most precise."""
     if any(note.startswith(_PREFIX) for note in getattr(error, "__notes__", ())):
@@ -96,7 +96,7 @@ def name_failures() -> None:
     loader's worker and nothing else, so the change stays in it."""
     from torch.utils.data import _DatasetKind
 
-    create = _DatasetKind.create_fetcher
+    create: Callable[..., Any] = _DatasetKind.create_fetcher
     if getattr(create, "names_failures", False):
         return
 
@@ -107,4 +107,4 @@ def name_failures() -> None:
         return create(kind, dataset, auto_collation, collate_fn, drop_last)
 
     create_fetcher.names_failures = True  # type: ignore[attr-defined]
-    _DatasetKind.create_fetcher = staticmethod(create_fetcher)  # type: ignore[method-assign,assignment]
+    _DatasetKind.create_fetcher = staticmethod(create_fetcher)  # type: ignore[method-assign]

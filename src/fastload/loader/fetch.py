@@ -24,7 +24,9 @@ from fastload.loader.proxy import DatasetProxy
 __all__ = ["DatasetView", "IndexBatches", "passthrough_collate", "tensor_source"]
 
 
-def tensor_source(dataset: Dataset) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None] | None:
+def tensor_source(
+    dataset: Dataset[Any],
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None] | None:
     """The tensors behind a TensorDataset, or a Subset of one (``random_split``), with
     the index map the Subsets apply; None for any other dataset."""
     index_map: torch.Tensor | None = None
@@ -37,7 +39,7 @@ def tensor_source(dataset: Dataset) -> tuple[tuple[torch.Tensor, ...], torch.Ten
     return None
 
 
-def _vectorised_order(sampler: Sampler) -> torch.Tensor | None:
+def _vectorised_order(sampler: Sampler[Any]) -> torch.Tensor | None:
     """One pass of a stock sampler as a tensor, drawn exactly as the sampler draws it.
 
     Covers ``SequentialSampler`` and ``RandomSampler`` without replacement (what
@@ -78,7 +80,7 @@ class IndexBatches(Sampler[torch.Tensor]):
     def __iter__(self) -> Iterator[torch.Tensor]:
         order = _vectorised_order(self.sampler) if isinstance(self.sampler, Sampler) else None
         if order is not None:
-            batches = order.split(self.batch_size)
+            batches = torch.split(order, self.batch_size)
             if self.drop_last and batches and len(batches[-1]) < self.batch_size:
                 batches = batches[:-1]
             yield from batches
@@ -107,7 +109,7 @@ class DatasetView(DatasetProxy):
     work.
     """
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset[Any]) -> None:
         self.dataset = dataset
         source = tensor_source(dataset)
         if source is None:

@@ -27,11 +27,11 @@ class LoaderProxy:
         return getattr(self.loader, name)
 
 
-class DatasetProxy(Dataset):
+class DatasetProxy(Dataset[Any]):
     """Wraps ``self.dataset``: ``len()`` and any attribute it lacks (``classes``,
     ``tensors``) come from the dataset, so code reading ``loader.dataset`` still works."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset[Any]) -> None:
         self.dataset = dataset
 
     def __len__(self) -> int:

@@ -14,7 +14,7 @@ from torch.utils.data import get_worker_info
 
 from fastload.loader.errors import name_failures
 
-__all__ = ["SendableBatch", "UnsendableBatchError", "WorkerInit"]
+__all__ = ["SendableBatch", "UnsendableBatchError", "WorkerInit", "unsendable_reason"]
 
 
 class WorkerInit:
@@ -81,3 +81,19 @@ class SendableBatch:
                 "cannot be pickled: define it at module level"
             ) from None
         return batch
+
+
+def unsendable_reason(
+    dataset: Any, collate_fn: Callable[[Any], Any], auto_collation: bool
+) -> str | None:
+    """Why a batch of the first sample could not travel from a worker (a class defined
+    in a function, say), or None when it can or cannot be told. DataLoader, with no
+    workers by default, never has to send it."""
+    try:
+        sample = dataset[0]
+        SendableBatch(collate_fn)([sample] if auto_collation else sample)
+    except UnsendableBatchError as error:
+        return str(error)
+    except Exception:  # an empty or failing dataset: its own error comes in the loop
+        return None
+    return None

@@ -1,0 +1,42 @@
+"""What a loader offers the stages after it, as Protocols: DataPrefetcher checks a loader
+against these, not for attributes one by one. FastLoader implements both.
+
+The keyed-seed hand-off: ``FastLoader(seed=...)`` seeds each sample's CPU augmentation
+from ``(seed, epoch, index)``. A consumer that augments on the GPU calls
+``keep_batch_seeds()`` once; from then on the loader queues each batch's per-sample seeds
+in the order it hands batches out, and the consumer takes them, one ``pop_batch_seeds()``
+per batch it takes from the loader, and draws that batch's GPU parameters inside
+``fastload.gpu.sample_seeds(seeds)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["KeyedSeedSource", "ResumableLoader"]
+
+
+@runtime_checkable
+class KeyedSeedSource(Protocol):
+    """A loader whose batches carry per-sample seeds (``seed`` set: an int)."""
+
+    seed: int | None
+
+    def keep_batch_seeds(self) -> None:
+        """From now on, queue each batch's per-sample seeds as the batch is handed out."""
+
+    def pop_batch_seeds(self) -> np.ndarray | None:
+        """The oldest queued batch's seeds (int64), or None without a ``seed``."""
+
+
+@runtime_checkable
+class ResumableLoader(Protocol):
+    """A loader that saves and restores its place in an epoch."""
+
+    def state_dict(self, *, batches: int | None = None) -> dict[str, Any]:
+        """Where the loader is; ``batches``: the epoch's batches its consumer has had."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict()``'s state at the next ``iter()``."""

@@ -1,0 +1,106 @@
+"""Randomness keyed by sample: with a ``seed``, each sample is loaded with Python's,
+NumPy's and torch's generators seeded from ``(seed, epoch, index)`` (:class:`SeededSamples`,
+in whichever process loads it), so a sample's augmentation draws do not depend on the
+worker, the worker count or the world size. :func:`keyed_seeds` gives the same keys to
+the GPU transforms (``fastload.gpu.sample_seeds``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from fastload.hashing import GOLDEN, splitmix64
+from fastload.loader.errors import note_failure
+from fastload.loader.proxy import DatasetProxy
+
+__all__ = ["SeededSamples", "keyed_seeds", "sample_seed"]
+
+
+@functools.lru_cache(maxsize=16)
+def _epoch_keys(seed: int, epoch: int) -> tuple[int, int]:
+    first, second = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint64)
+    return int(first), int(second)
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The 63-bit seed of sample ``index`` in ``epoch``: a function of the three alone
+    (splitmix64 of the index, keyed by the ``(seed, epoch)`` pair)."""
+    add, xor = _epoch_keys(seed, epoch)
+    return (splitmix64(index * GOLDEN + add) ^ xor) >> 1
+
+
+def keyed_seeds(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray:
+    """:func:`sample_seed` of each index, as an int64 array.
+
+    Example:
+        >>> int(keyed_seeds(1234, 0, [5, 6])[1]) == sample_seed(1234, 0, 6)
+        True
+    """
+    return np.array([sample_seed(seed, epoch, int(index)) for index in indices], np.int64)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32))  # all 63 bits
+    torch.default_generator.manual_seed(seed)  # the CPU generator only: CUDA's is the loop's
+
+
+@contextlib.contextmanager
+def _rng_kept() -> Iterator[None]:
+    """Python's, NumPy's and torch's global generators as they were, after the block."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
+class SeededSamples(DatasetProxy):
+    """What FastLoader hands to DataLoader[Any] when it has a ``seed``: it loads a key
+    ``(epoch, index)`` with Python's, NumPy's and torch's generators seeded from
+    ``(seed, epoch, index)``, so that the sample's augmentation draws are its own.
+
+    In the main process (``num_workers=0``) the training loop's generators are put back
+    after each batch. A plain index loads the sample unseeded. Other attributes are the
+    wrapped dataset's.
+    """
+
+    def __init__(self, dataset: Dataset[Any], seed: int) -> None:
+        super().__init__(dataset)
+        self.seed = seed
+
+    def _load(self, key: Any) -> Any:
+        if not isinstance(key, tuple):
+            return self.dataset[key]
+        epoch, index = key
+        _seed_everything(sample_seed(self.seed, epoch, index))
+        try:
+            return self.dataset[index]
+        except Exception as error:  # named here: the fetch sees only the batch
+            note_failure(error, self.dataset, index)
+            raise
+
+    def __getitem__(self, key: Any) -> Any:
+        if get_worker_info() is not None:
+            return self._load(key)
+        with _rng_kept():
+            return self._load(key)
+
+    def __getitems__(self, keys: list[Any]) -> list[Any]:
+        if get_worker_info() is not None:
+            return [self._load(key) for key in keys]
+        with _rng_kept():
+            return [self._load(key) for key in keys]
+
+    def __repr__(self) -> str:
+        return f"SeededSamples({self.dataset!r}, seed={self.seed})"
