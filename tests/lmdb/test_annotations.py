@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from pycocotools import mask as coco_mask
 from torchvision import tv_tensors
 
 from fastload.datasets.decode import decode_image
@@ -35,13 +34,40 @@ def blob(height, width):
     return mask
 
 
+def rle_runs(mask):
+    """COCO's uncompressed RLE counts: runs of 0s and 1s in column-major order, 0s first."""
+    flat = mask.flatten(order="F")
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(flat)) + 1, [flat.size]])
+    return [0] * bool(flat[0]) + np.diff(bounds).tolist()
+
+
+def rle_string(runs):
+    """COCO's compressed RLE string of ``runs``, as pycocotools' rleToString writes it."""
+    chars = []
+    for index, value in enumerate(runs):
+        value -= runs[index - 2] if index > 2 else 0
+        more = True
+        while more:
+            code, value = value & 0x1F, value >> 5
+            more = value != -1 if code & 0x10 else value != 0
+            chars.append(chr((code | 0x20 * more) + 48))
+    return "".join(chars)
+
+
+@pytest.fixture
+def coco_mask():
+    return pytest.importorskip(
+        "pycocotools.mask", reason="instance masks are rasterised by pycocotools (fastload[coco])"
+    )
+
+
 @pytest.fixture
 def coco(tmp_path):
     images = tmp_path / "images"
     write_jpeg(images / "a.jpg", 48, 64, 0)
     write_jpeg(images / "b.jpg", 40, 40, 1)
     write_jpeg(images / "sub" / "c.jpg", 50, 60, 2)
-    rle = coco_mask.encode(np.asfortranarray(blob(50, 60)))
+    counts = rle_string(rle_runs(blob(50, 60)))
     annotations = {
         "images": [
             {"id": 10, "file_name": "a.jpg", "height": 48, "width": 64},
@@ -52,7 +78,7 @@ def coco(tmp_path):
             {"id": 1, "image_id": 10, "category_id": 18, "bbox": [4, 6, 20, 10], "area": 200,
              "iscrowd": 0, "segmentation": [[4, 6, 24, 6, 24, 16, 4, 16]]},
             {"id": 2, "image_id": 30, "category_id": 1, "bbox": [8, 7, 42, 31], "area": 500,
-             "iscrowd": 1, "segmentation": {"size": rle["size"], "counts": rle["counts"].decode()}},
+             "iscrowd": 1, "segmentation": {"size": [50, 60], "counts": counts}},
             {"id": 3, "image_id": 10, "category_id": 90, "bbox": [30.5, 2, 10, 40.25],
              "area": 12.5, "iscrowd": 0, "segmentation": []},
         ],
@@ -68,7 +94,9 @@ def convert(*args):
     main(["convert", *map(str, args), "--workers", "0"])
 
 
-def test_coco_boxes_labels_and_instance_masks_are_stored_as_torchvision_reads_them(coco, tmp_path):
+def test_coco_boxes_labels_and_instance_masks_are_stored_as_torchvision_reads_them(
+    coco, tmp_path, coco_mask
+):
     images, annotations, raw = coco
     convert(images, tmp_path / "db", "--annotations", annotations, "--instance-masks")
     dataset = LMDBDataset(tmp_path / "db", decode="tensor")
@@ -118,11 +146,11 @@ def break_json(raw, change):
          r"images\[1\] file_name '../b.jpg' is not a relative path inside the image folder"),
         (lambda c: c["images"][0].update(file_name="/etc/passwd"), "images.0. file_name"),
         (lambda c: c["annotations"][2].update(bbox=[1, 2, float("nan"), 3]),
-         r"annotations\[2\]: bbox \[1, 2, nan, 3\] is not four finite numbers"),
+         r"annotations\[2\] \(id 3\) of .*a.jpg: bbox \[1, 2, nan, 3\] is not four finite"),
         (lambda c: c["annotations"][0].update(image_id=99),
          r"annotations\[0\]: image_id 99 is not in 'images'"),
         (lambda c: c["annotations"][0].update(category_id="dog"),
-         r"annotations\[0\]: category_id 'dog' is not an integer"),
+         r"annotations\[0\] \(id 1\) of .*a.jpg: category_id 'dog' is not an integer"),
         (lambda c: c["images"][1].update(id=10), "two images have the same id"),
         (lambda c: c.pop("images"), "not a COCO annotation file"),
         (lambda c: c["images"][0].update(width=65), r"a.jpg: the image is 64x48, .* says 65x48"),
@@ -220,3 +248,143 @@ def _convert_skipping(images, masks, path):
     from fastload import write_lmdb
 
     return write_lmdb(images, path, masks=masks, skip_bad=True, num_workers=0, progress=False)
+
+
+# --- hostile annotations: refused naming the file, the annotation and the image, or read
+# back as converted; never a crash, a hang, or a record that cannot be read.
+
+NAN, INF = float("nan"), float("inf")
+WHERE = r"instances.json: annotations\[0\] \(id 1\) of .*images/a.jpg: "
+
+
+def convert_changed(coco, tmp_path, change, *options, name="db"):
+    images, annotations, raw = coco
+    annotations.write_text(json.dumps(break_json(raw, change)))
+    convert(images, tmp_path / name, "--annotations", annotations, *options)
+
+
+def first(**values):
+    return lambda c: c["annotations"][0].update(values)
+
+
+HOSTILE_VALUES = {
+    "area null": (first(area=None), "area None is not a finite number >= 0"),
+    "area string": (first(area="5"), "area '5' is not a finite number >= 0"),
+    "area negative": (first(area=-1), "area -1 is not a finite number >= 0"),
+    "area huge": (first(area=1e39), "area 1e.39 is not a finite number >= 0"),
+    "iscrowd null": (first(iscrowd=None), "iscrowd None is not 0 or 1"),
+    "iscrowd string": (first(iscrowd="0"), "iscrowd '0' is not 0 or 1"),
+    "iscrowd 2": (first(iscrowd=2), "iscrowd 2 is not 0 or 1"),
+    "category float": (first(category_id=1.0), r"category_id 1.0 is not an integer"),
+    "category huge": (first(category_id=2**70), r"category_id 1180591620717411303424 is not an"),
+    "bbox 3 numbers": (first(bbox=[1, 2, 3]), r"bbox \[1, 2, 3\] is not four finite numbers"),
+    "bbox bool": (first(bbox=[1, 2, 3, True]), r"bbox \[1, 2, 3, True\] is not four finite"),
+    "bbox inf": (first(bbox=[1, 2, INF, 3]), r"bbox \[1, 2, inf, 3\] is not four finite"),
+    "bbox negative": (first(bbox=[20, 6, -10, 10]), r"bbox \[20, 6, -10, 10\] has a negative"),
+    "bbox outside": (first(bbox=[1e12, 0, 5, 5]), r"bbox .* is outside the 64x48 image"),
+}
+
+HOSTILE_SEGMENTATIONS = {
+    "huge polygon": (
+        [[0, 0, 1e12, 0, 1e12, 1e12]],
+        r"a polygon reaches outside the 64x48 image \(x 0..1000000000000.0, y 0..1000000000000.0\)",
+    ),
+    "nan polygon": ([[0, 0, NAN, 0, 10, 10]], r"polygon \[0, 0, nan, 0, 10, 10\] is not a list"),
+    "inf polygon": ([[0, 0, 10, -INF, 10, 10]], r"polygon \[0, 0, 10, -inf, 10, 10\] is not a"),
+    "odd polygon": ([[0, 0, 10, 0, 10]], r"polygon \[0, 0, 10, 0, 10\] is not a list of at least"),
+    "one point": ([[5, 5]], r"polygon \[5, 5\] is not a list of at least two finite"),
+    "string": ("abc", "segmentation is a str, not polygons or an RLE"),
+    "rle size": ({"size": [480, 640], "counts": [3072]}, r"RLE size \[480, 640\] is not the"),
+    "rle no size": ({"counts": [3072]}, r"RLE size None is not the image's \[48, 64\]"),
+    "rle long": ({"size": [48, 64], "counts": [0, 5000]}, "RLE counts cover 5000 pixels"),
+    "rle negative": (
+        {"size": [48, 64], "counts": [10, -5, 3067]},
+        "RLE counts hold a negative run",
+    ),
+    "rle string long": (
+        {"size": [48, 64], "counts": rle_string([0, 100000])},
+        "RLE counts cover 100000 pixels, the image has 3072",
+    ),
+    "rle string cut": ({"size": [48, 64], "counts": "0P"}, "RLE counts '0P' are not COCO's"),
+    "rle string bytes": ({"size": [48, 64], "counts": "0\u00ff"}, "RLE counts '0\u00ff' are not"),
+    "rle string negative": (
+        {"size": [48, 64], "counts": rle_string([10, -5, 3067])},
+        "RLE counts hold a negative run",
+    ),
+}
+
+
+@pytest.mark.parametrize(("change", "message"), HOSTILE_VALUES.values(), ids=HOSTILE_VALUES)
+def test_a_value_that_would_not_read_back_is_refused_and_skip_bad_skips_it(
+    coco, tmp_path, capsys, change, message
+):
+    with pytest.raises(SystemExit) as stopped:
+        convert_changed(coco, tmp_path, change)
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert stopped.value.code == 2 and error.startswith("fastload convert: error: ")
+    assert re.search(WHERE + message, error), error
+    assert_skipped(coco, tmp_path, change, message)
+
+
+def assert_skipped(coco, tmp_path, change, message, *options):
+    convert_changed(coco, tmp_path, change, "--skip-bad", *options, name="skipped")
+    dataset = LMDBDataset(tmp_path / "skipped")
+    (skipped,) = dataset.meta["skipped"]
+    assert skipped["path"].endswith("images/a.jpg") and re.search(message, skipped["error"])
+    assert len(dataset) == 2 and [int(dataset[i][1]["image_id"]) for i in (0, 1)] == [20, 30]
+
+
+@pytest.mark.parametrize(
+    ("segmentation", "message"), HOSTILE_SEGMENTATIONS.values(), ids=HOSTILE_SEGMENTATIONS
+)
+def test_a_segmentation_that_would_crash_pycocotools_is_refused_and_skippable(
+    coco, tmp_path, capsys, coco_mask, segmentation, message
+):
+    change = first(segmentation=segmentation)
+    with pytest.raises(SystemExit) as stopped:
+        convert_changed(coco, tmp_path, change, "--instance-masks")
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert stopped.value.code == 2 and re.search(WHERE + message, error), error
+    assert_skipped(coco, tmp_path, change, message, "--instance-masks")
+
+
+@pytest.mark.slow
+def test_a_huge_polygon_with_workers_is_named_not_a_hang(coco, tmp_path, capsys, coco_mask):
+    images, annotations, raw = coco
+    annotations.write_text(json.dumps(break_json(raw, first(segmentation=[[0, 0, 1e12, 0, 1, 1]]))))
+    with pytest.raises(SystemExit) as stopped:
+        main(["convert", str(images), str(tmp_path / "db"), "--annotations", str(annotations),
+              "--instance-masks", "--workers", "2"])  # fmt: skip
+    assert stopped.value.code == 2
+    assert re.search(WHERE + "a polygon reaches outside", capsys.readouterr().err)
+
+
+def test_what_coco_really_holds_converts_and_reads_back(coco, tmp_path, coco_mask):
+    """A little outside the image, two-point polygons, no area or iscrowd, a zero-width box,
+    a polygon's first point repeated: accepted, and read back as stored."""
+    change = first(
+        bbox=[-1, -0.5, 65.5, 49], segmentation=[[-0.5, -1, 64.7, 0, 65, 48.9], [3, 3, 9, 9]]
+    )
+
+    def edit(c):
+        change(c)
+        del c["annotations"][0]["area"], c["annotations"][0]["iscrowd"]
+        c["annotations"][2].update(bbox=[30, 2, 0, 0], segmentation=[[1, 1, 20, 1]], iscrowd=True)
+
+    convert_changed(coco, tmp_path, edit, "--instance-masks")
+    _, target = LMDBDataset(tmp_path / "db", decode="tensor")[0]
+    assert target["boxes"].tolist() == [[-1, -0.5, 64.5, 48.5], [30, 2, 30, 2]]
+    assert target["area"].tolist() == [0, 12.5] and target["iscrowd"].tolist() == [0, 1]
+    big, line = target["masks"]
+    assert int(big.sum()) > 1000 and int(line.sum()) < 40
+
+
+def test_the_rle_helpers_agree_with_pycocotools(coco_mask):
+    from fastload.lmdb.annotations import _rle_string_counts
+
+    generator = np.random.default_rng(0)
+    for mask in [blob(50, 60), np.ones((3, 4), np.uint8), generator.integers(0, 2, (30, 20))]:
+        mask = np.asfortranarray(mask.astype(np.uint8))
+        counts = coco_mask.encode(mask)["counts"].decode()
+        assert rle_string(rle_runs(mask)) == counts
+        assert _rle_string_counts(counts, what="test") == rle_runs(mask)

@@ -5,6 +5,7 @@ folder of images with a parallel folder of PNG class masks."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -16,7 +17,7 @@ from PIL import Image
 from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.lmdb.format import Field
 from fastload.lmdb.sources import Encoding, pack_item
-from fastload.lmdb.targets import ARRAY, BOXES, MASK
+from fastload.lmdb.targets import ARRAY, BOXES, MASK, TargetError
 
 __all__ = ["CocoSource", "MaskFolderSource"]
 
@@ -38,7 +39,7 @@ class CocoSource:
     annotations_path: Path
     instance_masks: bool = False
     images: list[dict[str, Any]] = field(default_factory=list)
-    objects: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    objects: dict[int, list[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
     categories: list[dict[str, Any]] = field(default_factory=list)
     classes: ClassVar[None] = None  # categories, not classes: COCO's ids have gaps
 
@@ -72,10 +73,13 @@ class CocoSource:
         if (image.get("height", height), image.get("width", width)) != (height, width):
             raise ImageDecodeError(
                 f"{path}: the image is {width}x{height}, {self.annotations_path} says "
-                f"{image['width']}x{image['height']}"
+                f"{image.get('width')}x{image.get('height')}"
             )
         objects = self.objects.get(image["id"], [])
-        fields = _box_fields(objects, image["id"])
+        for index, obj in objects:
+            what = f"{self.annotations_path}: annotations[{index}] (id {obj.get('id')!r}) of {path}"
+            _check_object(obj, height, width, self.instance_masks, what=what)
+        fields = _box_fields([obj for _, obj in objects], image["id"])
         if self.instance_masks:
             fields["masks"] = Field(MASK, _instance_masks(objects, height, width, what=path))
         return pack_item(rgb, None, fields, encoding, what=path, data=data)
@@ -83,19 +87,20 @@ class CocoSource:
 
 def _read_coco(
     path: Path,
-) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]], list[dict[str, Any]]]:
-    """(images, annotations by image id, categories), checked so that a malformed file
-    fails here, naming the entry, not half-way through a conversion."""
+) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, dict[str, Any]]]], list[dict[str, Any]]]:
+    """(images, (index, annotation) pairs by image id, categories), the file's structure
+    checked so that a malformed file fails here, naming the entry. Each annotation's
+    values are checked with its image (:func:`_check_object`): a bad one is skippable."""
     try:
         coco = json.loads(Path(path).read_bytes())
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not a JSON file ({error})") from error
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise ValueError(f"{path}: not a COCO annotation file (no 'images' list)")
     images = coco["images"]
     for index, image in enumerate(images):
         name = image.get("file_name") if isinstance(image, dict) else None
-        if not isinstance(name, str) or not isinstance(image.get("id"), int):
+        if not isinstance(name, str) or not _is_int64(image.get("id")):
             raise ValueError(f"{path}: images[{index}] needs an integer 'id' and a 'file_name'")
         parts = PurePosixPath(name).parts
         if not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name:
@@ -106,28 +111,138 @@ def _read_coco(
     ids = {image["id"] for image in images}
     if len(ids) != len(images):
         raise ValueError(f"{path}: two images have the same id")
-    objects: dict[int, list[dict[str, Any]]] = {}
-    for index, annotation in enumerate(coco.get("annotations") or []):
-        _check_annotation(annotation, ids, what=f"{path}: annotations[{index}]")
-        objects.setdefault(annotation["image_id"], []).append(annotation)
-    return images, objects, list(coco.get("categories") or [])
+    annotations = coco.get("annotations") or []
+    if not isinstance(annotations, list):
+        raise ValueError(f"{path}: 'annotations' is not a list")
+    objects: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for index, annotation in enumerate(annotations):
+        if not isinstance(annotation, dict):
+            raise ValueError(f"{path}: annotations[{index}] is not an object")
+        image_id = annotation.get("image_id")
+        if isinstance(image_id, bool) or image_id not in ids:
+            raise ValueError(
+                f"{path}: annotations[{index}]: image_id {image_id!r} is not in 'images'"
+            )
+        objects.setdefault(image_id, []).append((index, annotation))
+    categories = coco.get("categories") or []
+    if not isinstance(categories, list):
+        raise ValueError(f"{path}: 'categories' is not a list")
+    return images, objects, categories
 
 
-def _check_annotation(annotation: Any, ids: set[int], *, what: str) -> None:
-    if not isinstance(annotation, dict):
-        raise ValueError(f"{what} is not an object")
-    if annotation.get("image_id") not in ids:
-        raise ValueError(f"{what}: image_id {annotation.get('image_id')!r} is not in 'images'")
-    box = annotation.get("bbox")
-    if not (
-        isinstance(box, list)
-        and len(box) == 4
-        and all(isinstance(v, (int, float)) and np.isfinite(v) for v in box)
-    ):
-        raise ValueError(f"{what}: bbox {box!r} is not four finite numbers [x, y, width, height]")
-    category = annotation.get("category_id")
-    if not isinstance(category, int) or isinstance(category, bool):
-        raise ValueError(f"{what}: category_id {category!r} is not an integer")
+_INT64 = np.iinfo(np.int64)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: How far outside its image a box or polygon may reach, in pixels: COCO's reach a
+#: little past the border. Farther is a broken annotation (and 1e12 crashes pycocotools).
+OUTSIDE = 16.0
+
+
+def _is_int64(value: Any) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and _INT64.min <= value <= _INT64.max
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _inside(xs: Any, ys: Any, height: int, width: int) -> bool:
+    return (
+        min(xs) >= -OUTSIDE
+        and min(ys) >= -OUTSIDE
+        and max(xs) <= width + OUTSIDE
+        and max(ys) <= height + OUTSIDE
+    )
+
+
+def _check_object(obj: dict[str, Any], height: int, width: int, masks: bool, *, what: str) -> None:
+    """Refuse (TargetError, naming ``what``) an annotation that would be stored wrong, be
+    unreadable, or crash pycocotools: every value is checked against its image."""
+    box = obj.get("bbox")
+    if not (isinstance(box, list) and len(box) == 4 and all(map(_is_number, box))):
+        raise TargetError(f"{what}: bbox {box!r} is not four finite numbers [x, y, width, height]")
+    x, y, box_width, box_height = box
+    if box_width < 0 or box_height < 0:
+        raise TargetError(f"{what}: bbox {box!r} has a negative width or height")
+    if not _inside((x, x + box_width), (y, y + box_height), height, width):
+        raise TargetError(f"{what}: bbox {box!r} is outside the {width}x{height} image")
+    category = obj.get("category_id")
+    if not _is_int64(category):
+        raise TargetError(f"{what}: category_id {category!r} is not an integer")
+    crowd = obj.get("iscrowd", 0)
+    if not isinstance(crowd, int) or crowd not in (0, 1):
+        raise TargetError(f"{what}: iscrowd {crowd!r} is not 0 or 1")
+    area = obj.get("area", 0.0)
+    if not _is_number(area) or not 0 <= area <= _FLOAT32_MAX:
+        raise TargetError(f"{what}: area {area!r} is not a finite number >= 0")
+    if masks:
+        _check_segmentation(obj.get("segmentation"), height, width, what=what)
+
+
+def _check_segmentation(segmentation: Any, height: int, width: int, *, what: str) -> None:
+    """Polygons inside the image (with :data:`OUTSIDE`), or an RLE of exactly its size."""
+    if segmentation is None or segmentation == []:
+        return  # no mask: an empty one
+    if isinstance(segmentation, list):
+        for polygon in segmentation:
+            if not (
+                isinstance(polygon, list)
+                and len(polygon) >= 4
+                and len(polygon) % 2 == 0
+                and all(map(_is_number, polygon))
+            ):
+                shown = polygon if len(repr(polygon)) < 80 else f"{repr(polygon)[:76]}...]"
+                raise TargetError(
+                    f"{what}: polygon {shown} is not a list of at least two finite (x, y) points"
+                )
+            if not _inside(polygon[0::2], polygon[1::2], height, width):
+                raise TargetError(
+                    f"{what}: a polygon reaches outside the {width}x{height} image "
+                    f"(x {min(polygon[0::2])}..{max(polygon[0::2])}, "
+                    f"y {min(polygon[1::2])}..{max(polygon[1::2])})"
+                )
+        return
+    if not isinstance(segmentation, dict):
+        raise TargetError(
+            f"{what}: segmentation is a {type(segmentation).__name__}, not polygons or an RLE"
+        )
+    size, counts = segmentation.get("size"), segmentation.get("counts")
+    if size != [height, width] or not all(map(_is_int64, size)):
+        raise TargetError(f"{what}: RLE size {size!r} is not the image's [{height}, {width}]")
+    if isinstance(counts, str):
+        runs = _rle_string_counts(counts, what=what)
+    elif isinstance(counts, list) and all(map(_is_int64, counts)):
+        runs = counts
+    else:
+        raise TargetError(f"{what}: RLE counts are neither a string nor a list of integers")
+    if min(runs, default=0) < 0:
+        raise TargetError(f"{what}: RLE counts hold a negative run")
+    if sum(runs) != height * width:
+        raise TargetError(
+            f"{what}: RLE counts cover {sum(runs)} pixels, the image has {height * width}"
+        )
+
+
+def _rle_string_counts(counts: str, *, what: str) -> list[int]:
+    """The runs of COCO's compressed RLE string, decoded as pycocotools' rleFrString does
+    but refusing what it would read past the end of, or wrap."""
+    runs: list[int] = []
+    position = 0
+    while position < len(counts):
+        value, shift, more = 0, 0, True
+        while more:
+            code = ord(counts[position]) - 48 if position < len(counts) else -1
+            if not 0 <= code < 64 or shift > 30:
+                raise TargetError(f"{what}: RLE counts {counts[:40]!r} are not COCO's encoding")
+            value |= (code & 0x1F) << shift
+            more, position, shift = bool(code & 0x20), position + 1, shift + 5
+            if not more and code & 0x10:
+                value |= -1 << shift
+        if len(runs) > 2:
+            value += runs[-2]
+        runs.append(value)
+    return runs
 
 
 def _box_fields(objects: list[dict[str, Any]], image_id: int) -> dict[str, Field]:
@@ -152,27 +267,36 @@ def _pycocotools_mask() -> Any:
     return mask
 
 
-def _instance_masks(objects: list[dict[str, Any]], height: int, width: int, *, what: str):
-    """(K, H, W) uint8: each object's polygons or RLE, as COCO's own API rasterises it."""
+def _instance_masks(
+    objects: list[tuple[int, dict[str, Any]]], height: int, width: int, *, what: str
+) -> np.ndarray:
+    """(K, H, W) uint8: each object's polygons or RLE (checked by :func:`_check_object`),
+    as COCO's own API rasterises it."""
+    from fastload.datasets.decode import MAX_PIXELS
+
+    if MAX_PIXELS is not None and len(objects) * height * width > MAX_PIXELS:
+        raise TargetError(
+            f"{what}: {len(objects)} instance masks of {width}x{height} are "
+            f"{len(objects) * height * width:,} pixels, over the limit of {MAX_PIXELS:,}; raise "
+            "fastload.datasets.decode.MAX_PIXELS to allow it"
+        )
     coco_mask = _pycocotools_mask()
     masks = np.zeros((len(objects), height, width), np.uint8)
-    for index, obj in enumerate(objects):
+    for index, (_, obj) in enumerate(objects):
         segmentation = obj.get("segmentation")
         if not segmentation:
             continue
-        try:  # as pycocotools' COCO.annToRLE reads the three forms
-            if isinstance(segmentation, list):  # polygons
-                rle = coco_mask.merge(coco_mask.frPyObjects(segmentation, height, width))
-            elif isinstance(segmentation.get("counts"), list):  # uncompressed RLE
-                rle = coco_mask.frPyObjects(segmentation, height, width)
-            else:  # compressed RLE
-                rle = segmentation
-            masks[index] = coco_mask.decode(rle)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
-            raise ImageDecodeError(
-                f"{what}: annotation {obj.get('id', index)} has a segmentation pycocotools "
-                f"cannot read ({error})"
-            ) from error
+        # as pycocotools' COCO.annToRLE reads the three forms
+        if isinstance(segmentation, list):  # polygons
+            # pycocotools reads a first polygon of four numbers as a box: two points, a
+            # line, are given as three (the last one twice), the same polygon
+            polygons = [p + p[-2:] if len(p) == 4 else p for p in segmentation]
+            rle = coco_mask.merge(coco_mask.frPyObjects(polygons, height, width))
+        elif isinstance(segmentation["counts"], list):  # uncompressed RLE
+            rle = coco_mask.frPyObjects(segmentation, height, width)
+        else:  # compressed RLE
+            rle = segmentation
+        masks[index] = coco_mask.decode(rle)
     return masks
 
 
