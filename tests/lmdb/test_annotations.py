@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -388,3 +389,43 @@ def test_the_rle_helpers_agree_with_pycocotools(coco_mask):
         counts = coco_mask.encode(mask)["counts"].decode()
         assert rle_string(rle_runs(mask)) == counts
         assert _rle_string_counts(counts, what="test") == rle_runs(mask)
+
+
+def png_claiming(width, height):
+    """A PNG whose header claims ``width`` x ``height`` 8-bit grey pixels (and holds none)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+def test_a_mask_claiming_ten_billion_pixels_is_named_and_skippable(segmentation, tmp_path, capsys):
+    images, masks = segmentation
+    (masks / "a.png").write_bytes(png_claiming(100_000, 100_000))
+    with pytest.raises(SystemExit) as stopped:
+        convert(images, tmp_path / "db", "--masks", masks)
+    (error,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert stopped.value.code == 2 and "Traceback" not in error
+    assert re.search(
+        r"^fastload convert: error: .*masks/a.png: not a mask for .*images/a.jpg "
+        r"\(Image size \(10000000000 pixels\) exceeds limit",
+        error,
+    ), error
+    meta = _convert_skipping(images, masks, tmp_path / "skipped")
+    assert meta["count"] == 1 and [Path(e["path"]).name for e in meta["skipped"]] == ["a.jpg"]
+
+
+def test_a_mask_of_the_wrong_size_is_refused_before_its_pixels_are_read(
+    segmentation, tmp_path, capsys
+):
+    images, masks = segmentation
+    (masks / "a.png").write_bytes(png_claiming(41, 30))  # no pixel data: only the header read
+    with pytest.raises(SystemExit):
+        convert(images, tmp_path / "db", "--masks", masks)
+    assert "a.png: the mask is 41x30, its image" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -342,24 +343,31 @@ class MaskFolderSource:
         rgb = decode_image(data, source=path)
         if not mask_path.is_file():
             raise FileNotFoundError(f"{mask_path}: no mask for {path}")
-        mask = _read_mask(mask_path)
-        if mask.shape != rgb.shape[:2]:
-            raise ImageDecodeError(
-                f"{mask_path}: the mask is {mask.shape[1]}x{mask.shape[0]}, its image {path} "
-                f"is {rgb.shape[1]}x{rgb.shape[0]}"
-            )
+        mask = _read_mask(mask_path, rgb.shape[:2], image=path)
         return pack_item(rgb, None, {"mask": Field(MASK, mask)}, encoding, what=path, data=data)
 
 
-def _read_mask(path: Path) -> np.ndarray:
+def _read_mask(path: Path, size: tuple[int, int], *, image: str) -> np.ndarray:
+    """The class mask at ``path`` for the image ``image`` of ``size`` (H, W): its header
+    is checked (mode, size) before any pixel is decoded."""
     try:
-        with Image.open(path) as image:
-            if image.mode not in _MASK_MODES:
-                raise ImageDecodeError(
-                    f"{path}: a {image.mode} image; masks hold one class index per pixel "
-                    "(grey, palette or 16-bit PNG)"
-                )
-            mask = np.asarray(image)
+        with warnings.catch_warnings():
+            # the size is checked against the image's, itself within MAX_PIXELS
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                if opened.mode not in _MASK_MODES:
+                    raise ImageDecodeError(
+                        f"{path}: a {opened.mode} image; masks hold one class index per pixel "
+                        "(grey, palette or 16-bit PNG)"
+                    )
+                if (opened.height, opened.width) != size:
+                    raise ImageDecodeError(
+                        f"{path}: the mask is {opened.width}x{opened.height}, its image {image} "
+                        f"is {size[1]}x{size[0]}"
+                    )
+                mask = np.asarray(opened)
+    except Image.DecompressionBombError as error:  # a header that claims billions of pixels
+        raise ImageDecodeError(f"{path}: not a mask for {image} ({error})") from error
     except (OSError, SyntaxError) as error:  # PIL's errors for corrupt files
         raise ImageDecodeError(f"{path}: not a readable PNG mask ({error})") from error
     if mask.dtype == np.bool_:
