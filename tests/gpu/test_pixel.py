@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from common_utils import cpu_and_cuda
 from fastload import gpu
-from fastload.gpu import pixel
+from fastload.gpu.functional import pixel
 from gpu_cases import images, per_image
 
 DTYPES = [torch.uint8, torch.float32]

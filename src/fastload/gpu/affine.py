@@ -1,9 +1,7 @@
 """Affine geometry on the batch: RandomAffine and RandomRotation with torchvision v2's
-arguments, a different matrix per sample, one grid and one ``grid_sample`` call.
-
-The matrices, the grid and the fill are torchvision's (``_get_inverse_affine_matrix``,
-``_affine_grid``, the mask channel that blends ``fill`` in), built for every sample at
-once, so that a sample's result equals ``v2.functional.affine`` with its parameters.
+arguments, a different matrix per sample, one grid and one ``grid_sample`` call (the
+kernels of :mod:`fastload.gpu.functional.geometry`), so that a sample's result equals
+``v2.functional.affine`` with its parameters.
 """
 
 from __future__ import annotations
@@ -15,66 +13,12 @@ import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from fastload.gpu.base import BatchTransform, Params, finite, pair
-from fastload.gpu.warp import Fill, check_fill, interpolation_name, sample_grid
+from fastload._checks import finite, pair
+from fastload.gpu.arguments import check_fill, interpolation_name, symmetric
+from fastload.gpu.base import BatchTransform, Params
+from fastload.gpu.functional import Fill, affine, inverse_affine_matrices
 
-__all__ = ["RandomAffine", "RandomRotation", "affine", "inverse_affine_matrices"]
-
-
-def inverse_affine_matrices(
-    angle: Tensor,
-    translate: Tensor,
-    scale: Tensor,
-    shear: Tensor,
-    center: Tensor | None = None,
-) -> Tensor:
-    """Per sample, the (2, 3) matrix mapping output pixels to input pixels (origin at the
-    image centre), as torchvision's ``_get_inverse_affine_matrix``: ``angle`` (N,) in
-    degrees, ``translate`` (N, 2) in pixels, ``scale`` (N,), ``shear`` (N, 2) in degrees,
-    ``center`` (N, 2) relative to the image centre (default 0)."""
-    angle, translate, scale, shear = (t.double() for t in (angle, translate, scale, shear))
-    rot, sx, sy = torch.deg2rad(angle), torch.deg2rad(shear[:, 0]), torch.deg2rad(shear[:, 1])
-    center = torch.zeros_like(translate) if center is None else center.double()
-    cx, cy = center[:, 0], center[:, 1]
-    cx_plus_tx, cy_plus_ty = cx + translate[:, 0], cy + translate[:, 1]
-    a = torch.cos(rot - sy) / torch.cos(sy)
-    b = -(a * torch.tan(sx) + torch.sin(rot))
-    c = torch.sin(rot - sy) / torch.cos(sy)
-    d = torch.cos(rot) - c * torch.tan(sx)
-    m0, m1, m3, m4 = d / scale, -b / scale, -c / scale, a / scale
-    m2 = cx - m0 * cx_plus_tx - m1 * cy_plus_ty
-    m5 = cy - m3 * cx_plus_tx - m4 * cy_plus_ty
-    return torch.stack((m0, m1, m2, m3, m4, m5), dim=1).view(-1, 2, 3)
-
-
-def affine(
-    images: Tensor, matrices: Tensor, interpolation: str = "nearest", fill: Fill = 0
-) -> Tensor:
-    """Warp each image by its inverse matrix (from :func:`inverse_affine_matrices`); pixels
-    from outside become ``fill`` (on the image's scale), or 0 with ``fill=None``."""
-    _, _, height, width = images.shape
-    maths = images.dtype if images.is_floating_point() else torch.float32
-    return sample_grid(images, _grid(matrices.to(maths), height, width), interpolation, fill)
-
-
-def _grid(matrices: Tensor, height: int, width: int) -> Tensor:
-    """torchvision's ``_affine_grid`` for (N, 2, 3) matrices: pixel centres relative to the
-    image centre, mapped, then normalised by half the size."""
-    dtype, device = matrices.dtype, matrices.device
-    base = torch.empty(1, height, width, 3, dtype=dtype, device=device)
-    base[..., 0].copy_(
-        torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, width, device=device)
-    )
-    base[..., 1].copy_(
-        torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, height, device=device).unsqueeze(
-            -1
-        )
-    )
-    base[..., 2].fill_(1)
-    halves = torch.tensor([0.5 * width, 0.5 * height], dtype=dtype, device=device)
-    rescaled = matrices.transpose(1, 2) / halves
-    grid = base.view(1, height * width, 3).expand(len(matrices), -1, -1).bmm(rescaled)
-    return grid.view(len(matrices), height, width, 2)
+__all__ = ["RandomAffine", "RandomRotation"]
 
 
 def _center(center: Sequence[float] | None, shape: torch.Size, device) -> Tensor | None:
@@ -110,7 +54,7 @@ class RandomAffine(BatchTransform):
         generator=None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
-        self.degrees = _symmetric(degrees, "degrees")
+        self.degrees = symmetric(degrees, "degrees")
         self.translate = None
         if translate is not None:
             if len(translate) != 2:
@@ -195,7 +139,7 @@ class RandomRotation(BatchTransform):
                 "RandomRotation(expand=True) gives every angle its own output size, which one "
                 "batch cannot hold: rotate without expanding, or crop/resize afterwards"
             )
-        self.degrees = _symmetric(degrees, "degrees")
+        self.degrees = symmetric(degrees, "degrees")
         self.interpolation = interpolation_name(interpolation)
         self.center = None if center is None else [finite(c, "center") for c in center]
         self.fill = check_fill(fill)
@@ -227,18 +171,9 @@ class RandomRotation(BatchTransform):
         return affine(images, matrices, self.interpolation, self.fill)
 
 
-def _symmetric(value: float | Sequence[float], name: str) -> tuple[float, float]:
-    if isinstance(value, (int, float)):
-        number = finite(value, name)
-        if number < 0:
-            raise ValueError(f"{name} as one number must be >= 0, got {value!r}")
-        return -number, number
-    return pair(value, name)
-
-
 def _shear(value: float | Sequence[float]) -> tuple[float, ...]:
     if isinstance(value, (int, float)):
-        return _symmetric(value, "shear")
+        return symmetric(value, "shear")
     if len(value) == 2:
         return pair(value, "shear")
     if len(value) == 4:

@@ -9,13 +9,13 @@ vectorised draw for the whole batch, on the batch's device), then ``apply_transf
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torchvision import tv_tensors
 
+from fastload._checks import check_probability
 from fastload.gpu.keyed import keyed_uniform
 from fastload.gpu.targets import has_targets, join, split
 
@@ -43,49 +43,6 @@ def check_images(images: Any, name: str, *, rgb: bool = False) -> None:
         )
     if rgb and images.shape[1] != 3:
         raise ValueError(f"{name} works on RGB images (3 channels), got {images.shape[1]} channels")
-
-
-def to_float(images: Tensor) -> Tensor:
-    """float32 (float64 stays) on the image's own scale: 0..255 for uint8, 0..1 for floats.
-    Grids and colour maths in half precision are visibly wrong, so never below float32."""
-    return images if images.dtype == torch.float64 else images.to(torch.float32)
-
-
-def restore(result: Tensor, dtype: torch.dtype) -> Tensor:
-    """Back to the input's dtype; uint8 is rounded and clamped, not truncated."""
-    if dtype == torch.uint8:
-        return result.round_().clamp_(0, 255).to(torch.uint8)
-    return result.to(dtype)
-
-
-def max_value(dtype: torch.dtype) -> float:
-    return 255.0 if dtype == torch.uint8 else 1.0
-
-
-def finite(value: float, name: str) -> float:
-    """``value`` as a float; a NaN or infinite argument is refused where it is given (it
-    would otherwise turn images black, silently)."""
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return number
-
-
-def pair(value: float | Sequence[float], name: str) -> tuple[float, float]:
-    if isinstance(value, (int, float)):
-        return finite(value, name), finite(value, name)
-    if len(value) != 2:
-        raise ValueError(f"{name} must be a number or a (min, max) pair, got {value!r}")
-    low, high = finite(value[0], name), finite(value[1], name)
-    if low > high:
-        raise ValueError(f"{name} must be (min, max) with min <= max, got {value!r}")
-    return low, high
-
-
-def check_probability(p: float) -> float:
-    if not 0.0 <= p <= 1.0:  # NaN fails this too
-        raise ValueError(f"p must be a probability in [0, 1], got {p}")
-    return float(p)
 
 
 class BatchTransform(nn.Module):

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from fastload.gpu.base import BatchTransform, Params, blend_where, pair, restore, to_float
+from fastload._checks import pair
+from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.functional import gaussian_blur
 
 __all__ = ["GaussianBlur"]
-
-
-def gaussian_kernels(sigma: Tensor, size: int) -> Tensor:
-    """(N, size) normalised 1-D Gaussian kernels, one per sigma (torchvision's kernel)."""
-    offsets = torch.arange(size, device=sigma.device, dtype=sigma.dtype) - (size - 1) / 2
-    weights = torch.exp(-(offsets**2) / (2 * sigma.view(-1, 1) ** 2))
-    return weights / weights.sum(dim=1, keepdim=True)
 
 
 class GaussianBlur(BatchTransform):
@@ -56,20 +49,5 @@ class GaussianBlur(BatchTransform):
         }
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        n, c, height, width = images.shape
-        if n == 0:  # a grouped convolution needs at least one group
-            return images.clone()
-        kx, ky = self.kernel_size
-        if kx // 2 >= width or ky // 2 >= height:  # reflect padding needs a larger image
-            raise ValueError(
-                f"kernel_size {self.kernel_size} is too large for images of {height}x{width}"
-            )
-        pixels = to_float(images)
-        sigma = params["sigma"].to(pixels.dtype)
-        padded = F.pad(pixels, (kx // 2, kx // 2, ky // 2, ky // 2), mode="reflect")
-        channels = padded.reshape(1, n * c, *padded.shape[-2:])
-        row = gaussian_kernels(sigma, kx).repeat_interleave(c, dim=0).view(n * c, 1, 1, kx)
-        column = gaussian_kernels(sigma, ky).repeat_interleave(c, dim=0).view(n * c, 1, ky, 1)
-        blurred = F.conv2d(F.conv2d(channels, row, groups=n * c), column, groups=n * c)
-        blurred = restore(blurred.view(n, c, height, width), images.dtype)
+        blurred = gaussian_blur(images, params["sigma"], self.kernel_size)
         return blend_where(params["apply"], blurred, images)

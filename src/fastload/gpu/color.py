@@ -2,79 +2,28 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from fastload.gpu.base import (
-    BatchTransform,
-    Params,
-    blend_where,
-    finite,
+from fastload._checks import finite, pair
+from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.functional import (
+    adjust_brightness,
+    adjust_contrast,
+    adjust_hue,
+    adjust_saturation,
+    grayscale,
     max_value,
-    pair,
+    normalize,
+    normalize_coefficients,
     restore,
     to_float,
 )
 
-__all__ = [
-    "ColorJitter",
-    "Normalize",
-    "RandomGrayscale",
-    "ToDtype",
-    "hsv_to_rgb",
-    "normalize",
-    "rgb_to_hsv",
-]
-
-# ITU-R 601-2 luma, torchvision's weights.
-_LUMA = (0.2989, 0.587, 0.114)
-
-
-def grayscale(images: Tensor) -> Tensor:
-    """(N, 1, H, W) luma of float RGB images."""
-    r, g, b = images.unbind(dim=1)
-    return (_LUMA[0] * r + _LUMA[1] * g + _LUMA[2] * b).unsqueeze(1)
-
-
-def rgb_to_hsv(rgb: Tensor) -> Tensor:
-    """RGB in [0, 1] to HSV in [0, 1] (hue as a fraction of a turn), batched (N, 3, H, W)."""
-    r, g, b = rgb.unbind(dim=1)
-    maxc, _ = rgb.max(dim=1)
-    minc, _ = rgb.min(dim=1)
-    chroma = maxc - minc
-    saturation = chroma / torch.where(maxc == 0, torch.ones_like(maxc), maxc)
-    safe = torch.where(chroma == 0, torch.ones_like(chroma), chroma)
-    rc, gc, bc = (maxc - r) / safe, (maxc - g) / safe, (maxc - b) / safe
-    hue = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
-    hue = torch.where(chroma == 0, torch.zeros_like(hue), hue)
-    hue = (hue / 6.0) % 1.0
-    return torch.stack((hue, saturation, maxc), dim=1)
-
-
-@functools.cache
-def _sector_table(device: torch.device) -> Tensor:
-    """For each of the six hue sectors, which of (v, q, p, t) each channel takes; made
-    once per device, as a tensor built from a list is a blocking host-to-device copy."""
-    rows = [[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]]
-    return torch.tensor(rows, device=device)
-
-
-def hsv_to_rgb(hsv: Tensor) -> Tensor:
-    """The inverse of :func:`rgb_to_hsv`, batched (N, 3, H, W)."""
-    hue, saturation, value = hsv.unbind(dim=1)
-    sector = torch.floor(hue * 6.0)
-    fraction = hue * 6.0 - sector
-    sector = sector.long() % 6
-    p = (value * (1.0 - saturation)).clamp(0.0, 1.0)
-    q = (value * (1.0 - saturation * fraction)).clamp(0.0, 1.0)
-    t = (value * (1.0 - saturation * (1.0 - fraction))).clamp(0.0, 1.0)
-    table = _sector_table(hsv.device)
-    candidates = torch.stack((value, q, p, t), dim=1)  # (N, 4, H, W)
-    choice = table[sector].permute(0, 3, 1, 2)  # (N, 3, H, W)
-    return candidates.gather(1, choice)
+__all__ = ["ColorJitter", "Normalize", "RandomGrayscale", "ToDtype", "normalize"]
 
 
 def _range(value: float | Sequence[float] | None, name: str, *, center: float, bound: float | None):
@@ -94,10 +43,6 @@ def _range(value: float | Sequence[float] | None, name: str, *, center: float, b
     if bound is None and low < 0:
         raise ValueError(f"{name} values must be non-negative, got {value!r}")
     return None if (low, high) == (center, center) else (low, high)
-
-
-def _blend(images: Tensor, other: Tensor, factor: Tensor, bound: float) -> Tensor:
-    return (factor * images + (1.0 - factor) * other).clamp(0.0, bound)
 
 
 class ColorJitter(BatchTransform):
@@ -132,6 +77,13 @@ class ColorJitter(BatchTransform):
         self.saturation = _range(saturation, "saturation", center=1.0, bound=None)
         self.hue = _range(hue, "hue", center=0.0, bound=0.5)
 
+    _ADJUST: ClassVar[dict[str, Callable[..., Tensor]]] = {
+        "brightness": adjust_brightness,
+        "contrast": adjust_contrast,
+        "saturation": adjust_saturation,
+        "hue": adjust_hue,
+    }
+
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
         # The order decides Python control flow, so it lives on the CPU: reading it from
@@ -155,20 +107,8 @@ class ColorJitter(BatchTransform):
         out = to_float(images)
         for index in params["order"].tolist():
             name = self.OPERATIONS[index]
-            if name not in params:
-                continue
-            factor = params[name].to(out.dtype).view(-1, 1, 1, 1)
-            if name == "brightness":
-                out = (out * factor).clamp(0.0, bound)
-            elif name == "contrast":
-                mean = grayscale(out).mean(dim=(1, 2, 3), keepdim=True)
-                out = _blend(out, mean, factor, bound)
-            elif name == "saturation":
-                out = _blend(out, grayscale(out), factor, bound)
-            else:
-                hsv = rgb_to_hsv(out / bound)
-                hue = (hsv[:, 0] + factor.view(-1, 1, 1)) % 1.0
-                out = hsv_to_rgb(torch.stack((hue, hsv[:, 1], hsv[:, 2]), dim=1)) * bound
+            if name in params:
+                out = self._ADJUST[name](out, params[name], bound=bound)
         return blend_where(params["apply"], restore(out, images.dtype), images)
 
 
@@ -188,13 +128,6 @@ class RandomGrayscale(BatchTransform):
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         gray = restore(grayscale(to_float(images)), images.dtype).expand_as(images)
         return blend_where(params["apply"], gray, images)
-
-
-def normalize(pixels: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-    """``(pixels - mean) / std`` as one fused multiply-add, ``scale`` and ``shift`` from
-    :meth:`Normalize.affine`: fastload's one normalisation, for ``Normalize`` and for
-    ``DataPrefetcher(mean=..., std=...)``."""
-    return torch.addcmul(shift, pixels, scale)
 
 
 class Normalize(BatchTransform):
@@ -220,10 +153,9 @@ class Normalize(BatchTransform):
         device and dtype: a tensor built from a list is a blocking host-to-device copy."""
         key = (device, dtype, uint8)
         if key not in self._cache:
-            mean = torch.tensor(self.mean, dtype=torch.float64).view(1, -1, 1, 1)
-            std = torch.tensor(self.std, dtype=torch.float64).view(1, -1, 1, 1)
-            scale, shift = (1 / std) / (255 if uint8 else 1), -mean / std
-            self._cache[key] = (scale.to(device, dtype), shift.to(device, dtype))
+            self._cache[key] = normalize_coefficients(
+                self.mean, self.std, device=device, dtype=dtype, uint8=uint8
+            )
         return self._cache[key]
 
     def sample_params(self, shape, device, generator=None) -> Params:

@@ -19,10 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor, nn
 
+from fastload._checks import pair
 from fastload.collate import EncodedBatch
 from fastload.datasets.decode import decode_image
-from fastload.gpu.base import Params, pair
-from fastload.gpu.geometric import RandomResizedCrop, output_size, resized_crops
+from fastload.gpu.arguments import output_size
+from fastload.gpu.base import Params
+from fastload.gpu.functional import resized_crops
+from fastload.gpu.geometric import RandomResizedCrop
 from fastload.system import available_cpus, default_device
 
 __all__ = ["GPUDecoder"]

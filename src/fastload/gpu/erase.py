@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from fastload.gpu.base import BatchTransform, Params, finite, first_fit, log_uniform, pair
+from fastload._checks import finite, pair
+from fastload.gpu.base import BatchTransform, Params, first_fit, log_uniform
+from fastload.gpu.functional import box_mask, erase
 
-__all__ = ["RandomErasing", "box_mask"]
-
-
-def box_mask(
-    top: Tensor, left: Tensor, height: Tensor, width: Tensor, size: tuple[int, int]
-) -> Tensor:
-    """(N, 1, H, W) bool: inside each sample's box."""
-    rows = torch.arange(size[0], device=top.device).view(1, -1, 1)
-    cols = torch.arange(size[1], device=top.device).view(1, 1, -1)
-    inside_rows = (rows >= top.view(-1, 1, 1)) & (rows < (top + height).view(-1, 1, 1))
-    inside_cols = (cols >= left.view(-1, 1, 1)) & (cols < (left + width).view(-1, 1, 1))
-    return (inside_rows & inside_cols).unsqueeze(1)
-
-
-@functools.cache
-def _fill(value: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
-    """Per-channel fill values, made once per device and dtype (a tensor built from a
-    list is a blocking host-to-device copy)."""
-    return torch.tensor(value, device=device).to(dtype).view(1, -1, 1, 1)
+__all__ = ["RandomErasing"]
 
 
 class RandomErasing(BatchTransform):
@@ -94,8 +77,4 @@ class RandomErasing(BatchTransform):
             params["width"],
             (images.shape[-2], images.shape[-1]),
         )
-        mask = mask & params["apply"].view(-1, 1, 1, 1)
-        if len(self.value) == 1:  # a Python scalar: nothing to copy to the device
-            return torch.where(mask, torch.tensor(self.value[0], dtype=images.dtype), images)
-        fill = _fill(self.value, images.device, images.dtype)
-        return torch.where(mask, fill, images)
+        return erase(images, mask & params["apply"].view(-1, 1, 1, 1), self.value)

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 
-from fastload.gpu.base import (
-    BatchTransform,
-    Params,
-    blend_where,
-    finite,
-    first_fit,
-    log_uniform,
-    pair,
-    restore,
-    to_float,
+from fastload._checks import finite, pair
+from fastload.gpu.arguments import output_size
+from fastload.gpu.base import BatchTransform, Params, blend_where, first_fit, log_uniform
+from fastload.gpu.functional import (
+    PADDING_MODES,
+    center_crop,
+    crop_windows,
+    gather_masks,
+    nearest_indices,
+    pad,
+    resize,
+    resized_crops,
 )
 
 __all__ = [
@@ -32,40 +32,12 @@ __all__ = [
 ]
 
 
-def output_size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
-    """torchvision's meaning: an int is a square for crops; (h, w) otherwise."""
-    if isinstance(size, int):
-        size = (size, size)
-    if len(size) == 1:
-        size = (size[0], size[0])
-    if len(size) != 2 or min(size) < 1:
-        raise ValueError(f"{name} must be a positive int or (h, w), got {size!r}")
-    return int(size[0]), int(size[1])
-
-
 def _as_4d(masks: Tensor) -> Tensor:
     return masks.unsqueeze(1) if masks.dim() == 3 else masks
 
 
 def _like(result: Tensor, masks: Tensor) -> Tensor:
     return result.squeeze(1) if masks.dim() == 3 else result
-
-
-def nearest_indices(start: Tensor, length: Tensor, size: int) -> Tensor:
-    """(N, size) source indices of each sample's span ``start .. start + length`` resized
-    to ``size`` as torch's (legacy) nearest does: ``floor(i * length / size)``, in float32."""
-    scale = length.to(torch.float32) / size
-    steps = torch.arange(size, device=start.device, dtype=torch.float32)
-    index = (steps * scale.view(-1, 1)).floor().long()
-    return start.long().view(-1, 1) + torch.minimum(index, (length.long() - 1).view(-1, 1))
-
-
-def gather_masks(masks: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-    """Each sample's masks at its own ``rows`` (N, h) and ``cols`` (N, w): exact, any dtype."""
-    grid = _as_4d(masks)
-    batch = torch.arange(len(grid), device=grid.device).view(-1, 1, 1)
-    picked = grid[batch, :, rows.unsqueeze(2), cols.unsqueeze(1)]  # (N, h, w, K)
-    return _like(picked.permute(0, 3, 1, 2).contiguous(), masks)
 
 
 class _RandomFlip(BatchTransform):
@@ -103,17 +75,6 @@ class RandomVerticalFlip(_RandomFlip):
     dim = -2
 
 
-def crop_windows(images: Tensor, top: Tensor, left: Tensor, height: int, width: int) -> Tensor:
-    """Per-sample integer crops of one size, by gathering rows and columns: exact, any dtype."""
-    n = images.shape[0]
-    rows = top.view(n, 1) + torch.arange(height, device=images.device)
-    cols = left.view(n, 1) + torch.arange(width, device=images.device)
-    batch = torch.arange(n, device=images.device).view(n, 1, 1)
-    # Index the NHWC view so that each gathered element is a whole pixel (C values).
-    windows = images.permute(0, 2, 3, 1)[batch, rows.view(n, height, 1), cols.view(n, 1, width)]
-    return windows.permute(0, 3, 1, 2).contiguous()
-
-
 class RandomCrop(BatchTransform):
     """A random ``size`` window of each image, optionally after padding (torchvision's
     ``RandomCrop``: ``padding``, ``pad_if_needed``, ``fill``, ``padding_mode`` of
@@ -121,12 +82,6 @@ class RandomCrop(BatchTransform):
     """
 
     targets = "transform"
-
-    _MODES: ClassVar[dict[str, str]] = {
-        "constant": "constant",
-        "edge": "replicate",
-        "reflect": "reflect",
-    }
 
     def __init__(
         self,
@@ -140,9 +95,9 @@ class RandomCrop(BatchTransform):
         generator=None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
-        if padding_mode not in self._MODES:
+        if padding_mode not in PADDING_MODES:
             raise ValueError(
-                f"padding_mode must be one of {sorted(self._MODES)}, got {padding_mode!r}"
+                f"padding_mode must be one of {sorted(PADDING_MODES)}, got {padding_mode!r}"
             )
         self.size = output_size(size)
         self.padding = padding
@@ -193,13 +148,7 @@ class RandomCrop(BatchTransform):
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         left, right, top, bottom = self._padding(images.shape[-2], images.shape[-1])
         if left or right or top or bottom:
-            mode = self._MODES[self.padding_mode]
-            if mode == "constant":
-                images = F.pad(images, (left, right, top, bottom), value=float(self.fill))
-            else:  # reflect/replicate pad floats only
-                images = restore(
-                    F.pad(to_float(images), (left, right, top, bottom), mode=mode), images.dtype
-                )
+            images = pad(images, (left, right, top, bottom), self.padding_mode, self.fill)
         return crop_windows(images, params["top"], params["left"], *self.size)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
@@ -225,15 +174,7 @@ class CenterCrop(BatchTransform):
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        crop_h, crop_w = self.size
-        height, width = images.shape[-2:]
-        if crop_h > height or crop_w > width:  # torchvision pads, then crops
-            pad_h, pad_w = max(0, crop_h - height), max(0, crop_w - width)
-            images = F.pad(images, (pad_w // 2, (pad_w + 1) // 2, pad_h // 2, (pad_h + 1) // 2))
-            height, width = images.shape[-2:]
-        top = round((height - crop_h) / 2.0)
-        left = round((width - crop_w) / 2.0)
-        return images[..., top : top + crop_h, left : left + crop_w]
+        return center_crop(images, self.size)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
         return _like(self.apply_transform(_as_4d(masks), params), masks)
@@ -276,17 +217,7 @@ class Resize(BatchTransform):
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        size = self._output_size(*images.shape[-2:])
-        if size == tuple(images.shape[-2:]):
-            return images
-        resized = F.interpolate(
-            to_float(images),
-            size=size,
-            mode="bilinear",
-            align_corners=False,
-            antialias=self.antialias,
-        )
-        return restore(resized, images.dtype)
+        return resize(images, self._output_size(*images.shape[-2:]), antialias=self.antialias)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
         height, width = masks.shape[-2:]
@@ -379,24 +310,3 @@ class RandomResizedCrop(BatchTransform):
     def transform_target(self, target, params: Params, size):
         box = (int(params[key]) for key in ("top", "left", "height", "width"))
         return TF.resized_crop(target, *box, list(self.size))
-
-
-def resized_crops(images: Tensor, params: Params, size: tuple[int, int]) -> Tensor:
-    """Crop boxes ``top, left, height, width`` (per sample) resampled to ``size`` at once."""
-    from torchvision.ops import roi_align
-
-    n = images.shape[0]
-    top, left = params["top"].float(), params["left"].float()
-    boxes = torch.stack(
-        [
-            torch.arange(n, device=images.device, dtype=torch.float32),
-            left,
-            top,
-            left + params["width"].float(),
-            top + params["height"].float(),
-        ],
-        dim=1,
-    )
-    # aligned=True: pixel k covers [k, k+1), as in torchvision's resize (half-pixel centres).
-    crops = roi_align(to_float(images), boxes.to(to_float(images).dtype), size, 1.0, -1, True)
-    return restore(crops, images.dtype)

@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fastload.gpu.base import BatchTransform, Params, check_images, finite, restore, to_float
-from fastload.gpu.erase import box_mask
+from fastload._checks import finite
+from fastload.gpu.base import BatchTransform, Params, check_images
+from fastload.gpu.functional import cutmix, mixup
 from fastload.gpu.keyed import keyed
 
 __all__ = ["CutMix", "MixUp"]
@@ -85,10 +86,7 @@ class MixUp(_Mix):
     def apply_transform(  # type: ignore[override]
         self, images: Tensor, params: Params
     ) -> tuple[Tensor, Tensor]:
-        lam = params["lam"]
-        pixels = to_float(images)
-        weight = lam.to(pixels.dtype).view(-1, 1, 1, 1)
-        return restore(weight * pixels + (1 - weight) * pixels.roll(1, dims=0), images.dtype), lam
+        return mixup(images, params["lam"]), params["lam"]
 
 
 class CutMix(_Mix):
@@ -113,9 +111,7 @@ class CutMix(_Mix):
         self, images: Tensor, params: Params
     ) -> tuple[Tensor, Tensor]:
         height, width = images.shape[-2:]
-        mask = box_mask(
-            params["top"], params["left"], params["height"], params["width"], (height, width)
-        )
-        pasted = torch.where(mask, images.roll(1, dims=0), images)
+        box = (params[key] for key in ("top", "left", "height", "width"))
+        pasted = cutmix(images, *box)
         lam = 1.0 - params["height"] * params["width"] / (height * width)  # the area actually kept
         return pasted, lam

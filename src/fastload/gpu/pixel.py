@@ -1,21 +1,25 @@
-"""The per-pixel operations of the augmentation policies, on the batch: invert, posterize,
-solarize, sharpness, autocontrast, equalize and Gaussian noise, with torchvision v2's
-names and meanings, and each sample's own magnitude where the operation has one.
-
-The functions take per-sample magnitudes as tensors of shape (N,), so that a policy can
-give every sample its own; the modules draw whether each sample is changed (``p``).
-Autocontrast and equalisation are torchvision's own kernels, which already work a batch
-(each image and channel its own statistics) in one call.
+"""The per-pixel modules: invert, posterize, solarize, sharpness, autocontrast, equalize
+and Gaussian noise, with torchvision v2's names and meanings; each draws whether each
+sample is changed (``p``) and calls its kernel in :mod:`fastload.gpu.functional.pixel`.
 """
 
 from __future__ import annotations
 
 import torch
-import torchvision.transforms.v2.functional as TF
 from torch import Tensor
-from torch.nn import functional as F
 
-from fastload.gpu.base import BatchTransform, Params, blend_where, finite, max_value
+from fastload._checks import finite
+from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.functional import (
+    add_noise,
+    adjust_sharpness,
+    autocontrast,
+    equalize,
+    invert,
+    max_value,
+    posterize,
+    solarize,
+)
 from fastload.gpu.keyed import keyed_normal
 
 __all__ = [
@@ -26,69 +30,7 @@ __all__ = [
     "RandomInvert",
     "RandomPosterize",
     "RandomSolarize",
-    "adjust_sharpness",
-    "autocontrast",
-    "equalize",
-    "invert",
-    "posterize",
-    "solarize",
 ]
-
-
-def _per_sample(values: Tensor) -> Tensor:
-    return values.view(-1, 1, 1, 1)
-
-
-def invert(images: Tensor) -> Tensor:
-    """``255 - x`` (uint8) or ``1 - x`` (floats)."""
-    return TF.invert(images)
-
-
-def posterize(images: Tensor, bits: Tensor) -> Tensor:
-    """Keep each sample's top ``bits[i]`` bits (0 to 8) of every channel value."""
-    if images.is_floating_point():  # torchvision's float form: that many levels on 0..1
-        levels = _per_sample(torch.pow(2.0, bits.to(images.dtype)))
-        return (images * levels).floor_().clamp_(min=0).minimum(levels - 1).div_(levels)
-    shift = 8 - bits.to(torch.int64)
-    mask = torch.bitwise_left_shift(torch.full_like(shift, 255), shift) & 255
-    return images & _per_sample(mask.to(torch.uint8))
-
-
-def solarize(images: Tensor, threshold: Tensor) -> Tensor:
-    """Invert the values at or above each sample's ``threshold`` (on the image's scale)."""
-    at_or_above = images >= _per_sample(threshold.to(torch.float64))  # not rounded to uint8
-    return torch.where(at_or_above, invert(images), images)
-
-
-def adjust_sharpness(images: Tensor, factor: Tensor) -> Tensor:
-    """Blend each sample with its 3x3-smoothed self (PIL's kernel, borders kept) by
-    ``factor[i]``: 0 blurs, 1 is the identity, 2 sharpens; as torchvision rounds and
-    truncates uint8."""
-    height, width = images.shape[-2:]
-    if images.numel() == 0 or height <= 2 or width <= 2:
-        return images
-    channels, floating = images.shape[1], images.is_floating_point()
-    maths = images.dtype if floating else torch.float32
-    kernel = torch.full((3, 3), 1 / 13, dtype=maths, device=images.device)
-    kernel[1, 1] = 5 / 13
-    out = images.to(maths, copy=True)
-    blurred = F.conv2d(out, kernel.expand(channels, 1, 3, 3), groups=channels)
-    if not floating:
-        blurred = blurred.round_()
-    inner = out[..., 1:-1, 1:-1]
-    inner.add_((blurred - inner) * _per_sample((1 - factor.double()).to(maths)))
-    out = out.clamp_(0, max_value(images.dtype))
-    return out if floating else out.to(images.dtype)
-
-
-def autocontrast(images: Tensor) -> Tensor:
-    """Stretch each image's channels to the full range (torchvision's kernel)."""
-    return TF.autocontrast(images)
-
-
-def equalize(images: Tensor) -> Tensor:
-    """Equalise each image's channel histograms (torchvision's kernel, PIL's lookup)."""
-    return TF.equalize(images)
 
 
 class _RandomPixelOp(BatchTransform):
@@ -211,9 +153,4 @@ class GaussianNoise(BatchTransform):
         return {"noise": noise.expand(tuple(shape))}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        if images.is_floating_point():
-            out = images + (self.mean + params["noise"].to(images.dtype) * self.sigma)
-            return out.clamp(0, 1) if self.clip else out
-        noise = (255 * self.mean + params["noise"] * (255 * self.sigma)).to(torch.int16)
-        out = images + noise
-        return (out.clamp(0, 255) if self.clip else out).to(torch.uint8)
+        return add_noise(images, params["noise"], mean=self.mean, sigma=self.sigma, clip=self.clip)

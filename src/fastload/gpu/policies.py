@@ -18,18 +18,25 @@ import torch
 from torch import Tensor
 from torchvision.transforms import AutoAugmentPolicy, InterpolationMode, v2
 
-from fastload.gpu.affine import affine, inverse_affine_matrices
-from fastload.gpu.base import BatchTransform, Params, finite, max_value
-from fastload.gpu.keyed import keyed
-from fastload.gpu.pixel import (
+from fastload._checks import check_int, finite
+from fastload.gpu.arguments import check_fill, interpolation_name
+from fastload.gpu.base import BatchTransform, Params
+from fastload.gpu.functional import (
+    Fill,
+    adjust_brightness,
+    adjust_contrast,
+    adjust_saturation,
     adjust_sharpness,
+    affine,
     autocontrast,
     equalize,
+    inverse_affine_matrices,
     invert,
+    max_value,
     posterize,
     solarize,
 )
-from fastload.gpu.warp import Fill, check_fill, interpolation_name
+from fastload.gpu.keyed import keyed
 
 __all__ = [
     "AugMix",
@@ -41,34 +48,6 @@ __all__ = [
 ]
 
 Space = dict[str, tuple[Callable[[int, int, int], Tensor | None], bool]]
-
-
-def _int_in(value: int, name: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    return value
-
-
-def _blend(images: Tensor, other: Tensor, factor: Tensor) -> Tensor:
-    """torchvision's ``_blend`` with a factor per sample: clamped, and uint8 truncated."""
-    maths = images.dtype if images.is_floating_point() else torch.float32
-    # both weights from the float64 factor, as torchvision's Python floats: 1 - (1 + m)
-    # is then exactly -m, which decides a truncated uint8 level now and then
-    keep = factor.double().view(-1, 1, 1, 1)
-    weights = keep.to(maths), (1 - keep).to(maths)
-    out = (images * weights[0] + other.to(maths) * weights[1]).clamp_(0, max_value(images.dtype))
-    return out if images.is_floating_point() else out.to(images.dtype)
-
-
-def _gray(images: Tensor) -> Tensor:
-    """torchvision's luma (one channel, float), floored for integer images."""
-    if images.shape[1] == 1:
-        return images.to(torch.float32) if not images.is_floating_point() else images
-    r, g, b = images.to(torch.float32 if not images.is_floating_point() else images.dtype).unbind(1)
-    luma = (r * 0.2989 + g * 0.587 + b * 0.114).unsqueeze(1)
-    return luma if images.is_floating_point() else luma.floor_()
 
 
 def _shear_or_shift(images: Tensor, magnitude: Tensor, op: str, interpolation: str, fill: Fill):
@@ -103,11 +82,11 @@ def apply_op(
                       interpolation, fill)  # fmt: skip
     factor = 1.0 + magnitude.double()
     if op == "Brightness":
-        return _blend(images, torch.zeros((), device=device), factor)
+        return adjust_brightness(images, factor)
     if op == "Color":
-        return images if images.shape[1] == 1 else _blend(images, _gray(images), factor)
+        return adjust_saturation(images, factor)
     if op == "Contrast":
-        return _blend(images, _gray(images).mean(dim=(1, 2, 3), keepdim=True), factor)
+        return adjust_contrast(images, factor)
     if op == "Sharpness":
         return adjust_sharpness(images, factor)
     if op == "Posterize":
@@ -207,9 +186,9 @@ class RandAugment(_Policy):
         generator=None,
     ) -> None:
         super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
-        self.num_ops = _int_in(num_ops, "num_ops", 0)
-        self.num_magnitude_bins = _int_in(num_magnitude_bins, "num_magnitude_bins", 1)
-        self.magnitude = _int_in(magnitude, "magnitude", 0, num_magnitude_bins - 1)
+        self.num_ops = check_int(num_ops, "num_ops", low=0)
+        self.num_magnitude_bins = check_int(num_magnitude_bins, "num_magnitude_bins", low=1)
+        self.magnitude = check_int(magnitude, "magnitude", low=0, high=num_magnitude_bins - 1)
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
@@ -235,7 +214,7 @@ class TrivialAugmentWide(_Policy):
         generator=None,
     ) -> None:
         super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
-        self.num_magnitude_bins = _int_in(num_magnitude_bins, "num_magnitude_bins", 1)
+        self.num_magnitude_bins = check_int(num_magnitude_bins, "num_magnitude_bins", low=1)
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
@@ -322,11 +301,9 @@ class AugMix(_Policy):
         generator=None,
     ) -> None:
         super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
-        self.severity = _int_in(severity, "severity", 1, 10)
-        self.mixture_width = _int_in(mixture_width, "mixture_width", 1)
-        if isinstance(chain_depth, bool) or not isinstance(chain_depth, int):
-            raise ValueError(f"chain_depth must be an int, got {chain_depth!r}")
-        self.chain_depth = chain_depth
+        self.severity = check_int(severity, "severity", low=1, high=10)
+        self.mixture_width = check_int(mixture_width, "mixture_width", low=1)
+        self.chain_depth = check_int(chain_depth, "chain_depth")
         self.alpha = finite(alpha, "alpha")
         if self.alpha <= 0:
             raise ValueError(f"alpha must be > 0, got {alpha!r}")
