@@ -1,5 +1,6 @@
-"""CPU-side sample transforms: the albumentations adapter, and an antialiased
-RandomResizedCrop for the images OpenCV decodes.
+"""CPU-side sample transforms, run per sample in the workers: the albumentations adapter,
+and ``DecodeRandomResizedCrop``, an antialiased random resized crop of the images
+OpenCV decodes (or decodes at a reduced size itself).
 
 Pixels stay uint8 on the CPU; conversion to float and normalisation happen on the
 GPU (``DataPrefetcher(mean=..., std=...)``), so 4x fewer bytes cross shared memory,
@@ -22,8 +23,9 @@ from torch.utils.data import get_worker_info
 
 from fastload.collate import chw
 from fastload.datasets.decode import decode_image, displayed_size
+from fastload.gpu.boxes import TRIES, sample_box
 
-__all__ = ["Albumentations", "RandomResizedCrop", "crop_box"]
+__all__ = ["Albumentations", "DecodeRandomResizedCrop", "RandomResizedCrop", "crop_box"]
 
 
 class Albumentations:
@@ -64,7 +66,7 @@ class Albumentations:
 
     def __call__(self, image: np.ndarray | torch.Tensor) -> torch.Tensor:
         if isinstance(image, torch.Tensor) and image.dim() == 3:
-            # a CHW tensor (decode="tensor", or fastload's RandomResizedCrop before this)
+            # a CHW tensor (decode="tensor", or DecodeRandomResizedCrop before this)
             image = np.ascontiguousarray(image.permute(1, 2, 0).numpy())
         if not isinstance(image, np.ndarray):
             raise TypeError(
@@ -97,30 +99,24 @@ def crop_box(
 ) -> tuple[int, int, int, int]:
     """``(top, left, crop_height, crop_width)`` drawn as torchvision's RandomResizedCrop
     draws them: area and log-aspect uniform, 10 tries, then the whole image with its
-    aspect clamped to ``ratio``, centred.
+    aspect clamped to ``ratio``, centred. Four uniforms a try from ``rng`` (Python's
+    ``random`` by default), turned into a box by :func:`fastload.gpu.boxes.sample_box`,
+    which gives the GPU modules' box for the same uniforms.
 
     Example:
         >>> crop_box(375, 500, scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3))
         (0, 0, 375, 500)
     """
-    draw = rng or random
-    area, log_low, log_high = height * width, math.log(ratio[0]), math.log(ratio[1])
-    for _ in range(10):
-        target = area * draw.uniform(*scale)
-        aspect = math.exp(draw.uniform(log_low, log_high))
-        crop_w = round(math.sqrt(target * aspect))
-        crop_h = round(math.sqrt(target / aspect))
-        if 0 < crop_w <= width and 0 < crop_h <= height:
-            return draw.randint(0, height - crop_h), draw.randint(0, width - crop_w), crop_h, crop_w
-    in_ratio = width / height
-    crop_h = round(width / ratio[0]) if in_ratio < ratio[0] else height
-    crop_w = round(height * ratio[1]) if in_ratio > ratio[1] else width
-    return (height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w
+    uniform = (rng or random).random
+    tries = ((uniform(), uniform(), uniform(), uniform()) for _ in range(TRIES))
+    top, left, crop_h, crop_w, _ = sample_box(height, width, tries, scale, ratio)
+    return top, left, crop_h, crop_w
 
 
-class RandomResizedCrop:
-    """torchvision's ``RandomResizedCrop`` for one decoded image on the CPU, antialiased
-    like PIL: a random crop, resized to ``size`` by torch's uint8 resampling.
+class DecodeRandomResizedCrop:
+    """torchvision's ``RandomResizedCrop`` for one image on the CPU, in a worker, given
+    decoded or still encoded (also ``fastload.transforms.RandomResizedCrop``): a random
+    crop, resized to ``size`` by torch's uint8 resampling, antialiased like PIL.
 
     Takes what ``ImageFolder``/``LMDBDataset`` return (an HWC uint8 array with
     ``decode="numpy"``, or a CHW tensor with ``decode="tensor"``) and returns a CHW uint8
@@ -145,7 +141,7 @@ class RandomResizedCrop:
             default); without it, plain bilinear sampling, which aliases.
 
     Example:
-        >>> crop = RandomResizedCrop(32)
+        >>> crop = DecodeRandomResizedCrop(32)
         >>> crop(np.zeros((48, 64, 3), np.uint8)).shape
         torch.Size([3, 32, 32])
     """
@@ -171,7 +167,7 @@ class RandomResizedCrop:
         pixels = chw(image)
         if pixels.dim() != 3:
             raise ValueError(
-                f"RandomResizedCrop takes one HWC array or CHW tensor, got shape "
+                f"{type(self).__name__} takes one HWC array or CHW tensor, got shape "
                 f"{tuple(image.shape)}"
             )
         height, width = pixels.shape[-2:]
@@ -212,9 +208,13 @@ class RandomResizedCrop:
 
     def __repr__(self) -> str:
         return (
-            f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+            f"{type(self).__name__}(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
             f"antialias={self.antialias})"
         )
+
+
+#: The name torchvision users know; the same class.
+RandomResizedCrop = DecodeRandomResizedCrop
 
 
 def _range(values: Sequence[float], name: str) -> tuple[float, float]:

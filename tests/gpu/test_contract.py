@@ -65,7 +65,10 @@ def test_fixed_params_replay_and_compose_and_pickle(name):
     assert nn.Sequential(module, nn.Identity())(batch).shape[0] == 6
     clone = pickle.loads(pickle.dumps(module))
     assert torch.equal(clone(batch, params=params), module(batch, params=params))
-    assert repr(module).startswith(name + "(")
+    # a module's repr names its class (gpu.RandomResizedCrop is BatchRandomResizedCrop)
+    assert repr(module).startswith(type(module).__name__ + "(") and getattr(gpu, name) is type(
+        module
+    )
 
 
 @pytest.mark.parametrize("name", MODULES)

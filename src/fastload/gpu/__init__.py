@@ -12,6 +12,9 @@ from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
 from fastload.gpu.decode import GPUDecoder
 from fastload.gpu.erase import RandomErasing
 from fastload.gpu.geometric import (
+    BatchRandomResizedCrop as BatchRandomResizedCrop,  # RandomResizedCrop's own name
+)
+from fastload.gpu.geometric import (
     CenterCrop,
     RandomCrop,
     RandomHorizontalFlip,

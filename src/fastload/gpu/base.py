@@ -8,7 +8,6 @@ vectorised draw for the whole batch, on the batch's device), then ``apply_transf
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -43,6 +42,25 @@ def check_images(images: Any, name: str, *, rgb: bool = False) -> None:
         )
     if rgb and images.shape[1] != 3:
         raise ValueError(f"{name} works on RGB images (3 channels), got {images.shape[1]} channels")
+
+
+def draw_uniform(
+    n: int,
+    *extra: int,
+    device: torch.device,
+    generator: torch.Generator | None = None,
+    same_on_batch: bool = False,
+) -> Tensor:
+    """Uniform [0, 1) draws of shape (n, *extra): from ``generator``; else inside
+    ``gpu.sample_seeds`` row ``i`` from sample ``i``'s seed; else from torch's generator.
+    ``same_on_batch`` repeats the first row."""
+    rows = 1 if same_on_batch else n
+    keyed = None if generator is not None else keyed_uniform(n, extra, device)
+    if keyed is not None:
+        values = keyed[:rows]
+    else:
+        values = torch.rand((rows, *extra), device=device, generator=generator)
+    return values.expand(n, *extra) if same_on_batch else values
 
 
 class BatchTransform(nn.Module):
@@ -206,13 +224,9 @@ class BatchTransform(nn.Module):
     def _rand(
         self, n: int, *extra: int, device: torch.device, generator: torch.Generator | None
     ) -> Tensor:
-        rows = 1 if self.same_on_batch else n
-        keyed = None if generator is not None else keyed_uniform(n, extra, device)
-        if keyed is not None:  # inside gpu.sample_seeds: each row from its sample's seed
-            values = keyed[:rows]
-        else:
-            values = torch.rand((rows, *extra), device=device, generator=generator)
-        return values.expand(n, *extra) if self.same_on_batch else values
+        return draw_uniform(
+            n, *extra, device=device, generator=generator, same_on_batch=self.same_on_batch
+        )
 
     def _uniform(
         self,
@@ -241,14 +255,3 @@ class BatchTransform(nn.Module):
 def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:
     """Per sample: ``changed`` where ``apply`` is set, else ``original`` (no Python branch)."""
     return torch.where(apply.view(-1, 1, 1, 1), changed, original)
-
-
-def log_uniform(low: float, high: float) -> tuple[float, float]:
-    return math.log(low), math.log(high)
-
-
-def first_fit(fits: Tensor, *candidates: Tensor) -> tuple[Tensor, ...]:
-    """Per sample (row), each candidate's value at the first try that ``fits`` (the first
-    try where none does: the caller decides what then). For torchvision's 10-try boxes."""
-    first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)
-    return tuple(candidate.gather(1, first).squeeze(1) for candidate in candidates)

@@ -23,9 +23,9 @@ from fastload._checks import pair
 from fastload.collate import EncodedBatch
 from fastload.datasets.decode import decode_image
 from fastload.gpu.arguments import output_size
-from fastload.gpu.base import Params
+from fastload.gpu.base import Params, draw_uniform
+from fastload.gpu.boxes import TRIES, sample_boxes
 from fastload.gpu.functional import resized_crops
-from fastload.gpu.geometric import RandomResizedCrop
 from fastload.system import available_cpus, default_device
 
 __all__ = ["GPUDecoder"]
@@ -109,7 +109,9 @@ class GPUDecoder(nn.Module):
         self.size = output_size(size)
         self.crop = crop
         self.crop_fraction = crop_fraction
-        self.boxes = RandomResizedCrop(self.size, pair(scale, "scale"), pair(ratio, "ratio"))
+        self.scale, self.ratio = pair(scale, "scale"), pair(ratio, "ratio")
+        if self.scale[0] <= 0 or self.ratio[0] <= 0:
+            raise ValueError(f"scale and ratio must be positive, got {scale!r} and {ratio!r}")
         if device is None:
             device = default_device()
         self.device = torch.device(device)
@@ -210,7 +212,14 @@ class GPUDecoder(nn.Module):
         """Per-sample boxes for images of ``sizes`` ((N, 2) heights and widths)."""
         height, width = sizes[:, 0], sizes[:, 1]
         if self.crop == "random":
-            return self.boxes.sample_boxes(sizes, generator)
+            uniforms = draw_uniform(len(sizes), TRIES, 4, device=sizes.device, generator=generator)
+            boxes = sample_boxes(height, width, uniforms, self.scale, self.ratio)
+            return {
+                "top": boxes.top,
+                "left": boxes.left,
+                "height": boxes.height,
+                "width": boxes.width,
+            }
         if self.crop == "resize":
             zero = torch.zeros_like(height)
             return {"top": zero, "left": zero, "height": height, "width": width}

@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 
 from fastload._checks import finite, pair
-from fastload.gpu.base import BatchTransform, Params, first_fit, log_uniform
+from fastload.gpu.base import BatchTransform, Params
+from fastload.gpu.boxes import TRIES, sample_boxes
 from fastload.gpu.functional import box_mask, erase
 
 __all__ = ["RandomErasing"]
@@ -23,8 +24,6 @@ class RandomErasing(BatchTransform):
     """
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
-
-    TRIES = 10
 
     def __init__(
         self,
@@ -48,22 +47,22 @@ class RandomErasing(BatchTransform):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n, _, height, width = shape
-        draws = self._rand(n, self.TRIES, 4, device=device, generator=generator)
-        erase_area = (
-            height * width * (self.scale[0] + (self.scale[1] - self.scale[0]) * draws[..., 0])
+        uniforms = self._rand(n, TRIES, 4, device=device, generator=generator)
+        boxes = sample_boxes(
+            torch.full((n,), height, device=device),
+            torch.full((n,), width, device=device),
+            uniforms,
+            self.scale,
+            self.ratio,
+            erasing=True,
         )
-        log_low, log_high = log_uniform(*self.ratio)
-        aspect = torch.exp(log_low + (log_high - log_low) * draws[..., 1])
-        box_h = torch.sqrt(erase_area * aspect).round()
-        box_w = torch.sqrt(erase_area / aspect).round()
-        fits = (box_h < height) & (box_w < width)
-        box_h, box_w, top_draw, left_draw = first_fit(
-            fits, box_h, box_w, draws[..., 2], draws[..., 3]
-        )
-        top = (top_draw * (height - box_h + 1)).floor()
-        left = (left_draw * (width - box_w + 1)).floor()
-        apply = self._applies(n, device, generator) & fits.any(dim=1)
-        return {"apply": apply, "top": top, "left": left, "height": box_h, "width": box_w}
+        return {
+            "apply": self._applies(n, device, generator) & boxes.found,
+            "top": boxes.top,
+            "left": boxes.left,
+            "height": boxes.height,
+            "width": boxes.width,
+        }
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         if len(self.value) not in (1, images.shape[1]):

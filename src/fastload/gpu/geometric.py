@@ -10,7 +10,8 @@ from torch import Tensor
 
 from fastload._checks import finite, pair
 from fastload.gpu.arguments import output_size
-from fastload.gpu.base import BatchTransform, Params, blend_where, first_fit, log_uniform
+from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.boxes import TRIES, sample_boxes
 from fastload.gpu.functional import (
     PADDING_MODES,
     center_crop,
@@ -23,6 +24,7 @@ from fastload.gpu.functional import (
 )
 
 __all__ = [
+    "BatchRandomResizedCrop",
     "CenterCrop",
     "RandomCrop",
     "RandomHorizontalFlip",
@@ -232,17 +234,18 @@ class Resize(BatchTransform):
         return TF.resize(target, list(self._output_size(*size)))
 
 
-class RandomResizedCrop(BatchTransform):
-    """A random crop of each image (its own area and aspect ratio), resized to ``size``.
+class BatchRandomResizedCrop(BatchTransform):
+    """A random crop of each image of the batch (its own area and aspect ratio), resized
+    to ``size``: torchvision's ``RandomResizedCrop`` (also ``fastload.gpu.RandomResizedCrop``)
+    on a batch.
 
     ``size``, ``scale`` and ``ratio`` mean what they mean in torchvision, and the crop
-    boxes are drawn by torchvision's algorithm (10 tries, then a central fallback), for
-    every sample at once. All crops are resampled in one ``torchvision.ops.roi_align``
-    call, which averages several bilinear samples per output pixel when a crop shrinks:
-    the antialiasing that a plain ``grid_sample`` lacks.
+    boxes are drawn by torchvision's algorithm (10 tries, then a central fallback; see
+    :mod:`fastload.gpu.boxes`), for every sample at once. All crops are resampled in one
+    ``torchvision.ops.roi_align`` call, which averages several bilinear samples per
+    output pixel when a crop shrinks: the antialiasing that a plain ``grid_sample`` lacks.
     """
 
-    TRIES = 10
     targets = "transform"
 
     def __init__(
@@ -263,41 +266,11 @@ class RandomResizedCrop(BatchTransform):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n, _, height, width = shape
-        sizes = torch.empty((n, 2), device=device)  # filled on the device: no host copy
-        sizes[:, 0], sizes[:, 1] = height, width
-        return self.sample_boxes(sizes, generator)
-
-    def sample_boxes(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
-        """Crop boxes for images of per-sample ``sizes`` ((N, 2) heights and widths)."""
-        n = sizes.shape[0]
-        height, width = sizes[:, 0:1], sizes[:, 1:2]
-        draws = self._rand(n, self.TRIES, 4, device=sizes.device, generator=generator)
-        target_area = (
-            height * width * (self.scale[0] + (self.scale[1] - self.scale[0]) * draws[..., 0])
-        )
-        log_low, log_high = log_uniform(*self.ratio)
-        aspect = torch.exp(log_low + (log_high - log_low) * draws[..., 1])
-        crop_w = torch.sqrt(target_area * aspect).round()
-        crop_h = torch.sqrt(target_area / aspect).round()
-        fits = (crop_w > 0) & (crop_w <= width) & (crop_h > 0) & (crop_h <= height)
-        crop_h, crop_w, top_draw, left_draw = first_fit(
-            fits, crop_h, crop_w, draws[..., 2], draws[..., 3]
-        )
-        height, width = height.squeeze(1), width.squeeze(1)
-        top = (top_draw * (height - crop_h + 1)).floor()
-        left = (left_draw * (width - crop_w + 1)).floor()
-
-        # torchvision's fallback when no try fits: the whole image, ratio clamped, centred.
-        in_ratio = width / height
-        fallback_h = torch.where(in_ratio < self.ratio[0], (width / self.ratio[0]).round(), height)
-        fallback_w = torch.where(in_ratio > self.ratio[1], (height * self.ratio[1]).round(), width)
-        none_fit = ~fits.any(dim=1)
-        return {
-            "top": torch.where(none_fit, ((height - fallback_h) / 2).floor(), top),
-            "left": torch.where(none_fit, ((width - fallback_w) / 2).floor(), left),
-            "height": torch.where(none_fit, fallback_h, crop_h),
-            "width": torch.where(none_fit, fallback_w, crop_w),
-        }
+        uniforms = self._rand(n, TRIES, 4, device=device, generator=generator)
+        heights = torch.full((n,), height, device=device)  # filled there: no host copy
+        widths = torch.full((n,), width, device=device)
+        boxes = sample_boxes(heights, widths, uniforms, self.scale, self.ratio)
+        return {"top": boxes.top, "left": boxes.left, "height": boxes.height, "width": boxes.width}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return resized_crops(images, params, self.size)
@@ -310,3 +283,7 @@ class RandomResizedCrop(BatchTransform):
     def transform_target(self, target, params: Params, size):
         box = (int(params[key]) for key in ("top", "left", "height", "width"))
         return TF.resized_crop(target, *box, list(self.size))
+
+
+#: The name torchvision users know; the same class.
+RandomResizedCrop = BatchRandomResizedCrop
