@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_map
 from torch.utils.data import default_collate, get_worker_info
+
+from fastload.batches import Path, map_tensors
 
 __all__ = ["EncodedBatch", "chw", "encoded_collate", "padded_collate", "uint8_collate"]
 
@@ -177,7 +178,7 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
         images[index, :, : view.shape[-2], : view.shape[-1]] = view
         valid[index, : view.shape[-2], : view.shape[-1]] = True
 
-    def pad(item: Any) -> Any:
+    def pad(_path: Path, item: torch.Tensor) -> torch.Tensor:
         if isinstance(item, tv_tensors.Mask):
             padding = (0, width - item.shape[-1], 0, height - item.shape[-2])
             return tv_tensors.wrap(
@@ -189,7 +190,7 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
 
     fields = []
     for column in zip(*(sample[1:] for sample in samples), strict=True):
-        padded = tuple(tree_map(pad, item) for item in column)  # inside target dicts too
+        padded = tuple(map_tensors(item, pad) for item in column)  # inside target dicts too
         if all(isinstance(item, tv_tensors.Mask) and item.dim() == 2 for item in padded):
             fields.append(tv_tensors.Mask(torch.stack(padded)))
         else:

@@ -11,89 +11,29 @@ import collections
 import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import cv2
 import torch
 from torch import nn
 
+from fastload.batches import Path, image_leaf_path, map_tensors, with_item
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
 from fastload.gpu.color import Normalize, normalize
-from fastload.gpu.targets import has_targets, is_target
+from fastload.gpu.targets import has_targets
 from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.system import default_device
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher", "map_tensors"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher"]
+
 
 #: The usual normalisation statistics, on the 0..1 scale.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 _FloatDtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-Path = tuple[Any, ...]
-
-
-def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path = ()) -> Any:
-    """Rebuild ``batch`` with ``fn(path, tensor)`` in place of every tensor leaf.
-
-    Walks tuples, lists, namedtuples, dicts (and other mappings) and dataclasses, in
-    order; ``path`` is the sequence of indices and keys that leads to the leaf. Other
-    leaves (strings, numbers, None) are returned as they are.
-
-    Example:
-        >>> map_tensors({"x": torch.ones(1), "id": "a"}, lambda p, t: p)
-        {'x': ('x',), 'id': 'a'}
-    """
-    if isinstance(batch, torch.Tensor):
-        return fn(path, batch)
-    if isinstance(batch, Mapping):
-        items = {key: map_tensors(value, fn, (*path, key)) for key, value in batch.items()}
-        return items if type(batch) is dict else type(batch)(items)  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch)))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch))
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        changes = {
-            field.name: map_tensors(getattr(batch, field.name), fn, (*path, field.name))
-            for field in dataclasses.fields(batch)
-            if field.init
-        }
-        return dataclasses.replace(batch, **changes)
-    return batch
-
-
-def _with_item(batch: Any, key: Any, value: Any) -> Any:
-    """``batch`` with its top-level item ``key`` replaced, of the same type."""
-    if isinstance(batch, Mapping):
-        merged = {**batch, key: value}
-        return merged if type(batch) is dict else type(batch)(merged)  # type: ignore[call-arg]
-    items = list(batch)
-    items[key] = value
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*items)
-    return type(batch)(items)
-
-
-def image_leaf_path(batch: Any) -> Path | None:
-    """Where the image most likely is: the key ``"image"`` or ``"images"`` of a dict
-    batch, else the first 4-D tensor (N, C, H, W), else the first tensor at all."""
-    if isinstance(batch, Mapping):
-        for key in ("image", "images"):
-            if isinstance(batch.get(key), torch.Tensor):
-                return (key,)
-    found: list[tuple[Path, torch.Tensor]] = []
-
-    def visit(path: Path, tensor: torch.Tensor) -> torch.Tensor:
-        found.append((path, tensor))
-        return tensor
-
-    map_tensors(batch, visit)
-    # masks (N, K, H, W) are 4-D too: never the image
-    images = [path for path, tensor in found if tensor.dim() == 4 and not is_target(tensor)]
-    return images[0] if images else (found[0][0] if found else None)
 
 
 def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalize:
@@ -336,7 +276,7 @@ class DataPrefetcher(LoaderProxy):
         if self.decoder is not None:
             if image_path is None or len(image_path) != 1:
                 raise ValueError("decoder needs the encoded images at the top level of the batch")
-            batch = _with_item(batch, image_path[0], self.decoder(batch[image_path[0]]))
+            batch = with_item(batch, image_path[0], self.decoder(batch[image_path[0]]))
 
         # With masks, boxes or keypoints in the batch, the transform gets the whole batch
         # (fastload.gpu modules find the image and move the targets with it), and the

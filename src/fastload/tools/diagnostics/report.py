@@ -88,7 +88,7 @@ def _storage(dataset: Any) -> tuple[str, int | None]:
 
 
 def _image_tensor(batch: Any) -> torch.Tensor | None:
-    from fastload.prefetch import image_leaf_path
+    from fastload.batches import image_leaf_path
 
     path = image_leaf_path(batch)
     if path is None:

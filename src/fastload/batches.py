@@ -1,0 +1,108 @@
+"""Walking a batch: every tensor leaf of nested tuples, lists, namedtuples, mappings and
+dataclasses, with the path of indices and keys that leads to it. The one walker of the
+package: the prefetcher, the collates and the GPU modules' targets use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torchvision import tv_tensors
+
+__all__ = [
+    "PER_SAMPLE",
+    "Path",
+    "image_leaf_path",
+    "is_target",
+    "map_tensors",
+    "tensor_leaves",
+    "with_item",
+]
+
+Path = tuple[Any, ...]
+
+#: Targets with one leaf per sample (a list of them follows the batch).
+PER_SAMPLE: tuple[type, ...] = (tv_tensors.BoundingBoxes,) + (
+    (tv_tensors.KeyPoints,) if hasattr(tv_tensors, "KeyPoints") else ()
+)
+_TARGETS = (tv_tensors.Mask, *PER_SAMPLE)
+
+
+def is_target(leaf: Any) -> bool:
+    """Whether ``leaf`` is a detection or segmentation target (mask, boxes, keypoints)."""
+    return isinstance(leaf, _TARGETS)
+
+
+def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path = ()) -> Any:
+    """Rebuild ``batch`` with ``fn(path, tensor)`` in place of every tensor leaf.
+
+    Walks tuples, lists, namedtuples, dicts (and other mappings) and dataclasses, in
+    order; ``path`` is the sequence of indices and keys that leads to the leaf. Other
+    leaves (strings, numbers, None) are returned as they are.
+
+    Example:
+        >>> map_tensors({"x": torch.ones(1), "id": "a"}, lambda p, t: p)
+        {'x': ('x',), 'id': 'a'}
+    """
+    if isinstance(batch, torch.Tensor):
+        return fn(path, batch)
+    if isinstance(batch, Mapping):
+        items = {key: map_tensors(value, fn, (*path, key)) for key, value in batch.items()}
+        return items if type(batch) is dict else type(batch)(items)  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch)))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch))
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {
+            field.name: map_tensors(getattr(batch, field.name), fn, (*path, field.name))
+            for field in dataclasses.fields(batch)
+            if field.init
+        }
+        return dataclasses.replace(batch, **changes)
+    return batch
+
+
+def with_item(batch: Any, key: Any, value: Any) -> Any:
+    """``batch`` with its top-level item ``key`` replaced, of the same type."""
+    if isinstance(batch, Mapping):
+        merged = {**batch, key: value}
+        return merged if type(batch) is dict else type(batch)(merged)  # type: ignore[call-arg]
+    items = list(batch)
+    items[key] = value
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*items)
+    return type(batch)(items)
+
+
+def image_leaf_path(batch: Any) -> Path | None:
+    """Where the image most likely is: the key ``"image"`` or ``"images"`` of a dict
+    batch, else the first 4-D tensor (N, C, H, W), else the first tensor at all."""
+    if isinstance(batch, Mapping):
+        for key in ("image", "images"):
+            if isinstance(batch.get(key), torch.Tensor):
+                return (key,)
+    found = tensor_leaves(batch)
+    # masks (N, K, H, W) are 4-D too: never the image
+    images = [path for path, tensor in found if tensor.dim() == 4 and not is_target(tensor)]
+    return images[0] if images else (found[0][0] if found else None)
+
+
+def tensor_leaves(batch: Any) -> list[tuple[Path, torch.Tensor]]:
+    """Every tensor leaf of ``batch`` with its path, in :func:`map_tensors`' order.
+
+    Example:
+        >>> tensor_leaves({"x": torch.ones(1), "y": [torch.zeros(1)]})
+        [(('x',), tensor([1.])), (('y', 0), tensor([0.]))]
+    """
+    found: list[tuple[Path, torch.Tensor]] = []
+
+    def visit(path: Path, tensor: torch.Tensor) -> torch.Tensor:
+        found.append((path, tensor))
+        return tensor
+
+    map_tensors(batch, visit)
+    return found
