@@ -207,9 +207,16 @@ def test_skip_bad_counts_and_lists_the_skipped_files(folder_with_bad_files, tmp_
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"quality": 0}, ValueError, "quality must be in 1..100"),
-        ({"resize": 0}, ValueError, "resize must be >= 1 pixel"),
-        ({"commit_every": 0}, ValueError, "commit_every must be >= 1"),
+        ({"quality": 0}, ValueError, r"quality must be an int in \[1, 100\], got 0"),
+        ({"quality": 101}, ValueError, r"quality must be an int in \[1, 100\], got 101"),
+        ({"quality": float("nan")}, ValueError, r"quality must be an int in \[1, 100\], got nan"),
+        ({"resize": 0}, ValueError, "resize must be an int >= 1, got 0"),
+        ({"resize": float("nan")}, ValueError, "resize must be an int >= 1, got nan"),
+        ({"resize": 1.5}, ValueError, "resize must be an int >= 1, got 1.5"),
+        ({"commit_every": 0}, ValueError, "commit_every must be an int >= 1, got 0"),
+        ({"num_workers": -1}, ValueError, "num_workers must be an int >= 0, got -1"),
+        ({"num_workers": True}, ValueError, "num_workers must be an int >= 0, got True"),
+        ({"map_size": 0}, ValueError, "map_size must be an int >= 4096, got 0"),
     ],
 )
 def test_bad_arguments(image_folder, tmp_path, kwargs, error, message):

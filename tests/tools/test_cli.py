@@ -102,7 +102,8 @@ def test_bench_sweeps_workers_and_names_the_best(small_folder, tmp_path, capsys)
     (["diagnose", "data", "--workers", "-1"],
      "fastload diagnose: error: argument --workers: must be >= 0, auto or tune, got -1"),
     (["bench", "data", "--prefetch", "2,x"],
-     "fastload bench: error: argument --prefetch: must be comma-separated integers, got '2,x'"),
+     "fastload bench: error: argument --prefetch: must be comma-separated integers >= 1, got "
+     "'2,x'"),
     (["convert", "a", "b", "--resize", "0"],
      "fastload convert: error: argument --resize: must be a positive integer, got 0"),
 ])  # fmt: skip
@@ -112,3 +113,98 @@ def test_bad_arguments_are_one_line_and_exit_2(capsys, argv, message):
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory):
+    """What garbage arguments point at: an image folder, a text file, an empty file, an
+    empty folder, and a path that does not exist."""
+    root = tmp_path_factory.mktemp("garbage")
+    make_image_folder(root / "images", num_classes=2, images_per_class=1, size=(64, 48))
+    (root / "notes.txt").write_text("not an image folder, not a database\n")
+    (root / "empty").write_bytes(b"")
+    (root / "folder").mkdir()
+    return root
+
+
+GARBAGE = [
+    ("", "fastload: error: the following arguments are required: command"),
+    ("convert", "the following arguments are required: source, destination"),
+    ("convert {missing} {root}/a.lmdb", "{missing}: no such image folder"),
+    ("convert {text} {root}/a.lmdb", "{text}: not a folder; give the image folder"),
+    ("convert {images} {missing}/a.lmdb", "{missing}: no such directory to write a.lmdb"),
+    ("convert {images} {text}",
+     "{text} exists and is not an LMDB database; it is left as it is: give another destination"),
+    ("convert {images} {text} --resume",
+     "{text}: exists and is not an LMDB file, not a fastload database; it is left as it is"),
+    ("convert {images} {empty} --resume", "{empty}: exists and is not an LMDB file"),
+    ("convert {images} {folder}",
+     "{folder} is a directory; give the path of the database file to write"),
+    ("convert {images} {images}", "{images} is a directory; give the path of the"),
+    ("convert a b --resize -3", "argument --resize: must be a positive integer, got -3"),
+    ("convert a b --resize nan", "argument --resize: must be a positive integer, got 'nan'"),
+    ("convert a b --resize 1.5", "argument --resize: must be a positive integer, got '1.5'"),
+    ("convert a b --quality 0", "argument --quality: must be a JPEG quality in 1..100, got 0"),
+    ("convert a b --quality 101", "argument --quality: must be a JPEG quality in 1..100, got 101"),
+    ("convert a b --quality NaN",
+     "argument --quality: must be a JPEG quality in 1..100, got 'NaN'"),
+    ("convert a b --workers -1", "argument --workers: must be >= 0, got -1"),
+    ("convert a b --workers nan", "argument --workers: must be >= 0, got 'nan'"),
+    ("convert {images} {root}/a.lmdb --annotations {missing}",
+     "{missing}: no such annotation file"),
+    ("convert {images} {root}/a.lmdb --annotations {folder}",
+     "{folder}: a directory, not a file; give the COCO annotation file (JSON)"),
+    ("convert {images} {root}/a.lmdb --annotations {text}", "{text}: not a JSON file"),
+    ("convert {images} {root}/a.lmdb --masks {missing}", "{missing}: no such mask folder"),
+    ("convert {images} {root}/a.lmdb --masks {text}", "{text}: not a folder; give the mask folder"),
+    ("convert {images} {root}/a.lmdb --instance-masks",
+     "instance_masks come from annotations: give the annotation file"),
+    ("info {missing}", "{missing}: no such fastload database"),
+    ("info {text}", "{text}: not an LMDB file, not a fastload database"),
+    ("info {empty}", "{empty}: empty file, not a fastload database"),
+    ("info {folder}", "{folder}: a directory without data.mdb, not a fastload database"),
+    ("verify {text}", "{text}: not an LMDB file, not a fastload database"),
+    ("verify {empty}", "{empty}: empty file, not a fastload database"),
+    ("diagnose d --batch-size 0", "argument --batch-size: must be a positive integer, got 0"),
+    ("diagnose d --batch-size nan", "argument --batch-size: must be a positive integer, got 'nan'"),
+    ("diagnose d --image-size -1", "argument --image-size: must be a positive integer, got -1"),
+    ("diagnose d --batches 0", "argument --batches: must be a positive integer, got 0"),
+    ("diagnose d --warmup -1", "argument --warmup: must be >= 0, got -1"),
+    ("diagnose d --workers many", "argument --workers: must be >= 0, auto or tune, got 'many'"),
+    ("diagnose d --plot {missing}/p.png",
+     "argument --plot: {missing}: no such directory to write p.png in"),
+    ("diagnose d --plot {folder}",
+     "argument --plot: {folder} is a directory; give the image file to write, e.g. "
+     "{folder}/plot.png"),
+    ("diagnose d --plot {root}/p.xyz", "argument --plot: p.xyz: name the plot with one of"),
+    ("diagnose {missing} --model none", "{missing}: no such image folder"),
+    ("diagnose {text} --model none", "{text}: not an LMDB file, not a fastload database"),
+    ("bench d --prefetch 0", "argument --prefetch: must be comma-separated integers >= 1, got '0'"),
+    ("bench d --workers -1", "argument --workers: must be comma-separated integers >= 0"),
+    ("bench d --workers 1,,2",
+     "argument --workers: must be comma-separated integers >= 0, got '1,,2'"),
+    ("bench d --batches 0", "argument --batches: must be a positive integer, got 0"),
+    ("bench d --plot {missing}/w.png", "argument --plot: {missing}: no such directory"),
+    ("bench {missing}", "{missing}: no such image folder"),
+    ("demo --images-per-class 0", "argument --images-per-class: must be a positive integer"),
+    ("demo --repeats -1", "argument --repeats: must be a positive integer, got -1"),
+    ("demo --plot {missing}/d.png", "argument --plot: {missing}: no such directory"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "message"), GARBAGE, ids=[argv for argv, _ in GARBAGE])
+def test_garbage_is_one_line_on_stderr_and_exit_2(places, capsys, argv, message):
+    where = {
+        "root": places, "images": places / "images", "text": places / "notes.txt",
+        "empty": places / "empty", "folder": places / "folder", "missing": places / "missing",
+    }  # fmt: skip
+    with pytest.raises(SystemExit) as stopped:
+        main([part.format(**where) for part in argv.split()])
+    out, err = capsys.readouterr()
+    command = argv.split()[0] if argv else None
+    prefix = f"fastload {command}: error: " if command else ""
+    assert stopped.value.code == 2 and err.count("\n") == 1 and not out, err
+    assert err.startswith(prefix + message.format(**where)), err
+    assert not (places / "a.lmdb").exists() and not (places / "a.lmdb-lock").exists()
+    assert (places / "notes.txt").read_text().startswith("not an image folder")
+    assert (places / "empty").read_bytes() == b"" and not (places / "empty-lock").exists()

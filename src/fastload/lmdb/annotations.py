@@ -4,6 +4,7 @@ folder of images with a parallel folder of PNG class masks."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -17,7 +18,7 @@ from PIL import Image
 
 from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.lmdb.format import Field
-from fastload.lmdb.sources import Encoding, pack_item
+from fastload.lmdb.sources import Encoding, existing_folder, pack_item, read_file
 from fastload.lmdb.targets import ARRAY, BOXES, MASK, TargetError
 
 __all__ = ["CocoSource", "MaskFolderSource"]
@@ -45,8 +46,7 @@ class CocoSource:
     classes: ClassVar[None] = None  # categories, not classes: COCO's ids have gaps
 
     def __post_init__(self) -> None:
-        if not self.root.is_dir():
-            raise FileNotFoundError(f"{self.root}: no such image folder")
+        existing_folder(self.root, "image")
         if self.instance_masks:
             _pycocotools_mask()  # fail now, not in a worker
         self.images, self.objects, self.categories = _read_coco(self.annotations_path)
@@ -68,7 +68,7 @@ class CocoSource:
 
     def record(self, position: int, encoding: Encoding) -> bytes:
         image, path = self.images[position], self.name(position)
-        data = Path(path).read_bytes()
+        data = read_file(path)
         rgb = decode_image(data, source=path)
         height, width = rgb.shape[:2]
         if (image.get("height", height), image.get("width", width)) != (height, width):
@@ -92,8 +92,12 @@ def _read_coco(
     """(images, (index, annotation) pairs by image id, categories), the file's structure
     checked so that a malformed file fails here, naming the entry. Each annotation's
     values are checked with its image (:func:`_check_object`): a bad one is skippable."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such annotation file")
     try:
-        coco = json.loads(Path(path).read_bytes())
+        coco = json.loads(read_file(path))
+    except ImageDecodeError as error:  # a folder, a pipe
+        raise ValueError(f"{error}; give the COCO annotation file (JSON)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not a JSON file ({error})") from error
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
@@ -317,9 +321,8 @@ class MaskFolderSource:
     def __post_init__(self) -> None:
         from torchvision.datasets.folder import IMG_EXTENSIONS
 
-        for folder, what in ((self.root, "image"), (self.masks, "mask")):
-            if not folder.is_dir():
-                raise FileNotFoundError(f"{folder}: no such {what} folder")
+        existing_folder(self.root, "image")
+        existing_folder(self.masks, "mask")
         self.images = sorted(
             os.path.relpath(path, self.root)
             for path in self.root.rglob("*")
@@ -339,9 +342,9 @@ class MaskFolderSource:
     def record(self, position: int, encoding: Encoding) -> bytes:
         path = self.name(position)
         mask_path = (self.masks / self.images[position]).with_suffix(".png")
-        data = Path(path).read_bytes()
+        data = read_file(path)
         rgb = decode_image(data, source=path)
-        if not mask_path.is_file():
+        if not mask_path.exists():
             raise FileNotFoundError(f"{mask_path}: no mask for {path}")
         mask = _read_mask(mask_path, rgb.shape[:2], image=path)
         return pack_item(rgb, None, {"mask": Field(MASK, mask)}, encoding, what=path, data=data)
@@ -354,7 +357,7 @@ def _read_mask(path: Path, size: tuple[int, int], *, image: str) -> np.ndarray:
         with warnings.catch_warnings():
             # the size is checked against the image's, itself within MAX_PIXELS
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as opened:
+            with Image.open(io.BytesIO(read_file(path))) as opened:
                 if opened.mode not in _MASK_MODES:
                     raise ImageDecodeError(
                         f"{path}: a {opened.mode} image; masks hold one class index per pixel "

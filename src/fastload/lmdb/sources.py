@@ -6,6 +6,7 @@ COCO annotations and mask folders: :mod:`fastload.lmdb.annotations`."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,34 @@ from fastload.datasets.folder import folder_samples
 from fastload.lmdb.format import Field, pack_record
 from fastload.lmdb.targets import resize_fields, target_fields
 
-__all__ = ["DatasetSource", "Encoding", "FileSource", "Source", "as_source"]
+__all__ = [
+    "DatasetSource",
+    "Encoding",
+    "FileSource",
+    "Source",
+    "as_source",
+    "existing_folder",
+    "read_file",
+]
+
+
+def existing_folder(path: Path, what: str) -> Path:
+    """``path`` if it is a folder; a FileNotFoundError or NotADirectoryError naming it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such {what} folder")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path}: not a folder; give the {what} folder")
+    return path
+
+
+def read_file(path: str | os.PathLike) -> bytes:
+    """The bytes of the regular file ``path``. A pipe would block the conversion forever
+    and a device (``/dev/zero``) never end: both are refused (ImageDecodeError), unread."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a pipe, socket or device"
+        raise ImageDecodeError(f"{path}: {kind}, not a file")
+    return Path(path).read_bytes()
 
 
 class Source(Protocol):
@@ -112,7 +140,7 @@ class FileSource:
 
     def record(self, position: int, encoding: Encoding) -> bytes:
         path, label = self.samples[position]
-        data = Path(path).read_bytes()
+        data = read_file(path)
         rgb = decode_image(data, source=path)  # also proves the file is a whole image
         return pack_item(rgb, label, None, encoding, what=path, data=data)
 
@@ -173,7 +201,7 @@ def _to_hwc_uint8(image: Any, *, name: str) -> np.ndarray:
 def as_source(source: Any) -> FileSource | DatasetSource:
     """An image folder (path), a list of (path, label), or a map-style Dataset."""
     if isinstance(source, (str, os.PathLike)):
-        classes, _, samples = folder_samples(source)
+        classes, _, samples = folder_samples(existing_folder(Path(source), "image"))
         return FileSource(samples, classes, str(Path(source).resolve()))
     if (
         isinstance(source, Sequence)

@@ -13,6 +13,7 @@ from fastload.lmdb.format import META_KEY, PROGRESS_KEY, RecordFormatError, deco
 __all__ = [
     "close_reader",
     "file_identity",
+    "is_lmdb_file",
     "lock_path",
     "open_for_reading",
     "open_for_writing",
@@ -136,16 +137,37 @@ def close_reader(path: str | Path) -> None:
         env.close()
 
 
+_LMDB_MAGIC = b"\xde\xc0\xef\xbe"  # MDB_MAGIC, little-endian, after the first page's header
+
+
+def is_lmdb_file(path: Path) -> bool:
+    """Whether the regular file ``path`` starts as an LMDB data file does."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(20)[16:] == _LMDB_MAGIC
+    except OSError:
+        return False
+
+
 def open_for_writing(path: Path, *, map_size: int) -> lmdb.Environment:
-    """Create or reopen ``path``; an OSError that says why when it cannot be written."""
+    """Create or reopen ``path``; an OSError that says why when it cannot be written.
+    Anything at ``path`` that is not an LMDB file is refused untouched."""
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path.parent}: no such directory to write {path.name} in")
+    if path.exists() and not (path.is_file() and is_lmdb_file(path)):
+        raise RecordFormatError(
+            f"{path}: exists and is not an LMDB file, not a fastload database; it is left as "
+            "it is: give another destination"
+        )
+    existed = lock_path(path).exists()
     try:
         # One file, not LMDB's directory layout: easy to copy, and `path` is the dataset.
         return lmdb.open(str(path), subdir=False, map_size=map_size, readahead=False, meminit=False)
-    except lmdb.InvalidError as error:
-        raise RecordFormatError(f"{path}: not an LMDB file, not a fastload database") from error
-    except lmdb.Error as error:  # a read-only filesystem, no permission
+    except lmdb.Error as error:  # a read-only filesystem, no permission, a damaged file
+        if not existed:
+            lock_path(path).unlink(missing_ok=True)
+        if isinstance(error, lmdb.InvalidError):
+            raise RecordFormatError(f"{path}: not an LMDB file, not a fastload database") from error
         raise OSError(f"{path}: cannot write the database: {error}") from error
 
 

@@ -26,6 +26,7 @@ import cv2
 from tqdm import tqdm
 
 import lmdb
+from fastload._checks import check_int
 from fastload.datasets.decode import ImageDecodeError
 from fastload.lmdb.annotations import CocoSource, MaskFolderSource
 from fastload.lmdb.format import (
@@ -39,7 +40,13 @@ from fastload.lmdb.format import (
     index_key,
 )
 from fastload.lmdb.sources import DatasetSource, Encoding, Source, as_source
-from fastload.lmdb.store import close_reader, lock_path, open_for_writing, read_meta
+from fastload.lmdb.store import (
+    close_reader,
+    is_lmdb_file,
+    lock_path,
+    open_for_writing,
+    read_meta,
+)
 from fastload.lmdb.targets import TargetError
 from fastload.system import available_cpus
 
@@ -367,21 +374,29 @@ def write_lmdb(
         (4, ['class_00', 'class_01'])
     """
     path = Path(path)
-    if path.exists() and not resume:
-        raise FileExistsError(
-            f"{path} exists; pass resume=True (--resume) to finish an interrupted conversion, "
-            "or remove it to start again"
-        )
     if path.is_dir():
         raise IsADirectoryError(
             f"{path} is a directory; give the path of the database file to write"
         )
-    if commit_every < 1:
-        raise ValueError(f"commit_every must be >= 1, got {commit_every}")
-    if quality is not None and not 1 <= quality <= 100:
-        raise ValueError(f"quality must be in 1..100, got {quality}")
-    if resize is not None and resize < 1:
-        raise ValueError(f"resize must be >= 1 pixel, got {resize}")
+    if path.exists() and not resume:
+        if not (path.is_file() and is_lmdb_file(path)):
+            raise FileExistsError(
+                f"{path} exists and is not an LMDB database; it is left as it is: give another "
+                "destination"
+            )
+        raise FileExistsError(
+            f"{path} exists; pass resume=True (--resume) to finish an interrupted conversion, "
+            "or remove it to start again"
+        )
+    for name, value, low, high in [
+        ("commit_every", commit_every, 1, None),
+        ("map_size", map_size, 1 << 12, None),
+        ("quality", quality, 1, 100),
+        ("resize", resize, 1, None),
+        ("num_workers", num_workers, 0, None),
+    ]:
+        if value is not None:
+            check_int(value, name, low=low, high=high)
     items = _source(source, annotations, instance_masks, masks)
     encoding = Encoding(resize, quality)
     num_workers = available_cpus() if num_workers is None else num_workers

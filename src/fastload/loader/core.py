@@ -71,7 +71,7 @@ class FastLoader(DataLoader[T_co]):
             indexing operation per batch beats any worker), otherwise
             :func:`auto_num_workers`; or ``'tune'``: measure a few batches with each of
             :func:`worker_candidates` and prefetch factors 2 and 4, and keep the fastest
-            (seconds to minutes at construction; seed 003 found fewer workers can win
+            (seconds to minutes at construction; fewer workers can win
             for small batches).
         pin_memory: Defaults to ``torch.cuda.is_available()``.
         persistent_workers: Defaults to True when there are workers.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,31 +81,45 @@ def _image_dataset(data: Path, image_size: int):
     crop = A.RandomResizedCrop((image_size, image_size), area_for_downscale="image")
     augment = Albumentations(A.Compose([crop, A.HorizontalFlip()]))
     if data.is_file() or (data / "data.mdb").exists():
-        return LMDBDataset(data, transform=augment)
+        dataset = LMDBDataset(data, transform=augment)
+        if dataset.fields:
+            raise ValueError(
+                f"{data}: its records hold targets ({', '.join(dataset.fields)}); diagnose and "
+                "bench measure image classification data (images and labels)"
+            )
+        return dataset
     return ImageFolder(data, transform=augment)
+
+
+def _integer(value: str, *, low: int, rule: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{rule}, got {value!r}") from None
+    if number < low:
+        raise argparse.ArgumentTypeError(f"{rule}, got {value}")
+    return number
 
 
 def _num_workers(value: str) -> int | str:
     if value in ("auto", "tune"):
         return value
-    count = int(value)
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, auto or tune, got {value}")
-    return count
+    return _integer(value, low=0, rule="must be >= 0, auto or tune")
 
 
 def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return number
+    return _integer(value, low=1, rule="must be a positive integer")
 
 
 def _non_negative(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return number
+    return _integer(value, low=0, rule="must be >= 0")
+
+
+def _quality(value: str) -> int:
+    quality = _integer(value, low=1, rule="must be a JPEG quality in 1..100")
+    if quality > 100:
+        raise argparse.ArgumentTypeError(f"must be a JPEG quality in 1..100, got {value}")
+    return quality
 
 
 def _model(value: str) -> str:
@@ -117,16 +133,45 @@ def _model(value: str) -> str:
     return value
 
 
-def _int_list(value: str) -> list[int]:
-    try:
-        numbers = [int(part) for part in value.split(",")]
-    except ValueError:
+def _int_list(low: int):
+    """An argparse type: comma-separated integers, each >= ``low``."""
+
+    def parse(value: str) -> list[int]:
+        rule = f"must be comma-separated integers >= {low}"
+        try:
+            numbers = [int(part) for part in value.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{rule}, got {value!r}") from None
+        if any(number < low for number in numbers):
+            raise argparse.ArgumentTypeError(f"{rule}, got {value!r}")
+        return numbers
+
+    return parse
+
+
+def _plot(value: str) -> Path:
+    """A plot to write: checked before anything runs, not after a long measurement."""
+    path = Path(value)
+    if path.is_dir():
         raise argparse.ArgumentTypeError(
-            f"must be comma-separated integers, got {value!r}"
-        ) from None
-    if any(number < 0 for number in numbers):
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value!r}")
-    return numbers
+            f"{path} is a directory; give the image file to write, e.g. {path / 'plot.png'}"
+        )
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{path.parent}: no such directory to write {path.name} in"
+        )
+    if not os.access(path.parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path.parent}: cannot write {path.name} there")
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ModuleNotFoundError:
+        raise argparse.ArgumentTypeError("plots need matplotlib: pip install matplotlib") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in formats:
+        raise argparse.ArgumentTypeError(
+            f"{path.name}: name the plot with one of {', '.join(sorted(formats))} as its extension"
+        )
+    return path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,6 +194,11 @@ def _diagnose(args: argparse.Namespace) -> None:
     )  # fmt: skip
     prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
     classes = len(getattr(dataset, "classes", []) or [])
+    if not classes and args.model != "none":
+        raise ValueError(
+            f"{args.data}: no class names, so no number of classes for --model "
+            f"{args.model}'s output; pass --model none to measure the loading alone"
+        )
     step = None if args.model == "none" else classifier_step(args.model, classes, prefetcher.device)
     report = diagnose(prefetcher, step, batches=args.batches, warmup=args.warmup, progress=True)
     print(report.to_json() if args.json else report)
@@ -200,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--images-per-class", type=_positive, default=16)
     demo.add_argument("--repeats", type=_positive, default=3)
     demo.add_argument(
-        "--plot", type=Path, default=Path("fastload-demo.png"),
+        "--plot", type=_plot, default="fastload-demo.png",
         help="PNG of the training loop's wait and step per iteration (default: %(default)s)",
     )  # fmt: skip
     demo.set_defaults(run=_demo)
@@ -218,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--resize", type=_positive, metavar="N", help="presize: longest side to N pixels"
     )
-    convert.add_argument("--quality", type=int, metavar="Q", help="JPEG quality when re-encoding")
+    convert.add_argument(
+        "--quality", type=_quality, metavar="Q", help="JPEG quality (1..100) when re-encoding"
+    )
     convert.add_argument(
         "--workers", type=_non_negative, help="reader processes (default: all CPUs)"
     )
@@ -258,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", type=_model, default="resnet18", help="a torchvision model name, or none"
     )
     diagnose.add_argument("--json", action="store_true", help="print the report as JSON")
-    diagnose.add_argument("--plot", type=Path, help="PNG of each iteration's wait and step")
+    diagnose.add_argument("--plot", type=_plot, help="PNG of each iteration's wait and step")
     diagnose.set_defaults(run=_diagnose)
 
     bench = commands.add_parser("bench", help="throughput over worker counts and prefetch depth")
@@ -267,17 +319,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--image-size", type=_positive, default=224)
     bench.add_argument("--batches", type=_positive, default=10)
     bench.add_argument(
-        "--workers", type=_int_list, default=None, help="comma-separated counts (default 0..CPUs)"
-    )
+        "--workers", type=_int_list(0), default=None,
+        help="comma-separated counts (default 0..CPUs)",
+    )  # fmt: skip
     bench.add_argument(
-        "--prefetch", type=_int_list, default=[2, 4], help="comma-separated prefetch factors"
+        "--prefetch", type=_int_list(1), default=[2, 4], help="comma-separated prefetch factors"
     )
-    bench.add_argument("--plot", type=Path, help="PNG of throughput vs workers")
+    bench.add_argument("--plot", type=_plot, help="PNG of throughput vs workers")
     bench.set_defaults(run=_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Run a command. Whatever goes wrong ends in one line on stderr and exit status 2
+    (with ``--verbose``, the traceback above it)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -285,8 +340,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         args.run(args)
-    except (OSError, ValueError, ImportError) as error:  # one clear line, not a traceback
-        parser.exit(2, f"fastload {args.command}: error: {error}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, f"fastload {args.command}: interrupted\n")
+    except Exception as error:  # one clear line, not a traceback
+        if args.verbose:
+            traceback.print_exc()
+        parser.exit(2, f"fastload {args.command}: error: {_one_line(error)}\n")
+
+
+def _one_line(error: Exception) -> str:
+    """The error's message on one line; its type too where that is not self-evident (a
+    bug's AssertionError, KeyError, ...)."""
+    text = " ".join(str(error).split())
+    if isinstance(error, (OSError, ValueError, ImportError)) and text:
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 if __name__ == "__main__":
