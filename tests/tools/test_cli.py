@@ -208,3 +208,54 @@ def test_garbage_is_one_line_on_stderr_and_exit_2(places, capsys, argv, message)
     assert not (places / "a.lmdb").exists() and not (places / "a.lmdb-lock").exists()
     assert (places / "notes.txt").read_text().startswith("not an image folder")
     assert (places / "empty").read_bytes() == b"" and not (places / "empty-lock").exists()
+
+
+@pytest.fixture(scope="module")
+def databases(places, tmp_path_factory):
+    """Databases diagnose and bench cannot measure a classifier on: detection targets,
+    labels without class names, no records (every file skipped)."""
+    from fastload import write_lmdb
+    from fastload.tools.shapes import ShapesDetection
+
+    root = tmp_path_factory.mktemp("databases")
+    write_lmdb(ShapesDetection(2, size=(32, 32)), root / "det.lmdb", num_workers=0, progress=False)
+    files = [(path, 7) for path in sorted((places / "images").rglob("*.jpg"))]
+    write_lmdb(files, root / "list.lmdb", num_workers=0, progress=False)
+    (root / "bad.jpg").write_bytes(b"not a JPEG")
+    write_lmdb(
+        [(root / "bad.jpg", 0)], root / "empty.lmdb", skip_bad=True, num_workers=0, progress=False
+    )
+    return root
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ("bench {root}/det.lmdb", "{root}/det.lmdb: its records hold targets (boxes, labels, "
+         "masks); diagnose and bench measure image classification data (images and labels)"),
+        ("diagnose {root}/det.lmdb --model none", "{root}/det.lmdb: its records hold targets"),
+        ("diagnose {root}/list.lmdb", "{root}/list.lmdb: no class names, so no number of classes "
+         "for --model resnet18's output; pass --model none to measure the loading alone"),
+        ("bench {root}/empty.lmdb", "{root}/empty.lmdb: no images to measure"),
+    ],
+)  # fmt: skip
+def test_data_diagnose_and_bench_cannot_measure_is_refused_before_measuring(
+    databases, capsys, argv, message
+):
+    with pytest.raises(SystemExit) as stopped:
+        main(argv.format(root=databases).split())
+    out, err = capsys.readouterr()
+    command = argv.split()[0]
+    assert stopped.value.code == 2 and not out and err.count("\n") == 1, err
+    assert err.startswith(f"fastload {command}: error: " + message.format(root=databases)), err
+
+
+def test_an_unexpected_error_is_one_line_with_its_type():
+    from fastload.tools.cli import _one_line
+
+    assert _one_line(AssertionError("prefetch_factor must be\ngreater than 0")) == (
+        "AssertionError: prefetch_factor must be greater than 0"
+    )
+    assert _one_line(KeyError("boxes")) == "KeyError: 'boxes'"
+    assert _one_line(FileNotFoundError("x: no such image folder")) == "x: no such image folder"
+    assert _one_line(RuntimeError()) == "RuntimeError"

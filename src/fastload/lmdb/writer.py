@@ -398,6 +398,8 @@ def write_lmdb(
         if value is not None:
             check_int(value, name, low=low, high=high)
     items = _source(source, annotations, instance_masks, masks)
+    if not len(items):
+        raise ValueError(f"{items.description}: no images, nothing to convert")
     encoding = Encoding(resize, quality)
     num_workers = available_cpus() if num_workers is None else num_workers
 

@@ -87,8 +87,11 @@ def _image_dataset(data: Path, image_size: int):
                 f"{data}: its records hold targets ({', '.join(dataset.fields)}); diagnose and "
                 "bench measure image classification data (images and labels)"
             )
-        return dataset
-    return ImageFolder(data, transform=augment)
+    else:
+        dataset = ImageFolder(data, transform=augment)
+    if not len(dataset):
+        raise ValueError(f"{data}: no images to measure")
+    return dataset
 
 
 def _integer(value: str, *, low: int, rule: str) -> int:
@@ -188,17 +191,17 @@ def _diagnose(args: argparse.Namespace) -> None:
     from fastload.tools.diagnostics import classifier_step, diagnose
 
     dataset = _image_dataset(args.data, args.image_size)
-    loader: FastLoader[Any] = FastLoader(
-        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-        collate_fn=uint8_collate,
-    )  # fmt: skip
-    prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
     classes = len(getattr(dataset, "classes", []) or [])
     if not classes and args.model != "none":
         raise ValueError(
             f"{args.data}: no class names, so no number of classes for --model "
             f"{args.model}'s output; pass --model none to measure the loading alone"
         )
+    loader: FastLoader[Any] = FastLoader(
+        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+        collate_fn=uint8_collate,
+    )  # fmt: skip
+    prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
     step = None if args.model == "none" else classifier_step(args.model, classes, prefetcher.device)
     report = diagnose(prefetcher, step, batches=args.batches, warmup=args.warmup, progress=True)
     print(report.to_json() if args.json else report)
