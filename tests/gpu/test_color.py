@@ -88,3 +88,15 @@ def test_color_jitter_keeps_shape_dtype_and_range(shape, dtype, brightness, hue)
     out = gpu.ColorJitter(brightness=brightness, contrast=0.3, saturation=0.3, hue=hue)(batch)
     assert out.shape == batch.shape and out.dtype == dtype
     assert out.min() >= 0 and out.max() <= (255 if dtype == torch.uint8 else 1.0 + 1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_normalize_into_equals_normalize(dtype):
+    from fastload.gpu.functional import normalize, normalize_coefficients, normalize_into
+
+    batch = images(n=4, dtype=dtype)
+    scale, shift = normalize_coefficients(
+        (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), uint8=dtype == torch.uint8
+    )
+    out = normalize_into(torch.empty(batch.shape), batch, scale, shift)
+    torch.testing.assert_close(out, normalize(batch.float(), scale, shift), rtol=0, atol=1e-5)

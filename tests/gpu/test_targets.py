@@ -257,3 +257,22 @@ def test_per_image_instance_masks_move_with_their_own_image(name):
     _, moved = module(batch, targets, params=params)
     for i in range(N):
         assert torch.equal(moved[i]["masks"], reference(name, module, masks[i], params, i))
+
+
+@pytest.mark.parametrize("name", MOVERS)
+def test_box_parameters_come_to_the_host_once_per_batch(name, monkeypatch):
+    import fastload.gpu.base as base
+
+    copies = []
+
+    def counted(values):
+        copies.append(sorted(values))
+        return to_host(values)
+
+    to_host = base._to_host
+    monkeypatch.setattr(base, "_to_host", counted)
+    module = MOVERS[name]()
+    module(images(n=N), boxes_per_image())
+    assert len(copies) <= 1  # CenterCrop and Resize need none
+    if copies and name == "ElasticTransform":
+        assert "displacement" not in copies[0]  # a whole field stays a tensor

@@ -7,6 +7,7 @@ kernels of :mod:`fastload.gpu.functional.geometry`), so that a sample's result e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torchvision.transforms.v2.functional as TF
@@ -21,16 +22,48 @@ from fastload.gpu.functional import Fill, affine, inverse_affine_matrices
 __all__ = ["RandomAffine", "RandomRotation"]
 
 
-def _center(center: Sequence[float] | None, shape: torch.Size, device) -> Tensor | None:
-    """A centre in pixels (x, y), as torchvision takes it, relative to the image centre."""
-    if center is None:
-        return None
-    height, width = shape[-2:]
-    offset = torch.tensor([center[0] - 0.5 * width, center[1] - 0.5 * height], device=device)
-    return offset.expand(shape[0], 2)
+class _RandomAffineBase(BatchTransform):
+    """What RandomAffine and RandomRotation share: each sample's inverse matrix
+    (``matrices``) warps its image with ``interpolation`` and ``fill``, and its masks
+    nearest, with 0 (background) where they come from outside."""
+
+    targets = "transform"
+
+    def __init__(
+        self,
+        interpolation: InterpolationMode | str,
+        fill: Fill,
+        center: Sequence[float] | None,
+        *,
+        same_on_batch: bool,
+        generator: torch.Generator | None,
+    ) -> None:
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        self.interpolation = interpolation_name(interpolation)
+        self.fill = check_fill(fill)
+        self.center = None if center is None else [finite(c, "center") for c in center]
+
+    def _matrices(self, shape: torch.Size, params: Params, device: torch.device) -> Tensor:
+        """(N, 2, 3) inverse matrices for a batch of ``shape``."""
+        raise NotImplementedError
+
+    def _center(self, shape: torch.Size, device: torch.device) -> Tensor | None:
+        """``center`` in pixels (x, y), as torchvision takes it, relative to the image's."""
+        if self.center is None:
+            return None
+        height, width = shape[-2:]
+        x, y = self.center[0] - 0.5 * width, self.center[1] - 0.5 * height
+        return torch.tensor([x, y], device=device).expand(shape[0], 2)
+
+    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        matrices = self._matrices(images.shape, params, images.device)
+        return affine(images, matrices, self.interpolation, self.fill)
+
+    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        return affine(masks, self._matrices(masks.shape, params, masks.device), "nearest", 0)
 
 
-class RandomAffine(BatchTransform):
+class RandomAffine(_RandomAffineBase):
     """A random affine transformation of each image (rotation, translation, scale, shear),
     with torchvision v2's arguments and sampling; each sample its own matrix.
 
@@ -51,26 +84,27 @@ class RandomAffine(BatchTransform):
         center: Sequence[float] | None = None,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        super().__init__(
+            interpolation, fill, center, same_on_batch=same_on_batch, generator=generator
+        )
         self.degrees = symmetric(degrees, "degrees")
-        self.translate = None
+        self.translate: tuple[float, float] | None = None
         if translate is not None:
             if len(translate) != 2:
                 raise ValueError(f"translate must be (a, b) fractions, got {translate!r}")
-            self.translate = tuple(finite(t, "translate") for t in translate)
+            self.translate = (finite(translate[0], "translate"), finite(translate[1], "translate"))
             if not all(0 <= t <= 1 for t in self.translate):
                 raise ValueError(f"translate fractions must be in [0, 1], got {translate!r}")
         self.scale = None if scale is None else pair(scale, "scale")
         if self.scale is not None and self.scale[0] <= 0:
             raise ValueError(f"scale must be positive, got {scale!r}")
         self.shear = None if shear is None else _shear(shear)
-        self.interpolation = interpolation_name(interpolation)
-        self.fill = check_fill(fill)
-        self.center = None if center is None else [finite(c, "center") for c in center]
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, height, width = shape[0], shape[-2], shape[-1]
 
         def uniform(low: float, high: float) -> Tensor:
@@ -92,32 +126,23 @@ class RandomAffine(BatchTransform):
             "shear": shear,
         }
 
-    targets = "transform"
-
-    def _matrices(self, shape: torch.Size, params: Params, device) -> Tensor:
-        center = _center(self.center, shape, device)
+    def _matrices(self, shape: torch.Size, params: Params, device: torch.device) -> Tensor:
         return inverse_affine_matrices(
-            params["angle"], params["translate"], params["scale"], params["shear"], center
+            params["angle"],
+            params["translate"],
+            params["scale"],
+            params["shear"],
+            self._center(shape, device),
         )
 
-    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        matrices = self._matrices(images.shape, params, images.device)
-        return affine(images, matrices, self.interpolation, self.fill)
-
-    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        # nearest, and 0 (background) where the mask comes from outside, whatever ``fill``
-        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
-        moved = affine(grid, self._matrices(grid.shape, params, masks.device), "nearest", 0)
-        return moved.squeeze(1) if masks.dim() == 3 else moved
-
-    def transform_target(self, target, params: Params, size):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
         return TF.affine(
-            target, angle=float(params["angle"]), translate=params["translate"].tolist(),
-            scale=float(params["scale"]), shear=params["shear"].tolist(), center=self.center,
+            target, angle=params["angle"], translate=params["translate"], scale=params["scale"],
+            shear=params["shear"], center=self.center,
         )  # fmt: skip
 
 
-class RandomRotation(BatchTransform):
+class RandomRotation(_RandomAffineBase):
     """Rotate each image by its own angle drawn from ``degrees`` (a number ``d`` for
     (-d, d), or a range), counter-clockwise, about ``center`` (default: the image's).
     ``expand`` would give each sample its own size, which a batch cannot hold."""
@@ -131,44 +156,33 @@ class RandomRotation(BatchTransform):
         fill: Fill = 0,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(same_on_batch=same_on_batch, generator=generator)
         if expand:
             raise ValueError(
                 "RandomRotation(expand=True) gives every angle its own output size, which one "
                 "batch cannot hold: rotate without expanding, or crop/resize afterwards"
             )
+        super().__init__(
+            interpolation, fill, center, same_on_batch=same_on_batch, generator=generator
+        )
         self.degrees = symmetric(degrees, "degrees")
-        self.interpolation = interpolation_name(interpolation)
-        self.center = None if center is None else [finite(c, "center") for c in center]
-        self.fill = check_fill(fill)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {"angle": self._uniform(shape[0], *self.degrees, device=device, generator=generator)}
 
-    targets = "transform"
-
-    def _matrices(self, shape: torch.Size, params: Params, device) -> Tensor:
+    def _matrices(self, shape: torch.Size, params: Params, device: torch.device) -> Tensor:
         n = shape[0]
         none = torch.zeros(n, 2, device=device)
-        center = _center(self.center, shape, device)
         # torchvision's rotate turns the other way from its affine: the angle is negated
         return inverse_affine_matrices(
-            -params["angle"], none, torch.ones(n, device=device), none, center
+            -params["angle"], none, torch.ones(n, device=device), none, self._center(shape, device)
         )
 
-    def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
-        moved = affine(grid, self._matrices(grid.shape, params, masks.device), "nearest", 0)
-        return moved.squeeze(1) if masks.dim() == 3 else moved
-
-    def transform_target(self, target, params: Params, size):
-        return TF.rotate(target, float(params["angle"]), center=self.center)
-
-    def apply_transform(self, images: Tensor, params: Params) -> Tensor:
-        matrices = self._matrices(images.shape, params, images.device)
-        return affine(images, matrices, self.interpolation, self.fill)
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
+        return TF.rotate(target, params["angle"], center=self.center)
 
 
 def _shear(value: float | Sequence[float]) -> tuple[float, ...]:

@@ -4,10 +4,17 @@ A module's ``forward(images, params=None)`` first calls ``sample_params`` (one
 vectorised draw for the whole batch, on the batch's device), then ``apply_transform``
 (Kornia's name: ``nn.Module.apply(fn)`` must keep working on a model that holds one). Passing
 ``params`` replays an augmentation, which is how tests compare with torchvision.
+
+The base owns what every module shares: the draws (uniform, integer, normal, Beta,
+Dirichlet, a permutation), each honouring ``same_on_batch`` and, inside
+``gpu.sample_seeds``, each sample's own seed; the probability ``p``; and the targets
+beside the images (masks reach ``apply_masks`` as (N, K, H, W); the parameters of boxes
+and keypoints come to the host once per batch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,7 +22,7 @@ from torch import Tensor, nn
 from torchvision import tv_tensors
 
 from fastload._checks import check_probability
-from fastload.gpu.keyed import keyed_uniform
+from fastload.gpu.keyed import keyed, keyed_normal, keyed_uniform
 from fastload.gpu.targets import has_targets, join, split
 
 __all__ = ["BatchTransform", "Params"]
@@ -82,6 +89,9 @@ class BatchTransform(nn.Module):
     #: the image (``apply_masks``, ``transform_target``); "refuse" raises, for geometry
     #: that cannot move them yet: a silent drift between image and boxes is never right.
     targets = "refuse"
+    #: Parameters that ``transform_target`` takes as tensors, not as Python values (a
+    #: whole displacement field: too large to bring to the host).
+    device_params: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -138,6 +148,7 @@ class BatchTransform(nn.Module):
         (in its target beside its boxes) and its BoundingBoxes or KeyPoints, in batch
         order (see :mod:`fastload.gpu.targets`)."""
         n, size = shape[0], (int(shape[-2]), int(shape[-1]))
+        rows: list[dict[str, Any]] = []  # each sample's parameters, on the host once
         counts = {"mask": 0, "other": 0}
         own_masks: list[tuple[int, int]] = []  # (leaf, sample): moved together below
         for index, leaf in found:
@@ -152,8 +163,8 @@ class BatchTransform(nn.Module):
             if kind == "mask":
                 own_masks.append((index, sample))
             else:
-                row = {k: v[sample] for k, v in params.items() if v.dim() and len(v) == n}
-                leaves[index] = self.transform_target(leaf, row, size)
+                rows = rows or self._target_rows(params, n)
+                leaves[index] = self.transform_target(leaf, rows[sample], size)
         if counts["other"] not in (0, n):
             raise ValueError(
                 f"{type(self).__name__}: BoundingBoxes and KeyPoints come one per image, in "
@@ -162,12 +173,23 @@ class BatchTransform(nn.Module):
         if own_masks:
             self._move_own_masks(own_masks, leaves, params, size, n)
 
+    def _target_rows(self, params: Params, n: int) -> list[dict[str, Any]]:
+        """Each sample's parameters for ``transform_target``: Python values, copied to the
+        host together with one wait for the device; ``device_params`` stay tensors."""
+        per_sample = {k: v for k, v in params.items() if v.dim() and len(v) == n}
+        host = _to_host({k: v for k, v in per_sample.items() if k not in self.device_params})
+        kept = {k: v for k, v in per_sample.items() if k in self.device_params}
+        return [
+            {**{k: values[i] for k, values in host.items()}, **{k: v[i] for k, v in kept.items()}}
+            for i in range(n)
+        ]
+
     def _move_mask(self, mask: Any, params: Params, size: tuple, n: int) -> Any:
         """A mask of the whole batch, (N, H, W) or (N, K, H, W)."""
         plain = mask.as_subclass(Tensor)
         if plain.dim() not in (3, 4) or tuple(plain.shape[-2:]) != size or len(plain) != n:
             raise ValueError(self._mask_shape_error(mask, size, n))
-        return tv_tensors.wrap(self.apply_masks(plain, params), like=mask)
+        return tv_tensors.wrap(self._apply_masks(plain, params), like=mask)
 
     def _move_own_masks(
         self, own: list[tuple[int, int]], leaves: list[Any], params: Params, size: tuple, n: int
@@ -188,7 +210,7 @@ class BatchTransform(nn.Module):
             samples = samples.to(masks[0].device)
             expanded = {k: v[samples] if v.dim() and len(v) == n else v
                         for k, v in params.items()}  # fmt: skip
-            moved = self.apply_masks(torch.cat(masks), expanded)
+            moved = self._apply_masks(torch.cat(masks), expanded)
             for (index, _), part in zip(members, moved.split(rows.tolist()), strict=True):
                 mask = leaves[index]
                 leaves[index] = tv_tensors.wrap(
@@ -202,13 +224,21 @@ class BatchTransform(nn.Module):
             f"{tuple(mask.shape)}"
         )
 
+    def _apply_masks(self, masks: Tensor, params: Params) -> Tensor:
+        """(N, H, W) or (N, K, H, W) masks through ``apply_masks``, which sees 4-D."""
+        if masks.dim() == 4:
+            return self.apply_masks(masks, params)
+        return self.apply_masks(masks.unsqueeze(1), params).squeeze(1)
+
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        """The transform on (N, H, W) or (N, K, H, W) masks, nearest where it resamples."""
+        """The transform on (N, K, H, W) masks, nearest where it resamples, 0 (background)
+        where it brings pixels from outside."""
         raise NotImplementedError
 
-    def transform_target(self, target: Any, params: Params, size: tuple[int, int]) -> Any:
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
         """The transform on one sample's ``BoundingBoxes`` or ``KeyPoints``, with that
-        sample's parameters (0-d tensors), the image being ``size`` before it."""
+        sample's parameters (Python numbers and lists, tensors for ``device_params``), the
+        image being ``size`` before it."""
         raise NotImplementedError
 
     def sample_params(
@@ -219,11 +249,12 @@ class BatchTransform(nn.Module):
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         raise NotImplementedError
 
-    # --- sampling helpers: one call for the batch, shape (N, *extra) --------------------------
+    # --- draws: one call for the batch, shape (N, *extra), same_on_batch and keyed here ----
 
     def _rand(
         self, n: int, *extra: int, device: torch.device, generator: torch.Generator | None
     ) -> Tensor:
+        """Uniform in [0, 1)."""
         return draw_uniform(
             n, *extra, device=device, generator=generator, same_on_batch=self.same_on_batch
         )
@@ -237,11 +268,79 @@ class BatchTransform(nn.Module):
         device: torch.device,
         generator: torch.Generator | None,
     ) -> Tensor:
+        """Uniform in [low, high)."""
         return low + (high - low) * self._rand(n, *extra, device=device, generator=generator)
 
     def _applies(self, n: int, device: torch.device, generator: torch.Generator | None) -> Tensor:
         """Per-sample coin flips with probability ``p`` (bool, shape (N,))."""
         return self._rand(n, device=device, generator=generator) < self.p
+
+    def _integers(
+        self,
+        n: int,
+        high: int,
+        *extra: int,
+        device: torch.device,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        """Uniform integers in [0, high) (int64)."""
+        draws = self._rand(n, *extra, device=device, generator=generator)
+        return (draws * high).long().clamp_(max=high - 1)
+
+    def _normal(
+        self, n: int, *extra: int, device: torch.device, generator: torch.Generator | None
+    ) -> Tensor:
+        """Standard normal."""
+        rows = 1 if self.same_on_batch else n
+        values = None if generator is not None else keyed_normal(n, extra, device)
+        if values is not None:  # inside gpu.sample_seeds
+            values = values[:rows]
+        else:
+            values = torch.randn((rows, *extra), device=device, generator=generator)
+        return values.expand(n, *extra) if self.same_on_batch else values
+
+    def _beta(
+        self, n: int, alpha: float, device: torch.device, generator: torch.Generator | None
+    ) -> Tensor:
+        """Beta(alpha, alpha) (N,), from two Gamma draws (torch.distributions takes no
+        generator)."""
+        gammas = self._gammas(n, 2, alpha, device, generator, torch._standard_gamma)
+        beta = gammas[:, 0] / gammas.sum(dim=1)
+        return beta.expand(n) if self.same_on_batch else beta
+
+    def _dirichlet(
+        self,
+        n: int,
+        parts: int,
+        alpha: float,
+        device: torch.device,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        """Dirichlet(alpha, ..., alpha) weights (N, parts)."""
+        weights = self._gammas(n, parts, alpha, device, generator, torch._sample_dirichlet)
+        return weights.expand(n, parts)
+
+    def _gammas(
+        self,
+        n: int,
+        parts: int,
+        alpha: float,
+        device: torch.device,
+        generator: torch.Generator | None,
+        sample: Callable[..., Tensor],
+    ) -> Tensor:
+        # Inside gpu.sample_seeds, from the CPU generator it seeds (no keyed Gamma draws).
+        on = torch.device("cpu") if generator is None and keyed() else device
+        concentration = torch.full((1 if self.same_on_batch else n, parts), alpha, device=on)
+        return sample(concentration, generator=generator).to(device)
+
+    @staticmethod
+    def _permutation(count: int, generator: torch.Generator | None) -> Tensor:
+        """A random order of ``count`` on the host, for the batch (it decides Python control
+        flow: reading it from a GPU would stall the stream). A CUDA generator cannot draw
+        it; then torch's CPU generator does."""
+        on_cpu = generator if generator is not None and generator.device.type == "cpu" else None
+        return torch.randperm(count, generator=on_cpu)
 
     def extra_repr(self) -> str:
         public = {
@@ -250,6 +349,16 @@ class BatchTransform(nn.Module):
             if not key.startswith("_") and key != "training" and key != "generator"
         }
         return ", ".join(f"{key}={value!r}" for key, value in public.items())
+
+
+def _to_host(values: dict[str, Tensor]) -> dict[str, list[Any]]:
+    """Tensors as Python lists: every copy queued, then one wait for the device."""
+    on_cuda = [value for value in values.values() if value.is_cuda]
+    if not on_cuda:
+        return {key: value.tolist() for key, value in values.items()}
+    copies = {key: value.to("cpu", non_blocking=True) for key, value in values.items()}
+    torch.cuda.current_stream(on_cuda[0].device).synchronize()
+    return {key: value.tolist() for key, value in copies.items()}
 
 
 def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:

@@ -86,15 +86,9 @@ class ColorJitter(BatchTransform):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
-        # The order decides Python control flow, so it lives on the CPU: reading it from
-        # the GPU would stall the stream. A CUDA generator cannot draw it; then the
-        # global CPU generator does (torch.manual_seed makes it reproducible).
-        cpu_generator = (
-            generator if generator is not None and generator.device.type == "cpu" else None
-        )
         params: Params = {
             "apply": self._applies(n, device, generator),
-            "order": torch.randperm(4, generator=cpu_generator),
+            "order": self._permutation(4, generator),  # on the host, one for the batch
         }
         for name in self.OPERATIONS:
             limits = getattr(self, name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torchvision.transforms.v2.functional as TF
@@ -34,33 +35,30 @@ __all__ = [
 ]
 
 
-def _as_4d(masks: Tensor) -> Tensor:
-    return masks.unsqueeze(1) if masks.dim() == 3 else masks
-
-
-def _like(result: Tensor, masks: Tensor) -> Tensor:
-    return result.squeeze(1) if masks.dim() == 3 else result
-
-
 class _RandomFlip(BatchTransform):
     dim = -1
     targets = "transform"
 
-    def __init__(self, p: float = 0.5, *, same_on_batch: bool = False, generator=None) -> None:
+    def __init__(
+        self,
+        p: float = 0.5,
+        *,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
         return {"apply": self._applies(shape[0], device, generator)}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return blend_where(params["apply"], images.flip(self.dim), images)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        apply = params["apply"].view(-1, *([1] * (masks.dim() - 1)))
-        return torch.where(apply, masks.flip(self.dim), masks)
+        return self.apply_transform(masks, params)
 
-    def transform_target(self, target, params: Params, size):
-        if not bool(params["apply"]):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
+        if not params["apply"]:
             return target
         return TF.horizontal_flip(target) if self.dim == -1 else TF.vertical_flip(target)
 
@@ -94,7 +92,7 @@ class RandomCrop(BatchTransform):
         padding_mode: str = "constant",
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
         if padding_mode not in PADDING_MODES:
@@ -132,7 +130,7 @@ class RandomCrop(BatchTransform):
             )
         return left, right, top, bottom
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
         n, _, height, width = shape
         left, right, top, bottom = self._padding(height, width)
         padded_h, padded_w = height + top + bottom, width + left + right
@@ -154,13 +152,13 @@ class RandomCrop(BatchTransform):
         return crop_windows(images, params["top"], params["left"], *self.size)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        return _like(self.apply_transform(_as_4d(masks), params), masks)
+        return self.apply_transform(masks, params)
 
-    def transform_target(self, target, params: Params, size):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
         left, right, top, bottom = self._padding(*size)
         if left or right or top or bottom:
             target = TF.pad(target, [left, top, right, bottom], padding_mode=self.padding_mode)
-        return TF.crop(target, int(params["top"]), int(params["left"]), *self.size)
+        return TF.crop(target, params["top"], params["left"], *self.size)
 
 
 class CenterCrop(BatchTransform):
@@ -172,16 +170,16 @@ class CenterCrop(BatchTransform):
         super().__init__()
         self.size = output_size(size)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return center_crop(images, self.size)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        return _like(self.apply_transform(_as_4d(masks), params), masks)
+        return self.apply_transform(masks, params)
 
-    def transform_target(self, target, params: Params, size):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
         return TF.center_crop(target, list(self.size))
 
 
@@ -215,7 +213,7 @@ class Resize(BatchTransform):
             new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
         return (new_short, new_long) if height <= width else (new_long, new_short)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
@@ -230,7 +228,7 @@ class Resize(BatchTransform):
         cols = nearest_indices(zeros, torch.full((n,), width, device=device), out_w)
         return gather_masks(masks, rows, cols)
 
-    def transform_target(self, target, params: Params, size):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
         return TF.resize(target, list(self._output_size(*size)))
 
 
@@ -255,7 +253,7 @@ class BatchRandomResizedCrop(BatchTransform):
         ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
         self.size = output_size(size)
@@ -264,7 +262,7 @@ class BatchRandomResizedCrop(BatchTransform):
         if self.scale[0] <= 0 or self.ratio[0] <= 0:
             raise ValueError(f"scale and ratio must be positive, got {scale!r} and {ratio!r}")
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
         n, _, height, width = shape
         uniforms = self._rand(n, TRIES, 4, device=device, generator=generator)
         heights = torch.full((n,), height, device=device)  # filled there: no host copy
@@ -280,7 +278,7 @@ class BatchRandomResizedCrop(BatchTransform):
         cols = nearest_indices(params["left"], params["width"], self.size[1])
         return gather_masks(masks, rows, cols)
 
-    def transform_target(self, target, params: Params, size):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
         box = (int(params[key]) for key in ("top", "left", "height", "width"))
         return TF.resized_crop(target, *box, list(self.size))
 

@@ -13,7 +13,6 @@ from torch import Tensor
 from fastload._checks import finite
 from fastload.gpu.base import BatchTransform, Params, check_images
 from fastload.gpu.functional import cutmix, mixup
-from fastload.gpu.keyed import keyed
 
 __all__ = ["CutMix", "MixUp"]
 
@@ -35,16 +34,6 @@ class _Mix(BatchTransform):
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         self.alpha = float(alpha)
         self.num_classes = int(num_classes)
-
-    def _lam(self, n: int, device, generator) -> Tensor:
-        """Beta(alpha, alpha) per sample, from two Gamma draws (torch.distributions has no
-        generator argument)."""
-        # Inside gpu.sample_seeds, from the CPU generator it seeds (no keyed Gamma draws).
-        on = torch.device("cpu") if generator is None and keyed() else device
-        concentration = torch.full((1 if self.same_on_batch else n, 2), self.alpha, device=on)
-        gammas = torch._standard_gamma(concentration, generator=generator).to(device)
-        lam = gammas[:, 0] / gammas.sum(dim=1)
-        return lam.expand(n) if self.same_on_batch else lam
 
     # (images, labels) in, (images, soft labels) out, as torchvision's MixUp/CutMix: not the
     # images-only signature of the other modules.
@@ -80,7 +69,7 @@ class MixUp(_Mix):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
-        lam = self._lam(n, device, generator)
+        lam = self._beta(n, self.alpha, device, generator)
         return {"lam": torch.where(self._applies(n, device, generator), lam, torch.ones_like(lam))}
 
     def apply_transform(  # type: ignore[override]
@@ -95,7 +84,7 @@ class CutMix(_Mix):
 
     def sample_params(self, shape, device, generator=None) -> Params:
         n, _, height, width = shape
-        lam = self._lam(n, device, generator)
+        lam = self._beta(n, self.alpha, device, generator)
         centre = self._rand(n, 2, device=device, generator=generator)
         cut = torch.sqrt(1.0 - lam)
         cy, cx = centre[:, 0] * height, centre[:, 1] * width

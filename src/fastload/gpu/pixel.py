@@ -20,7 +20,6 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
-from fastload.gpu.keyed import keyed_normal
 
 __all__ = [
     "GaussianNoise",
@@ -144,13 +143,7 @@ class GaussianNoise(BatchTransform):
             raise ValueError(f"sigma must be >= 0, got {sigma!r}")
 
     def sample_params(self, shape, device, generator=None) -> Params:
-        rows = 1 if self.same_on_batch else shape[0]
-        noise = None if generator is not None else keyed_normal(shape[0], shape[1:], device)
-        if noise is not None:  # inside gpu.sample_seeds
-            noise = noise[:rows]
-        else:
-            noise = torch.randn((rows, *shape[1:]), device=device, generator=generator)
-        return {"noise": noise.expand(tuple(shape))}
+        return {"noise": self._normal(shape[0], *shape[1:], device=device, generator=generator)}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return add_noise(images, params["noise"], mean=self.mean, sigma=self.sigma, clip=self.clip)

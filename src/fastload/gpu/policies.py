@@ -36,7 +36,6 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
-from fastload.gpu.keyed import keyed
 
 __all__ = [
     "AugMix",
@@ -140,11 +139,6 @@ class _Policy(BatchTransform):
         negative = signed[ops.clamp(min=0)] & (coins <= 0.5)
         return 1.0 - 2.0 * negative.to(torch.float32)
 
-    def _pick(self, n: int, choices: int, *extra: int, device, generator) -> Tensor:
-        """Uniform integers in [0, choices), honouring ``same_on_batch``."""
-        draws = self._rand(n, *extra, device=device, generator=generator)
-        return (draws * choices).long().clamp_(max=choices - 1)
-
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return self._apply_steps(images, params["ops"], params["magnitudes"])
 
@@ -193,7 +187,7 @@ class RandAugment(_Policy):
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
         table, signed = self._tables(self.num_magnitude_bins, shape[-2], shape[-1], device)
-        ops = self._pick(n, len(table), self.num_ops, device=device, generator=generator)
+        ops = self._integers(n, len(table), self.num_ops, device=device, generator=generator)
         signs = self._signs(ops, signed, device, generator)
         return {"ops": ops, "magnitudes": table[ops, self.magnitude] * signs}
 
@@ -219,8 +213,8 @@ class TrivialAugmentWide(_Policy):
     def sample_params(self, shape, device, generator=None) -> Params:
         n = shape[0]
         table, signed = self._tables(self.num_magnitude_bins, shape[-2], shape[-1], device)
-        ops = self._pick(n, len(table), 1, device=device, generator=generator)
-        bins = self._pick(n, self.num_magnitude_bins, 1, device=device, generator=generator)
+        ops = self._integers(n, len(table), 1, device=device, generator=generator)
+        bins = self._integers(n, self.num_magnitude_bins, 1, device=device, generator=generator)
         signs = self._signs(ops, signed, device, generator)
         return {"ops": ops, "magnitudes": table[ops, bins] * signs}
 
@@ -258,7 +252,7 @@ class AutoAugment(_Policy):
         n = shape[0]
         table, signed = self._tables(10, shape[-2], shape[-1], device)
         sub_ops, sub_p, sub_bins = self._sub_policies_on(device)
-        chosen = self._pick(n, len(sub_ops), device=device, generator=generator)
+        chosen = self._integers(n, len(sub_ops), device=device, generator=generator)
         ops, bins = sub_ops[chosen], sub_bins[chosen]
         coins = self._rand(n, 2, device=device, generator=generator)
         applied = coins <= sub_p[chosen]
@@ -315,30 +309,22 @@ class AugMix(_Policy):
         augmix = v2.AugMix
         return augmix._AUGMENTATION_SPACE if self.all_ops else augmix._PARTIAL_AUGMENTATION_SPACE
 
-    def _dirichlet(self, n: int, parts: int, device, generator) -> Tensor:
-        rows = 1 if self.same_on_batch else n
-        # Inside gpu.sample_seeds, from the CPU generator it seeds (no keyed Gamma draws).
-        on = torch.device("cpu") if generator is None and keyed() else device
-        concentration = torch.full((rows, parts), self.alpha, device=on)
-        weights = torch._sample_dirichlet(concentration, generator=generator).to(device)
-        return weights.expand(n, parts)
-
     def sample_params(self, shape, device, generator=None) -> Params:
         n, width = shape[0], self.mixture_width
         depth = self.chain_depth if self.chain_depth > 0 else 3
         table, signed = self._tables(10, shape[-2], shape[-1], device)
-        ops = self._pick(n, len(table), width, depth, device=device, generator=generator)
-        bins = self._pick(n, self.severity, width, depth, device=device, generator=generator)
+        ops = self._integers(n, len(table), width, depth, device=device, generator=generator)
+        bins = self._integers(n, self.severity, width, depth, device=device, generator=generator)
         magnitudes = table[ops, bins] * self._signs(ops, signed, device, generator)
         if self.chain_depth <= 0:  # each chain 1 to 3 steps long; the rest are no-ops
-            lengths = 1 + self._pick(n, 3, width, 1, device=device, generator=generator)
+            lengths = 1 + self._integers(n, 3, width, 1, device=device, generator=generator)
             ops = torch.where(torch.arange(depth, device=device) < lengths, ops, -1)
-        beta = self._dirichlet(n, 2, device, generator)
+        beta = self._dirichlet(n, 2, self.alpha, device, generator)
         return {
             "ops": ops,
             "magnitudes": magnitudes,
             "original": beta[:, 0],
-            "weights": self._dirichlet(n, width, device, generator) * beta[:, 1:],
+            "weights": self._dirichlet(n, width, self.alpha, device, generator) * beta[:, 1:],
         }
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:

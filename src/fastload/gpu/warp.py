@@ -7,13 +7,14 @@ torchvision's for its parameters.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from fastload._checks import check_probability, finite
+from fastload._checks import finite
 from fastload.gpu.arguments import check_fill, interpolation_name, xy
 from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.functional import Fill, elastic, perspective, perspective_coefficients
@@ -26,6 +27,8 @@ class RandomPerspective(BatchTransform):
     size) and warp it to match, for each sample with probability ``p``; torchvision v2's
     arguments and corner draws."""
 
+    targets = "transform"
+
     def __init__(
         self,
         distortion_scale: float = 0.5,
@@ -34,16 +37,18 @@ class RandomPerspective(BatchTransform):
         fill: Fill = 0,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(p=check_probability(p), same_on_batch=same_on_batch, generator=generator)
+        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         self.distortion_scale = finite(distortion_scale, "distortion_scale")
         if not 0 <= self.distortion_scale <= 1:
             raise ValueError(f"distortion_scale must be in [0, 1], got {distortion_scale!r}")
         self.interpolation = interpolation_name(interpolation)
         self.fill = check_fill(fill)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, height, width = shape[0], shape[-2], shape[-1]
         bound_h = int(self.distortion_scale * (height // 2)) + 1
         bound_w = int(self.distortion_scale * (width // 2)) + 1
@@ -64,30 +69,29 @@ class RandomPerspective(BatchTransform):
             "coefficients": perspective_coefficients(start, endpoints),
         }
 
-    targets = "transform"
-
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         warped = perspective(images, params["coefficients"], self.interpolation, self.fill)
         return blend_where(params["apply"], warped, images)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
-        warped = perspective(grid, params["coefficients"], "nearest", 0)  # background 0
-        moved = blend_where(params["apply"], warped, grid)
-        return moved.squeeze(1) if masks.dim() == 3 else moved
+        warped = perspective(masks, params["coefficients"], "nearest", 0)  # background 0
+        return blend_where(params["apply"], warped, masks)
 
-    def transform_target(self, target, params: Params, size):
-        if not bool(params["apply"]):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
+        if not params["apply"]:
             return target
         height, width = size
         corners = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
-        return TF.perspective(target, corners, params["endpoints"].tolist())
+        return TF.perspective(target, corners, params["endpoints"])
 
 
 class ElasticTransform(BatchTransform):
     """Displace each image's pixels by its own smooth random field: uniform noise blurred
     with a Gaussian of ``sigma``, scaled by ``alpha`` (torchvision v2's draw; numbers or
     (x, y) pairs)."""
+
+    targets = "transform"
+    device_params = ("displacement",)  # a whole field per sample: stays on the device
 
     def __init__(
         self,
@@ -97,14 +101,16 @@ class ElasticTransform(BatchTransform):
         fill: Fill = 0,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
         self.alpha, self.sigma = xy(alpha, "alpha"), xy(sigma, "sigma")
         self.interpolation = interpolation_name(interpolation)
         self.fill = check_fill(fill)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, height, width = shape[0], shape[-2], shape[-1]
         fields = []
         for axis, extent in ((0, width), (1, height)):
@@ -118,15 +124,11 @@ class ElasticTransform(BatchTransform):
             fields.append(field * self.alpha[axis] / extent)
         return {"displacement": torch.cat(fields, dim=1).permute(0, 2, 3, 1)}
 
-    targets = "transform"
-
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return elastic(images, params["displacement"], self.interpolation, self.fill)
 
     def apply_masks(self, masks: Tensor, params: Params) -> Tensor:
-        grid = masks.unsqueeze(1) if masks.dim() == 3 else masks
-        moved = elastic(grid, params["displacement"], "nearest", 0)  # background 0
-        return moved.squeeze(1) if masks.dim() == 3 else moved
+        return elastic(masks, params["displacement"], "nearest", 0)  # background 0
 
-    def transform_target(self, target, params: Params, size):
+    def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
         return TF.elastic(target, params["displacement"].unsqueeze(0))
