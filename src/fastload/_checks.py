@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["check_int", "check_probability", "finite", "pair"]
+__all__ = ["check_int", "check_probability", "finite", "pair", "positive_pair"]
 
 
 def check_int(value: object, name: str, *, low: int | None = None, high: int | None = None) -> int:
@@ -61,6 +61,17 @@ def pair(value: float | Sequence[float], name: str) -> tuple[float, float]:
     if low > high:
         raise ValueError(f"{name} must be (min, max) with min <= max, got {value!r}")
     return low, high
+
+
+def positive_pair(value: float | Sequence[float], name: str) -> tuple[float, float]:
+    """A number ``v`` as ``(v, v)``, or a ``(low, high)`` pair, finite with
+    ``0 < low <= high`` (a crop's scale and aspect-ratio ranges)."""
+    values = (value, value) if isinstance(value, (int, float)) else value
+    if len(values) == 2:
+        low, high = finite(values[0], name), finite(values[1], name)
+        if 0 < low <= high:
+            return low, high
+    raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got {value!r}")
 
 
 def check_probability(p: float, name: str = "p") -> float:

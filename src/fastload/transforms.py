@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import get_worker_info
 
+from fastload._checks import positive_pair
 from fastload.collate import chw
 from fastload.datasets.decode import decode_image, displayed_size
 from fastload.gpu.boxes import TRIES, sample_box
@@ -154,7 +155,7 @@ class DecodeRandomResizedCrop:
         antialias: bool = True,
     ) -> None:
         self.size = (size, size) if isinstance(size, int) else tuple(size)
-        self.scale, self.ratio = _range(scale, "scale"), _range(ratio, "ratio")
+        self.scale, self.ratio = positive_pair(scale, "scale"), positive_pair(ratio, "ratio")
         if len(self.size) != 2 or not all(isinstance(s, int) and s > 0 for s in self.size):
             raise ValueError(f"size must be a positive int or (height, width), got {size!r}")
         self.antialias = antialias
@@ -215,10 +216,3 @@ class DecodeRandomResizedCrop:
 
 #: The name torchvision users know; the same class.
 RandomResizedCrop = DecodeRandomResizedCrop
-
-
-def _range(values: Sequence[float], name: str) -> tuple[float, float]:
-    low, high = (float(v) for v in values)
-    if not (0 < low <= high and math.isfinite(high)):
-        raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got {tuple(values)!r}")
-    return low, high

@@ -238,3 +238,33 @@ def test_cuda_decoding_matches_the_cpu_within_decoder_tolerance():
 def test_an_empty_list_gives_an_empty_batch(crop):
     out = GPUDecoder((24, 32), crop=crop, device="cpu")([])
     assert out.shape == (0, 3, 24, 32) and out.dtype == torch.uint8
+
+
+def test_one_jpeg_test_for_the_cpu_and_the_gpu_decode():
+    import fastload.gpu.decode
+    from fastload.datasets.decode import is_jpeg
+
+    assert fastload.gpu.decode.is_jpeg is is_jpeg
+    jpeg, png = encode(8, 8), encode(8, 8, ".png")
+    for encoded, want in ((jpeg, True), (png, False)):
+        forms = (encoded, encoded.numpy(), encoded.numpy().tobytes(), memoryview(encoded.numpy()))
+        assert all(is_jpeg(form) is want for form in forms)
+    assert not is_jpeg(b"") and not is_jpeg(b"\xff")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"scale": (0.5, 0.1)}, r"scale must be \(low, high\) with 0 < low <= high"),
+        ({"ratio": (0.0, 1.0)}, r"ratio must be \(low, high\) with 0 < low <= high"),
+        ({"scale": (float("nan"), 1.0)}, r"scale must be a finite number"),
+    ],
+)
+def test_the_crops_on_the_cpu_and_the_gpu_refuse_the_same_ranges_alike(kwargs, message):
+    from fastload import gpu, transforms
+
+    for make in (gpu.BatchRandomResizedCrop, transforms.DecodeRandomResizedCrop):
+        with pytest.raises(ValueError, match=message):
+            make(8, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        GPUDecoder(8, device="cpu", **kwargs)

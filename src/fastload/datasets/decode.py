@@ -18,6 +18,7 @@ __all__ = [
     "check_decode_mode",
     "decode_image",
     "displayed_size",
+    "is_jpeg",
     "load_image",
     "read_image",
     "reduction_factor",
@@ -55,6 +56,16 @@ _TRANSPOSED = frozenset({5, 6, 7, 8})  # EXIF orientations that swap width and h
 
 class ImageDecodeError(ValueError):
     """Bytes that are not a complete image in a format OpenCV reads."""
+
+
+def is_jpeg(data: bytes | memoryview | np.ndarray | torch.Tensor) -> bool:
+    """Whether encoded ``data`` (bytes, or a 1-D uint8 array or CPU tensor) starts with
+    JPEG's start-of-image marker."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        head = bytes(data[:2])
+    else:
+        head = np.asarray(data[:2], dtype=np.uint8).tobytes()
+    return head == _JPEG_START
 
 
 def _truncated_jpeg(data: np.ndarray) -> bool:
@@ -99,7 +110,7 @@ def displayed_size(data: np.ndarray, source: str = "<bytes>") -> tuple[int, int]
 
     head = io.BytesIO(data[:65536].tobytes())
     try:
-        if data[:2].tobytes() == _JPEG_START:
+        if is_jpeg(data):
             # The plugin itself: Image.open would apply PIL's own pixel limit first.
             jpeg = JpegImagePlugin.JpegImageFile(head)
             with jpeg:
@@ -147,7 +158,7 @@ def decode_image(
     buffer = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
     if buffer.size == 0:
         raise ImageDecodeError(f"{source}: empty, no image data")
-    is_jpeg = buffer[:2].tobytes() == _JPEG_START
+    jpeg = is_jpeg(buffer)
     size = displayed_size(buffer, source)
     if size is not None and MAX_PIXELS is not None and size[0] * size[1] > MAX_PIXELS:
         raise ImageDecodeError(
@@ -155,7 +166,7 @@ def decode_image(
             f"{MAX_PIXELS:,} (a decompression bomb?); raise "
             "fastload.datasets.decode.MAX_PIXELS to allow it"
         )
-    factor = reduction_factor(*size, min_size) if is_jpeg and size is not None else 1
+    factor = reduction_factor(*size, min_size) if jpeg and size is not None else 1
     if factor > 1:
         flag, bgr = _REDUCED[factor], True
     else:
@@ -169,7 +180,7 @@ def decode_image(
         raise ImageDecodeError(
             f"{source}: not an image OpenCV can decode (corrupt or unknown format)"
         )
-    if _CHECK_JPEG_END and is_jpeg and _truncated_jpeg(buffer):
+    if _CHECK_JPEG_END and jpeg and _truncated_jpeg(buffer):
         raise ImageDecodeError(f"{source}: truncated JPEG (no end marker after the last scan)")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB) if bgr else image
 

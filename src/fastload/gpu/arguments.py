@@ -19,9 +19,11 @@ def output_size(size: int | Sequence[int], name: str = "size") -> tuple[int, int
         size = (size, size)
     if len(size) == 1:
         size = (size[0], size[0])
-    if len(size) != 2 or min(size) < 1:
+    if len(size) != 2 or not all(
+        isinstance(side, int) and not isinstance(side, bool) and side >= 1 for side in size
+    ):
         raise ValueError(f"{name} must be a positive int or (h, w), got {size!r}")
-    return int(size[0]), int(size[1])
+    return size[0], size[1]
 
 
 def interpolation_name(value: InterpolationMode | str) -> str:

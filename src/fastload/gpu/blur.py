@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from fastload._checks import pair
+from fastload._checks import check_int, pair
 from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.functional import gaussian_blur
 
@@ -34,9 +34,10 @@ class GaussianBlur(BatchTransform):
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         kx, ky = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-        if kx < 1 or ky < 1 or kx % 2 == 0 or ky % 2 == 0:
+        kx, ky = check_int(kx, "kernel_size", low=1), check_int(ky, "kernel_size", low=1)
+        if kx % 2 == 0 or ky % 2 == 0:
             raise ValueError(f"kernel_size must be odd and positive, got {kernel_size!r}")
-        self.kernel_size = (int(kx), int(ky))
+        self.kernel_size = (kx, ky)
         self.sigma = pair(sigma, "sigma")
         if self.sigma[0] <= 0:
             raise ValueError(f"sigma must be positive, got {sigma!r}")

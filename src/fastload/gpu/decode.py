@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor, nn
 
-from fastload._checks import pair
+from fastload._checks import check_int, finite, positive_pair
 from fastload.collate import EncodedBatch
-from fastload.datasets.decode import decode_image
+from fastload.datasets.decode import decode_image, is_jpeg
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
 from fastload.gpu.boxes import TRIES, sample_boxes
@@ -32,7 +32,6 @@ __all__ = ["GPUDecoder"]
 
 logger = logging.getLogger(__name__)
 
-_JPEG_START = b"\xff\xd8"
 CROPS = ("random", "center", "resize")
 
 
@@ -56,10 +55,6 @@ def _place(slot: Tensor, image: Tensor) -> None:
     slot[:, :height, :width] = image
     slot[:, :height, width:] = slot[:, :height, width - 1 : width]
     slot[:, height:, :] = slot[:, height - 1 : height, :]
-
-
-def _is_jpeg(data: Tensor) -> bool:
-    return data.numel() > 2 and bytes(data[:2].tolist()) == _JPEG_START
 
 
 class GPUDecoder(nn.Module):
@@ -104,19 +99,19 @@ class GPUDecoder(nn.Module):
         super().__init__()
         if crop not in CROPS:
             raise ValueError(f"crop must be one of {CROPS}, got {crop!r}")
-        if not 0 < crop_fraction <= 1:
+        if not 0 < finite(crop_fraction, "crop_fraction") <= 1:
             raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction}")
         self.size = output_size(size)
         self.crop = crop
-        self.crop_fraction = crop_fraction
-        self.scale, self.ratio = pair(scale, "scale"), pair(ratio, "ratio")
-        if self.scale[0] <= 0 or self.ratio[0] <= 0:
-            raise ValueError(f"scale and ratio must be positive, got {scale!r} and {ratio!r}")
+        self.crop_fraction = float(crop_fraction)
+        self.scale, self.ratio = positive_pair(scale, "scale"), positive_pair(ratio, "ratio")
         if device is None:
             device = default_device()
         self.device = torch.device(device)
-        self.threads = threads or min(8, available_cpus())
-        self.memory = memory
+        self.threads = (
+            min(8, available_cpus()) if threads is None else check_int(threads, "threads", low=1)
+        )
+        self.memory = check_int(memory, "memory", low=1)
         self.generator = generator
         self.cpu_fallbacks = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -183,7 +178,7 @@ class GPUDecoder(nn.Module):
         all_indices = list(range(len(encoded)))
         decoded: dict[int, Tensor] = {}
         if self._accelerated:
-            jpegs = [i for i in all_indices if _is_jpeg(encoded[i])]
+            jpegs = [i for i in all_indices if is_jpeg(encoded[i])]
             decoded = self._gpu_decode(encoded, jpegs) if jpegs else {}
             refused = len(jpegs) - len(decoded)
             fallbacks = len(encoded) - len(decoded)

@@ -9,7 +9,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 
-from fastload._checks import finite, pair
+from fastload._checks import check_int, finite, positive_pair
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.boxes import TRIES, sample_boxes
@@ -196,12 +196,8 @@ class Resize(BatchTransform):
         self, size: int | Sequence[int], *, max_size: int | None = None, antialias: bool = True
     ) -> None:
         super().__init__()
-        if not isinstance(size, int):
-            size = output_size(size)
-        elif size < 1:
-            raise ValueError(f"size must be positive, got {size}")
-        self.size = size
-        self.max_size = max_size
+        self.size = check_int(size, "size", low=1) if isinstance(size, int) else output_size(size)
+        self.max_size = None if max_size is None else check_int(max_size, "max_size", low=1)
         self.antialias = antialias
 
     def _output_size(self, height: int, width: int) -> tuple[int, int]:
@@ -257,10 +253,8 @@ class BatchRandomResizedCrop(BatchTransform):
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
         self.size = output_size(size)
-        self.scale = pair(scale, "scale")
-        self.ratio = pair(ratio, "ratio")
-        if self.scale[0] <= 0 or self.ratio[0] <= 0:
-            raise ValueError(f"scale and ratio must be positive, got {scale!r} and {ratio!r}")
+        self.scale = positive_pair(scale, "scale")
+        self.ratio = positive_pair(ratio, "ratio")
 
     def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
         n, _, height, width = shape

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fastload._checks import finite
+from fastload._checks import check_int, finite
 from fastload.gpu.base import BatchTransform, Params, check_images
 from fastload.gpu.functional import cutmix, mixup
 
@@ -30,10 +30,8 @@ class _Mix(BatchTransform):
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         if finite(alpha, "alpha") <= 0:
             raise ValueError(f"alpha must be positive, got {alpha}")
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         self.alpha = float(alpha)
-        self.num_classes = int(num_classes)
+        self.num_classes = check_int(num_classes, "num_classes", low=1)
 
     # (images, labels) in, (images, soft labels) out, as torchvision's MixUp/CutMix: not the
     # images-only signature of the other modules.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastload._checks import finite
+from fastload._checks import check_int, finite
 from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.functional import (
     add_noise,
@@ -76,9 +76,7 @@ class RandomPosterize(_RandomPixelOp):
 
     def __init__(self, bits: int, p: float = 0.5, *, same_on_batch=False, generator=None) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
-        if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 8:
-            raise ValueError(f"bits must be an int in [0, 8], got {bits!r}")
-        self.bits = bits
+        self.bits = check_int(bits, "bits", low=0, high=8)
 
     def operation(self, images: Tensor) -> Tensor:
         bits = torch.full((len(images),), self.bits, device=images.device)

@@ -69,7 +69,7 @@ def apply_op(
     images: Tensor, op: str, magnitude: Tensor, interpolation: str = "nearest", fill: Fill = None
 ) -> Tensor:
     """One of the policies' operations on every image of ``images``, with each sample's
-    ``magnitude`` (N,) as torchvision's ``_apply_image_or_video_transform`` takes it."""
+    ``magnitude`` (N,), as torchvision's policies apply it."""
     n, device = len(images), images.device
     if op == "Identity":
         return images
