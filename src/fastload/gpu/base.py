@@ -184,7 +184,7 @@ class BatchTransform(nn.Module):
             for i in range(n)
         ]
 
-    def _move_mask(self, mask: Any, params: Params, size: tuple, n: int) -> Any:
+    def _move_mask(self, mask: Any, params: Params, size: tuple[int, int], n: int) -> Any:
         """A mask of the whole batch, (N, H, W) or (N, K, H, W)."""
         plain = mask.as_subclass(Tensor)
         if plain.dim() not in (3, 4) or tuple(plain.shape[-2:]) != size or len(plain) != n:
@@ -192,12 +192,17 @@ class BatchTransform(nn.Module):
         return tv_tensors.wrap(self._apply_masks(plain, params), like=mask)
 
     def _move_own_masks(
-        self, own: list[tuple[int, int]], leaves: list[Any], params: Params, size: tuple, n: int
+        self,
+        own: list[tuple[int, int]],
+        leaves: list[Any],
+        params: Params,
+        size: tuple[int, int],
+        n: int,
     ) -> None:
         """Each image's own (K, H, W) or (H, W) masks, in one call per dtype: every mask
         row becomes a sample of its own with its image's parameters, so a batch of
         instance masks costs one gather, not one per image."""
-        groups: dict[tuple, list[tuple[int, int]]] = {}
+        groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, int]]] = {}
         for index, sample in own:
             mask = leaves[index]
             if mask.dim() not in (2, 3) or tuple(mask.shape[-2:]) != size:
@@ -211,13 +216,13 @@ class BatchTransform(nn.Module):
             expanded = {k: v[samples] if v.dim() and len(v) == n else v
                         for k, v in params.items()}  # fmt: skip
             moved = self._apply_masks(torch.cat(masks), expanded)
-            for (index, _), part in zip(members, moved.split(rows.tolist()), strict=True):
+            for (index, _), part in zip(members, torch.split(moved, rows.tolist()), strict=True):
                 mask = leaves[index]
                 leaves[index] = tv_tensors.wrap(
                     part.reshape(*mask.shape[:-2], *part.shape[-2:]), like=mask
                 )
 
-    def _mask_shape_error(self, mask: Any, size: tuple, n: int) -> str:
+    def _mask_shape_error(self, mask: Any, size: tuple[int, int], n: int) -> str:
         return (
             f"{type(self).__name__}: a Mask beside {n} images of {size} must be (N, H, W) "
             f"or (N, K, H, W) for the batch, or (K, H, W) per image, of that size; got "

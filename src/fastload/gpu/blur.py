@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
 
 from fastload._checks import check_int, pair
@@ -30,7 +31,7 @@ class GaussianBlur(BatchTransform):
         *,
         p: float = 1.0,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         kx, ky = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
@@ -42,7 +43,9 @@ class GaussianBlur(BatchTransform):
         if self.sigma[0] <= 0:
             raise ValueError(f"sigma must be positive, got {sigma!r}")
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n = shape[0]
         return {
             "apply": self._applies(n, device, generator),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -26,7 +26,9 @@ from fastload.gpu.functional import (
 __all__ = ["ColorJitter", "Normalize", "RandomGrayscale", "ToDtype", "normalize"]
 
 
-def _range(value: float | Sequence[float] | None, name: str, *, center: float, bound: float | None):
+def _range(
+    value: float | Sequence[float] | None, name: str, *, center: float, bound: float | None
+) -> tuple[float, float] | None:
     """torchvision's ColorJitter argument: a number v means [center - v, center + v]."""
     if value is None:
         return None
@@ -69,7 +71,7 @@ class ColorJitter(BatchTransform):
         *,
         p: float = 1.0,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         self.brightness = _range(brightness, "brightness", center=1.0, bound=None)
@@ -84,7 +86,9 @@ class ColorJitter(BatchTransform):
         "hue": adjust_hue,
     }
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n = shape[0]
         params: Params = {
             "apply": self._applies(n, device, generator),
@@ -113,10 +117,18 @@ class RandomGrayscale(BatchTransform):
 
     rgb_only = True
 
-    def __init__(self, p: float = 0.1, *, same_on_batch: bool = False, generator=None) -> None:
+    def __init__(
+        self,
+        p: float = 0.1,
+        *,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {"apply": self._applies(shape[0], device, generator)}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
@@ -152,7 +164,9 @@ class Normalize(BatchTransform):
             )
         return self._cache[key]
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
@@ -168,7 +182,7 @@ class Normalize(BatchTransform):
         pixels = to_float(images)
         return normalize(pixels, *self.affine(pixels.device, pixels.dtype)).to(images.dtype)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cache"] = {}
         return state
@@ -185,10 +199,13 @@ class ToDtype(BatchTransform):
         self.dtype = dtype
         self.scale = scale
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         from torchvision.transforms.v2.functional import to_dtype
 
-        return to_dtype(images, self.dtype, scale=self.scale)
+        out: Tensor = to_dtype(images, self.dtype, scale=self.scale)
+        return out

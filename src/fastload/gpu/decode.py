@@ -15,6 +15,7 @@ import logging
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -146,7 +147,7 @@ class GPUDecoder(nn.Module):
             raise RuntimeError("GPUDecoder: no nvJPEG on a CPU device")
         cuda = self.device.type == "cuda"  # tests stand a CPU decoder in for nvJPEG
         if cuda and self._stream is None:
-            self._stream = torch.cuda.Stream(self.device)
+            self._stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call, unused-ignore]
         stream = self._stream
         caller = torch.cuda.current_stream(self.device) if cuda else None
         batch = [encoded[i] for i in indices]
@@ -280,11 +281,11 @@ class GPUDecoder(nn.Module):
             f"cpu_fallbacks={self.cpu_fallbacks}"
         )
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.update(_pool=None, _nvjpeg=None, _stream=None)  # threads, handles stay behind
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._nvjpeg = _nvjpeg() if self._accelerated else None

@@ -33,7 +33,7 @@ class RandomErasing(BatchTransform):
         value: float | Sequence[float] = 0.0,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         self.scale = pair(scale, "scale")
@@ -45,7 +45,9 @@ class RandomErasing(BatchTransform):
         values = (value,) if isinstance(value, (int, float)) else tuple(value)
         self.value = tuple(finite(v, "value") for v in values)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, _, height, width = shape
         uniforms = self._rand(n, TRIES, 4, device=device, generator=generator)
         boxes = sample_boxes(

@@ -48,7 +48,9 @@ class _RandomFlip(BatchTransform):
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
 
-    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {"apply": self._applies(shape[0], device, generator)}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
@@ -130,7 +132,9 @@ class RandomCrop(BatchTransform):
             )
         return left, right, top, bottom
 
-    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, _, height, width = shape
         left, right, top, bottom = self._padding(height, width)
         padded_h, padded_w = height + top + bottom, width + left + right
@@ -141,9 +145,10 @@ class RandomCrop(BatchTransform):
             )
         offsets = self._rand(n, 2, device=device, generator=generator)
         # Python scalars, not a tensor built from a list: that would be a blocking copy.
-        top = (offsets[:, 0] * (padded_h - crop_h + 1)).long()
-        left = (offsets[:, 1] * (padded_w - crop_w + 1)).long()
-        return {"top": top, "left": left}
+        return {
+            "top": (offsets[:, 0] * (padded_h - crop_h + 1)).long(),
+            "left": (offsets[:, 1] * (padded_w - crop_w + 1)).long(),
+        }
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         left, right, top, bottom = self._padding(images.shape[-2], images.shape[-1])
@@ -170,7 +175,9 @@ class CenterCrop(BatchTransform):
         super().__init__()
         self.size = output_size(size)
 
-    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
@@ -209,7 +216,9 @@ class Resize(BatchTransform):
             new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
         return (new_short, new_long) if height <= width else (new_long, new_short)
 
-    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
@@ -256,7 +265,9 @@ class BatchRandomResizedCrop(BatchTransform):
         self.scale = positive_pair(scale, "scale")
         self.ratio = positive_pair(ratio, "ratio")
 
-    def sample_params(self, shape, device, generator: torch.Generator | None = None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, _, height, width = shape
         uniforms = self._rand(n, TRIES, 4, device=device, generator=generator)
         heights = torch.full((n,), height, device=device)  # filled there: no host copy

@@ -25,7 +25,7 @@ class _Mix(BatchTransform):
         num_classes: int,
         p: float = 1.0,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         if finite(alpha, "alpha") <= 0:
@@ -65,7 +65,9 @@ class MixUp(_Mix):
     """``lam * image + (1 - lam) * previous image`` with ``lam ~ Beta(alpha, alpha)`` per
     sample (torchvision's pairing: each sample with the one before it)."""
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n = shape[0]
         lam = self._beta(n, self.alpha, device, generator)
         return {"lam": torch.where(self._applies(n, device, generator), lam, torch.ones_like(lam))}
@@ -80,7 +82,9 @@ class CutMix(_Mix):
     """Paste a box of the previous image into each image; the box covers ``1 - lam`` of
     it, ``lam ~ Beta(alpha, alpha)`` per sample, and the labels mix by the area pasted."""
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, _, height, width = shape
         lam = self._beta(n, self.alpha, device, generator)
         centre = self._rand(n, 2, device=device, generator=generator)

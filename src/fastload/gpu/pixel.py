@@ -37,10 +37,18 @@ class _RandomPixelOp(BatchTransform):
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
 
-    def __init__(self, p: float = 0.5, *, same_on_batch: bool = False, generator=None) -> None:
+    def __init__(
+        self,
+        p: float = 0.5,
+        *,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {"apply": self._applies(shape[0], device, generator)}
 
     def operation(self, images: Tensor) -> Tensor:
@@ -74,7 +82,14 @@ class RandomEqualize(_RandomPixelOp):
 class RandomPosterize(_RandomPixelOp):
     """Keep the top ``bits`` bits of each value, for each image with probability ``p``."""
 
-    def __init__(self, bits: int, p: float = 0.5, *, same_on_batch=False, generator=None) -> None:
+    def __init__(
+        self,
+        bits: int,
+        p: float = 0.5,
+        *,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         self.bits = check_int(bits, "bits", low=0, high=8)
 
@@ -88,7 +103,12 @@ class RandomSolarize(_RandomPixelOp):
     uint8, 0..1 for floats), for each image with probability ``p``."""
 
     def __init__(
-        self, threshold: float, p: float = 0.5, *, same_on_batch=False, generator=None
+        self,
+        threshold: float,
+        p: float = 0.5,
+        *,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         self.threshold = finite(threshold, "threshold")
@@ -107,7 +127,12 @@ class RandomAdjustSharpness(_RandomPixelOp):
     """Sharpen (``sharpness_factor`` > 1) or blur (< 1) each image with probability ``p``."""
 
     def __init__(
-        self, sharpness_factor: float, p: float = 0.5, *, same_on_batch=False, generator=None
+        self,
+        sharpness_factor: float,
+        p: float = 0.5,
+        *,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
         self.sharpness_factor = finite(sharpness_factor, "sharpness_factor")
@@ -133,14 +158,16 @@ class GaussianNoise(BatchTransform):
         clip: bool = True,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
         self.mean, self.sigma, self.clip = finite(mean, "mean"), finite(sigma, "sigma"), clip
         if self.sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {sigma!r}")
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         return {"noise": self._normal(shape[0], *shape[1:], device=device, generator=generator)}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:

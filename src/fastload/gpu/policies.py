@@ -13,6 +13,7 @@ draw can be replayed and compared with torchvision.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -49,7 +50,9 @@ __all__ = [
 Space = dict[str, tuple[Callable[[int, int, int], Tensor | None], bool]]
 
 
-def _shear_or_shift(images: Tensor, magnitude: Tensor, op: str, interpolation: str, fill: Fill):
+def _shear_or_shift(
+    images: Tensor, magnitude: Tensor, op: str, interpolation: str, fill: Fill
+) -> Tensor:
     n, device = len(images), images.device
     zeros, ones = torch.zeros(n, device=device), torch.ones(n, device=device)
     shear = torch.zeros(n, 2, device=device, dtype=torch.float64)  # torchvision's precision
@@ -108,7 +111,12 @@ class _Policy(BatchTransform):
     space: Space
 
     def __init__(
-        self, interpolation: InterpolationMode | str, fill: Fill, *, same_on_batch, generator
+        self,
+        interpolation: InterpolationMode | str,
+        fill: Fill,
+        *,
+        same_on_batch: bool,
+        generator: torch.Generator | None,
     ) -> None:
         super().__init__(same_on_batch=same_on_batch, generator=generator)
         self.interpolation = interpolation_name(interpolation)
@@ -118,14 +126,18 @@ class _Policy(BatchTransform):
     def op_names(self) -> tuple[str, ...]:
         return tuple(self.space)
 
-    def _tables(self, bins: int, height: int, width: int, device) -> tuple[Tensor, Tensor]:
+    def _tables(
+        self, bins: int, height: int, width: int, device: torch.device
+    ) -> tuple[Tensor, Tensor]:
         """Per operation, its magnitudes (ops x bins, 0 where it has none) and signedness;
         made once per image size and device (a tensor built from a list on a GPU is a
         blocking copy: not one per batch)."""
         key = (bins, height, width, str(device), self.op_names)
+        cache: dict[tuple[Any, ...], tuple[Tensor, Tensor]]
         cache = self.__dict__.setdefault("_table_cache", {})
         if key not in cache:
-            rows, signed = [], []
+            rows: list[Tensor] = []
+            signed: list[bool] = []
             for make, is_signed in self.space.values():
                 values = make(bins, height, width)
                 rows.append(torch.zeros(bins) if values is None else values.to(torch.float32))
@@ -133,7 +145,13 @@ class _Policy(BatchTransform):
             cache[key] = (torch.stack(rows).to(device), torch.tensor(signed, device=device))
         return cache[key]
 
-    def _signs(self, ops: Tensor, signed: Tensor, device, generator) -> Tensor:
+    def _signs(
+        self,
+        ops: Tensor,
+        signed: Tensor,
+        device: torch.device,
+        generator: torch.Generator | None,
+    ) -> Tensor:
         """-1 where a signed operation's coin (torchvision: ``rand() <= 0.5``) says so."""
         coins = self._rand(ops.shape[0], *ops.shape[1:], device=device, generator=generator)
         negative = signed[ops.clamp(min=0)] & (coins <= 0.5)
@@ -147,7 +165,7 @@ class _Policy(BatchTransform):
         out = images
         for step in range(ops.shape[1]):
             step_ops, result = ops[:, step], None
-            for index in step_ops.unique().tolist():
+            for index in torch.unique(step_ops).tolist():
                 if index < 0:
                     continue
                 chosen = (step_ops == index).nonzero().squeeze(1)
@@ -177,14 +195,16 @@ class RandAugment(_Policy):
         fill: Fill = None,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
         self.num_ops = check_int(num_ops, "num_ops", low=0)
         self.num_magnitude_bins = check_int(num_magnitude_bins, "num_magnitude_bins", low=1)
         self.magnitude = check_int(magnitude, "magnitude", low=0, high=num_magnitude_bins - 1)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n = shape[0]
         table, signed = self._tables(self.num_magnitude_bins, shape[-2], shape[-1], device)
         ops = self._integers(n, len(table), self.num_ops, device=device, generator=generator)
@@ -205,12 +225,14 @@ class TrivialAugmentWide(_Policy):
         fill: Fill = None,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
         self.num_magnitude_bins = check_int(num_magnitude_bins, "num_magnitude_bins", low=1)
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n = shape[0]
         table, signed = self._tables(self.num_magnitude_bins, shape[-2], shape[-1], device)
         ops = self._integers(n, len(table), 1, device=device, generator=generator)
@@ -233,7 +255,7 @@ class AutoAugment(_Policy):
         fill: Fill = None,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
         if not isinstance(policy, AutoAugmentPolicy):
@@ -248,7 +270,9 @@ class AutoAugment(_Policy):
             [[0 if b is None else b for _, _, b in sub] for sub in sub_policies]
         )
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n = shape[0]
         table, signed = self._tables(10, shape[-2], shape[-1], device)
         sub_ops, sub_p, sub_bins = self._sub_policies_on(device)
@@ -259,13 +283,13 @@ class AutoAugment(_Policy):
         magnitudes = table[ops, bins] * self._signs(ops, signed, device, generator)
         return {"policy": chosen, "ops": torch.where(applied, ops, -1), "magnitudes": magnitudes}
 
-    def _sub_policies_on(self, device) -> tuple[Tensor, Tensor, Tensor]:
+    def _sub_policies_on(self, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         """The sub-policy tables on ``device``, copied there once, not once a batch."""
+        cache: dict[str, tuple[Tensor, Tensor, Tensor]]
         cache = self.__dict__.setdefault("_sub_cache", {})
         if str(device) not in cache:
-            cache[str(device)] = tuple(
-                t.to(device) for t in (self._sub_ops, self._sub_p, self._sub_bins)
-            )
+            ops, p, bins = (t.to(device) for t in (self._sub_ops, self._sub_p, self._sub_bins))
+            cache[str(device)] = (ops, p, bins)
         return cache[str(device)]
 
 
@@ -292,7 +316,7 @@ class AugMix(_Policy):
         fill: Fill = None,
         *,
         same_on_batch: bool = False,
-        generator=None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
         self.severity = check_int(severity, "severity", low=1, high=10)
@@ -307,9 +331,14 @@ class AugMix(_Policy):
     def space(self) -> Space:  # type: ignore[override]
         # read from torchvision each time: its tables hold lambdas, which do not pickle
         augmix = v2.AugMix
-        return augmix._AUGMENTATION_SPACE if self.all_ops else augmix._PARTIAL_AUGMENTATION_SPACE
+        space: Space = (
+            augmix._AUGMENTATION_SPACE if self.all_ops else augmix._PARTIAL_AUGMENTATION_SPACE
+        )
+        return space
 
-    def sample_params(self, shape, device, generator=None) -> Params:
+    def sample_params(
+        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
+    ) -> Params:
         n, width = shape[0], self.mixture_width
         depth = self.chain_depth if self.chain_depth > 0 else 3
         table, signed = self._tables(10, shape[-2], shape[-1], device)

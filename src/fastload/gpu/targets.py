@@ -62,7 +62,8 @@ class Split:
 
     @property
     def images(self) -> Tensor:
-        return self.leaves[self.image]
+        images: Tensor = self.leaves[self.image]
+        return images
 
     def targets(self) -> list[tuple[int, Any]]:
         return [(index, leaf) for index, leaf in enumerate(self.leaves) if is_target(leaf)]

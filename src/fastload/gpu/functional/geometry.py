@@ -119,7 +119,8 @@ def perspective_coefficients(startpoints: Tensor, endpoints: Tensor) -> Tensor:
     a[:, 1::2, 3], a[:, 1::2, 4], a[:, 1::2, 5] = x, y, 1
     a[:, 0::2, 6], a[:, 0::2, 7] = -start[..., 0] * x, -start[..., 0] * y
     a[:, 1::2, 6], a[:, 1::2, 7] = -start[..., 1] * x, -start[..., 1] * y
-    return torch.linalg.solve(a, start.reshape(n, 8)).to(torch.float32)
+    solved: Tensor = torch.linalg.solve(a, start.reshape(n, 8))
+    return solved.to(torch.float32)
 
 
 def perspective(images: Tensor, coefficients: Tensor, interpolation: str, fill: Fill) -> Tensor:
