@@ -426,14 +426,14 @@ def test_beside_worker_processes_the_cpu_work_runs_on_one_thread():
     seed=st.integers(0, 100),
 )
 def test_the_cpu_normalisation_equals_torchs_multiply_add(shape, seed):
-    from fastload.prefetch import _normalize_into
+    from fastload.gpu.functional import normalize_into
 
     generator = torch.Generator().manual_seed(seed)
     pixels = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
     scale = torch.rand(1, shape[1], 1, 1, generator=generator) + 0.5
     shift = torch.randn(1, shape[1], 1, 1, generator=generator)
     out = torch.full(shape, float("nan"))
-    assert _normalize_into(out, pixels, scale, shift) is out
+    assert normalize_into(out, pixels, scale, shift) is out
     torch.testing.assert_close(out, pixels.float() * scale + shift, rtol=1e-6, atol=1e-6)
 
 

@@ -14,14 +14,14 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import cv2
 import torch
 from torch import nn
 
 from fastload.batches import Path, image_leaf_path, map_tensors, with_item
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
-from fastload.gpu.color import Normalize, normalize
+from fastload.gpu.color import Normalize
+from fastload.gpu.functional import normalize, normalize_into
 from fastload.gpu.targets import has_targets
 from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
@@ -46,39 +46,6 @@ def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalize:
     if max(mean) > 1:
         mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
     return Normalize(mean, std)
-
-
-def _normalize_into(
-    out: torch.Tensor, pixels: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor
-) -> torch.Tensor:
-    """``out = pixels * scale + shift`` on the CPU, ``scale`` and ``shift`` per channel.
-
-    A contiguous uint8 NCHW batch into float32 takes one OpenCV pass per channel, the
-    conversion and the multiply-add in one SIMD loop (4 ms for 64 images of 224 px here);
-    otherwise torch converts, then multiplies and adds in place (7.6 ms; torch's
-    multiply-add reading uint8 directly is not vectorised: 33 ms).
-    """
-    channels = pixels.shape[1]
-    if not (
-        pixels.dtype == torch.uint8
-        and out.dtype == torch.float32
-        and pixels.is_contiguous()
-        and out.is_contiguous()
-        and pixels.numel() > 0
-    ):
-        return out.copy_(pixels).mul_(scale).add_(shift)
-    source = pixels.numpy().reshape(len(pixels), channels, -1)
-    target = out.numpy().reshape(len(out), channels, -1)
-    for channel, (alpha, beta) in enumerate(
-        zip(scale.flatten().tolist(), shift.flatten().tolist(), strict=True)
-    ):
-        plane = source[:, channel]  # one row per image: OpenCV takes the row stride as it is
-        written = cv2.addWeighted(
-            plane, alpha, plane, 0.0, beta, dst=target[:, channel], dtype=cv2.CV_32F
-        )
-        if written.ctypes.data != target[:, channel].ctypes.data:  # OpenCV made its own
-            target[:, channel] = written
-    return out
 
 
 @contextlib.contextmanager
@@ -217,7 +184,7 @@ class DataPrefetcher(LoaderProxy):
                     self._check_float_scale(image)
                 affine = self._normalize.affine(image.device, maths, uint8=is_uint8)
                 if image.device.type == "cpu":
-                    pixels = _normalize_into(self._float_buffer(image, maths), image, *affine)
+                    pixels = normalize_into(self._float_buffer(image, maths), image, *affine)
                 else:  # uint8 goes in as it is: the multiply-add promotes it, no copy first
                     pixels = normalize(image if is_uint8 else image.to(maths), *affine)
             elif is_uint8:
