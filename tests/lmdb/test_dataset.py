@@ -6,6 +6,7 @@ import os
 import pickle
 import struct
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -253,9 +254,10 @@ def test_a_database_written_again_at_the_same_path_is_read_afresh(tmp_path):
 ])  # fmt: skip
 def test_a_malformed_array_names_its_record_and_verify_goes_on(database, tmp_path, descriptor):
     path = copy_of(database, tmp_path)
-    header = struct.pack("<4sBBBBIq", b"FLR1", 1, 1, 2, 0, 0, 0)  # array payload, no label
+    body = descriptor + b"\x00" * 64  # forged with its CRC: the parser must refuse it
+    header = struct.pack("<4sBBBBIq", b"FLR1", 1, 1, 2, 0, zlib.crc32(body), 0)  # array, no label
     with lmdb.open(str(path), subdir=False) as env, env.begin(write=True) as txn:
-        txn.put(index_key(2), header + descriptor + b"\x00" * 64)
+        txn.put(index_key(2), header + body)
     with pytest.raises(RecordFormatError, match=r"copy.lmdb:0000000002: (malformed|array)"):
         LMDBDataset(path)[2]
     report = verify_lmdb(path, progress=False)

@@ -20,7 +20,7 @@ import lmdb
 from fastload import write_lmdb
 from fastload.lmdb import LMDBDataset
 from fastload.lmdb.format import Field, RecordFormatError, index_key, pack_record, unpack_record
-from fastload.lmdb.targets import fields_target, resize_fields, target_fields
+from fastload.lmdb.targets import TargetError, fields_target, resize_fields, target_fields
 from fastload.lmdb.verify import verify_lmdb
 from fastload.tools.shapes import ShapesDetection
 
@@ -112,7 +112,7 @@ def test_targets_become_fields_and_back_as_tv_tensors():
     assert back["boxes"].format == tv_tensors.BoundingBoxFormat.CXCYWH
     assert back["boxes"].canvas_size == (8, 9) and isinstance(back["masks"], tv_tensors.Mask)
     assert torch.equal(back["labels"], torch.tensor([2])) and int(back["image_id"]) == 17
-    with pytest.raises(TypeError, match="x: target 'name' is a str"):
+    with pytest.raises(TargetError, match="x: target 'name' is a str"):
         target_fields({"name": "cat"}, what="x")
 
 

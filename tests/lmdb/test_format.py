@@ -49,7 +49,7 @@ def test_multi_label_arrays_and_numpy_scalars():
 
 def test_object_arrays_are_refused():
     with pytest.raises(
-        TypeError, match="only numeric and bool arrays can be stored, got dtype object"
+        TypeError, match="only bool, integer and float arrays of at most 64 bits can be stored"
     ):
         pack_record(np.array([object()]))
 

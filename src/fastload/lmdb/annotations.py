@@ -19,7 +19,7 @@ from PIL import Image
 from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.lmdb.format import Field
 from fastload.lmdb.sources import Encoding, existing_folder, pack_item, read_file
-from fastload.lmdb.targets import ARRAY, BOXES, MASK, TargetError
+from fastload.lmdb.targets import ARRAY, BOXES, MASK, OUTSIDE, TargetError
 
 __all__ = ["CocoSource", "MaskFolderSource"]
 
@@ -137,9 +137,6 @@ def _read_coco(
 
 _INT64 = np.iinfo(np.int64)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-#: How far outside its image a box or polygon may reach, in pixels: COCO's reach a
-#: little past the border. Farther is a broken annotation (and 1e12 crashes pycocotools).
-OUTSIDE = 16.0
 
 
 def _is_int64(value: Any) -> bool:
@@ -186,7 +183,8 @@ def _check_object(obj: dict[str, Any], height: int, width: int, masks: bool, *, 
 
 
 def _check_segmentation(segmentation: Any, height: int, width: int, *, what: str) -> None:
-    """Polygons inside the image (with :data:`OUTSIDE`), or an RLE of exactly its size."""
+    """Polygons inside the image (give or take :data:`OUTSIDE`: 1e12 would crash
+    pycocotools), or an RLE of exactly its size."""
     if segmentation is None or segmentation == []:
         return  # no mask: an empty one
     if isinstance(segmentation, list):

@@ -73,7 +73,12 @@ RAW, PNG = 0, 1
 PNG_MIN_ELEMENTS = 1024  # below this a PNG's own ~70 bytes of structure cost more than it saves
 
 _HEADER = struct.Struct("<4sBBBBIq")
-_ALLOWED_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: never object dtypes
+#: What arrays may hold: bool, integers and floats that NumPy and PyTorch both read
+#: (never object dtypes, nor float128, which torch.from_numpy refuses), stored little-endian
+_STORABLE = frozenset(
+    np.dtype(name).newbyteorder("<")
+    for name in ("?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8")
+)
 _PICKLE_PROTOCOL_MARK = 0x80
 MAX_NDIM = 32  # NumPy 1.x's own limit: a record can always be read back
 #: What a PNG field's pixels are: the dtype stored, and the PNG's (8 or 16 bits, grey)
@@ -115,9 +120,19 @@ def index_key(index: int) -> bytes:
     return b"%010d" % index
 
 
+def _little_endian(array: np.ndarray) -> np.ndarray:
+    """``array`` in the stored byte order; a TypeError for a dtype that cannot be stored."""
+    dtype = array.dtype.newbyteorder("<")
+    if dtype not in _STORABLE:
+        raise TypeError(
+            "only bool, integer and float arrays of at most 64 bits can be stored, got dtype "
+            f"{array.dtype}"
+        )
+    return array.astype(dtype, copy=False)
+
+
 def _pack_descriptor(array: np.ndarray) -> bytes:
-    if array.dtype.kind not in _ALLOWED_KINDS:
-        raise TypeError(f"only numeric and bool arrays can be stored, got dtype {array.dtype}")
+    array = _little_endian(array)
     if array.ndim > MAX_NDIM:
         raise ValueError(f"arrays of at most {MAX_NDIM} dimensions can be stored, got {array.ndim}")
     dtype = array.dtype.str.encode("ascii")
@@ -125,7 +140,7 @@ def _pack_descriptor(array: np.ndarray) -> bytes:
 
 
 def _pack_array(array: np.ndarray) -> bytes:
-    return _pack_descriptor(array) + np.ascontiguousarray(array).tobytes()
+    return _pack_descriptor(array) + np.ascontiguousarray(_little_endian(array)).tobytes()
 
 
 def _unpack_descriptor(
@@ -140,7 +155,7 @@ def _unpack_descriptor(
         offset += 1 + 4 * ndim
     except (IndexError, struct.error, TypeError, ValueError) as error:  # incl. Unicode errors
         raise RecordFormatError(f"{what}: malformed array descriptor ({error})") from error
-    if dtype.kind not in _ALLOWED_KINDS or dtype.fields is not None or dtype.subdtype:
+    if dtype.newbyteorder("<") not in _STORABLE or dtype.fields is not None or dtype.subdtype:
         raise RecordFormatError(f"{what}: refusing array of dtype {dtype}")
     if ndim > MAX_NDIM:
         raise RecordFormatError(f"{what}: array of {ndim} dimensions, at most {MAX_NDIM} allowed")
@@ -155,7 +170,7 @@ def _unpack_array(view: memoryview, offset: int, *, what: str) -> tuple[np.ndarr
     array = np.frombuffer(
         view, dtype, count=size // dtype.itemsize if dtype.itemsize else 0, offset=offset
     )
-    return array.reshape(shape).copy(), offset + size
+    return array.reshape(shape).astype(dtype.newbyteorder("="), copy=True), offset + size
 
 
 def _png_storable(array: np.ndarray) -> bool:
@@ -299,7 +314,9 @@ def unpack_record(
     """
     view = memoryview(value)
     try:
-        magic, version, kind, label_kind, _, checksum, label_value = _HEADER.unpack_from(view)
+        magic, version, kind, label_kind, reserved, checksum, label_value = _HEADER.unpack_from(
+            view
+        )
     except struct.error:
         magic = None
     if magic != MAGIC:
@@ -310,6 +327,10 @@ def unpack_record(
         raise RecordFormatError(
             f"{what}: record format version {version} is newer than this fastload reads "
             f"({FORMAT_VERSION}); upgrade fastload"
+        )
+    if version < 1 or reserved != 0:
+        raise RecordFormatError(
+            f"{what}: malformed header (version {version}, reserved {reserved})"
         )
     offset = _HEADER.size
     if check and version >= 2 and zlib.crc32(view[offset:]) != checksum:
@@ -358,4 +379,10 @@ def decode_meta(value: bytes | memoryview, *, what: str) -> dict[str, Any]:
             f"{what}: database format version {version} is newer than this fastload reads "
             f"({FORMAT_VERSION}); upgrade fastload"
         )
+    for key in ("classes", "fields"):  # what a reader acts on
+        names = meta.get(key)
+        if names is not None and not (
+            isinstance(names, list) and all(isinstance(name, str) for name in names)
+        ):
+            raise RecordFormatError(f"{what}: metadata {key} {names!r:.60} is not a list of names")
     return meta

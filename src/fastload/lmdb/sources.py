@@ -5,6 +5,7 @@ COCO annotations and mask folders: :mod:`fastload.lmdb.annotations`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ import numpy as np
 from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.datasets.folder import folder_samples
 from fastload.lmdb.format import Field, pack_record
-from fastload.lmdb.targets import resize_fields, target_fields
+from fastload.lmdb.targets import TargetError, resize_fields, target_fields
 
 __all__ = [
     "DatasetSource",
@@ -116,6 +117,11 @@ def pack_item(
     with its label or fields; a presize scales the fields with the image."""
     if encoding.keeps_files:
         return pack_record(rgb if data is None else data, label, fields)
+    if rgb.ndim == 3 and rgb.shape[2] != 3:
+        raise ImageDecodeError(
+            f"{what}: a {rgb.shape[2]}-channel image cannot be presized or re-encoded as JPEG; "
+            "convert it without resize and quality to store it as it is"
+        )
     if fields is not None:
         size = encoding.presized_size(rgb.shape[:2])
         fields = resize_fields(fields, rgb.shape[:2], size, what=what)
@@ -147,7 +153,9 @@ class FileSource:
 
 @dataclass
 class DatasetSource:
-    """A map-style dataset of (image, label); images become HWC uint8 arrays."""
+    """A map-style dataset of (image, label) or (image, target dict); images become HWC
+    uint8 arrays. Every item must give what item 0 gives: a label, or a target with the
+    same fields and roles (the database's ``fields``)."""
 
     dataset: Any
     description: str
@@ -159,29 +167,65 @@ class DatasetSource:
     def name(self, position: int) -> str:
         return f"{self.description}[{position}]"
 
-    @property
-    def fields(self) -> list[str] | None:
-        """The target's keys when the dataset gives target dicts (read from item 0)."""
+    @functools.cached_property
+    def layout(self) -> dict[str, str] | None:
+        """Item 0's target fields and their roles; None for a dataset of labels."""
         if not len(self.dataset):
             return None
         target = self.dataset[0][1]
-        return list(target) if isinstance(target, Mapping) else None
+        if not isinstance(target, Mapping):
+            return None
+        return {
+            name: field.role for name, field in target_fields(target, what=self.name(0)).items()
+        }
+
+    @property
+    def fields(self) -> list[str] | None:
+        """The target's keys when the dataset gives target dicts (read from item 0)."""
+        return None if self.layout is None else list(self.layout)
 
     def record(self, position: int, encoding: Encoding) -> bytes:
         name = self.name(position)
         image, label = self.dataset[position]
         rgb = _to_hwc_uint8(image, name=name)
+        if isinstance(label, Mapping) != (self.layout is not None):
+            kinds = ("a label", "a target dict")
+            raise TargetError(
+                f"{name}: gives {kinds[isinstance(label, Mapping)]}, item 0 "
+                f"{kinds[self.layout is not None]}; every item of a database holds the same"
+            )
         if isinstance(label, Mapping):
-            return pack_item(rgb, None, target_fields(label, what=name), encoding, what=name)
+            fields = target_fields(label, what=name, size=rgb.shape[:2])
+            layout = {key: value.role for key, value in fields.items()}
+            if layout != self.layout:
+                raise TargetError(
+                    f"{name}: target fields {layout} differ from item 0's {self.layout}; every "
+                    "record of a database has the same fields"
+                )
+            return _packed(rgb, None, fields, encoding, what=name)
         if hasattr(label, "tolist"):  # tensors and NumPy scalars/arrays
-            label = np.asarray(label.tolist()) if getattr(label, "ndim", 0) else int(label)
-        return pack_item(rgb, label, None, encoding, what=name)
+            label = np.asarray(label.tolist()) if getattr(label, "ndim", 0) else label.item()
+        if isinstance(label, int) and not -(1 << 63) <= label < 1 << 63:
+            raise TargetError(f"{name}: label {label} does not fit in 64 bits")
+        return _packed(rgb, label, None, encoding, what=name)
+
+
+def _packed(
+    rgb: np.ndarray, label: Any, fields: dict[str, Field] | None, encoding: Encoding, *, what: str
+) -> bytes:
+    """:func:`pack_item`, a value that cannot be stored named as a TargetError."""
+    try:
+        return pack_item(rgb, label, fields, encoding, what=what)
+    except (TypeError, ValueError, OverflowError) as error:
+        if isinstance(error, (TargetError, ImageDecodeError)):
+            raise
+        raise TargetError(f"{what}: {error}") from error
 
 
 def _to_hwc_uint8(image: Any, *, name: str) -> np.ndarray:
     if hasattr(image, "convert") and hasattr(image, "size"):  # a PIL image
-        return np.asarray(image.convert("RGB"))
-    if hasattr(image, "numpy"):  # a tensor: CHW as in torchvision
+        array = np.asarray(image.convert("RGB"))
+    elif hasattr(image, "numpy"):  # a tensor: CHW as in torchvision
         array = image.detach().cpu().numpy()
         if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
             array = array.transpose(1, 2, 0)
@@ -195,6 +239,13 @@ def _to_hwc_uint8(image: Any, *, name: str) -> np.ndarray:
         raise TypeError(f"{name}: images must be uint8, got {array.dtype}")
     if array.ndim == 3 and array.shape[2] == 1:
         array = array[:, :, 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)):
+        raise ImageDecodeError(
+            f"{name}: an image of shape {array.shape}; images are (H, W) grey or (H, W, 3) "
+            "RGB, (H, W, 4) RGBA"
+        )
+    if not array.shape[0] or not array.shape[1]:
+        raise ImageDecodeError(f"{name}: an empty image, {array.shape[1]}x{array.shape[0]}")
     return np.ascontiguousarray(array)
 
 

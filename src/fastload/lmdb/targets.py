@@ -15,13 +15,22 @@ import numpy as np
 import torch
 from torchvision import tv_tensors
 
-from fastload.lmdb.format import Field
+from fastload.lmdb.format import Field, RecordFormatError
 
 __all__ = ["TargetError", "fields_target", "resize_fields", "target_fields"]
 
 BOXES, MASK, KEYPOINTS, ARRAY = "boxes.", "mask", "keypoints", "array"
 _KEYPOINTS = getattr(tv_tensors, "KeyPoints", None)  # torchvision >= 0.23
 _AXIS_ALIGNED = {"XYXY", "XYWH", "CXCYWH"}  # what a resize scales per axis
+#: Numbers per box of each of torchvision's formats this fastload knows (that torchvision
+#: has: older ones lack the rotated formats)
+_BOX_VALUES = {
+    name: {"XYWHR": 5, "CXCYWHR": 5, "XYXYXYXY": 8}.get(name, 4)
+    for name in tv_tensors.BoundingBoxFormat.__members__
+}
+#: How far outside its image a box may reach, in pixels: datasets' reach a little past
+#: the border (COCO's do). Farther is a broken annotation.
+OUTSIDE = 16.0
 
 
 class TargetError(ValueError):
@@ -29,8 +38,15 @@ class TargetError(ValueError):
     message names the item and the entry. ``write_lmdb(skip_bad=True)`` skips its item."""
 
 
-def target_fields(target: Mapping[str, Any], *, what: str) -> dict[str, Field]:
-    """The fields of a torchvision-style target dict (``what`` names it in errors).
+def target_fields(
+    target: Mapping[str, Any], *, what: str, size: tuple[int, int] | None = None
+) -> dict[str, Field]:
+    """The fields of a torchvision-style target dict (``what`` names it in errors). With
+    the image's ``size`` (H, W), boxes and masks are checked against it.
+
+    Raises:
+        TargetError: A value that records do not store, boxes that are not finite, not
+            for this image or outside it, masks of another size.
 
     Example:
         >>> target_fields({"labels": torch.tensor([3, 1])}, what="doc")
@@ -39,7 +55,7 @@ def target_fields(target: Mapping[str, Any], *, what: str) -> dict[str, Field]:
     fields = {}
     for name, value in target.items():
         if not isinstance(name, str):
-            raise TypeError(f"{what}: target keys must be strings, got {name!r}")
+            raise TargetError(f"{what}: target keys must be strings, got {name!r}")
         if isinstance(value, tv_tensors.BoundingBoxes):
             role = BOXES + value.format.name
         elif isinstance(value, tv_tensors.Mask):
@@ -49,13 +65,77 @@ def target_fields(target: Mapping[str, Any], *, what: str) -> dict[str, Field]:
         elif isinstance(value, (torch.Tensor, np.ndarray, int, float, bool, np.generic)):
             role = ARRAY
         else:
-            raise TypeError(
+            raise TargetError(
                 f"{what}: target {name!r} is a {type(value).__name__}; records store tensors, "
                 "arrays and numbers"
             )
-        array = value.numpy(force=True) if isinstance(value, torch.Tensor) else np.asarray(value)
+        try:
+            array = (
+                value.numpy(force=True) if isinstance(value, torch.Tensor) else np.asarray(value)
+            )
+        except (TypeError, RuntimeError) as error:  # a sparse or quantised tensor
+            raise TargetError(f"{what}: target {name!r} cannot be stored ({error})") from error
+        where = f"{what}: target {name!r}"
+        _check_shape(role, array.shape, None, what=where, error=TargetError)
+        if size is not None:
+            _check_against_image(role, array, value, size, what=where)
         fields[name] = Field(role, array)
     return fields
+
+
+def _check_against_image(
+    role: str, array: np.ndarray, value: Any, size: tuple[int, int], *, what: str
+) -> None:
+    """Boxes finite, for an image of ``size`` and inside it (give or take
+    :data:`OUTSIDE`), XYXY corners in order; masks of the image's size."""
+    height, width = size
+    if role == MASK and array.shape[-2:] != size:
+        raise TargetError(
+            f"{what}: masks of {array.shape[-1]}x{array.shape[-2]}, the image is {width}x{height}"
+        )
+    if not role.startswith(BOXES):
+        return
+    if tuple(value.canvas_size) != size:
+        raise TargetError(
+            f"{what}: boxes for a canvas of {tuple(value.canvas_size)}, the image is {size}"
+        )
+    boxes = array.reshape(-1, array.shape[-1]).astype(np.float64)
+    if not np.isfinite(boxes).all():
+        raise TargetError(f"{what}: boxes that are not finite (NaN or infinite)")
+    box_format = role.removeprefix(BOXES)
+    if box_format not in _AXIS_ALIGNED:
+        return
+    if box_format == "XYXY":
+        low, high = boxes[:, :2], boxes[:, 2:]
+    elif box_format == "XYWH":
+        low, high = boxes[:, :2], boxes[:, :2] + boxes[:, 2:]
+    else:  # CXCYWH
+        low, high = boxes[:, :2] - boxes[:, 2:] / 2, boxes[:, :2] + boxes[:, 2:] / 2
+    if (high < low).any():
+        raise TargetError(f"{what}: {box_format} boxes with a negative width or height")
+    if (low < -OUTSIDE).any() or (high > np.array([width, height]) + OUTSIDE).any():
+        raise TargetError(
+            f"{what}: boxes outside the {width}x{height} image (x {low[:, 0].min()}.."
+            f"{high[:, 0].max()}, y {low[:, 1].min()}..{high[:, 1].max()})"
+        )
+
+
+def _check_shape(
+    role: str, shape: tuple[int, ...], canvas: tuple[int, int] | None, *, what: str, error: type
+) -> None:
+    """Boxes (N, 4), (N, 5) rotated or (N, 8) corners; keypoints (..., 2); masks (..., H, W)
+    with (H, W) the ``canvas`` where it is known."""
+    if role.startswith(BOXES):
+        box_format = role.removeprefix(BOXES)
+        values = _BOX_VALUES.get(box_format)
+        if values is None:
+            raise error(f"{what} has boxes in unknown format {role!r}")
+        if len(shape) not in (1, 2) or shape[-1] != values:
+            raise error(f"{what}: {box_format} boxes of shape {shape}, not (N, {values})")
+    elif role == KEYPOINTS and (not shape or shape[-1] != 2):
+        raise error(f"{what}: keypoints of shape {shape}, not (..., 2)")
+    elif role == MASK and (len(shape) < 2 or (canvas is not None and shape[-2:] != canvas)):
+        raise error(f"{what}: masks of shape {shape} for an image of {canvas}")
 
 
 def fields_target(
@@ -63,32 +143,35 @@ def fields_target(
 ) -> dict[str, Any]:
     """The target dict of a record's ``fields`` for an image of ``canvas_size`` (H, W).
 
+    Raises:
+        RecordFormatError: A role this fastload does not know, or a shape its role and
+            the image do not allow (a damaged or forged record).
+
     Example:
         >>> boxes = Field("boxes.XYXY", np.array([[1, 2, 30, 40]], np.float32))
         >>> fields_target({"boxes": boxes}, (48, 64), what="doc")["boxes"].canvas_size
         (48, 64)
     """
     target: dict[str, Any] = {}
+    canvas_size = tuple(canvas_size)
     for name, (role, array) in fields.items():
+        where = f"{what}: field {name!r}"
+        if role not in (MASK, KEYPOINTS, ARRAY) and not role.startswith(BOXES):
+            raise RecordFormatError(
+                f"{where} has role {role!r}, unknown to this fastload (a newer one wrote it?)"
+            )
+        _check_shape(role, array.shape, canvas_size, what=where, error=RecordFormatError)
         data = torch.from_numpy(array)
         if role.startswith(BOXES):
-            box_format = role.removeprefix(BOXES)
-            if box_format not in tv_tensors.BoundingBoxFormat.__members__:
-                raise ValueError(f"{what}: field {name!r} has boxes in unknown format {role!r}")
             target[name] = tv_tensors.BoundingBoxes(
-                data, format=box_format, canvas_size=canvas_size
+                data, format=role.removeprefix(BOXES), canvas_size=canvas_size
             )
         elif role == MASK:
             target[name] = tv_tensors.Mask(data)
         elif role == KEYPOINTS:
             target[name] = data if _KEYPOINTS is None else _KEYPOINTS(data, canvas_size=canvas_size)
-        elif role == ARRAY:
-            target[name] = data
         else:
-            raise ValueError(
-                f"{what}: field {name!r} has role {role!r}, unknown to this fastload "
-                "(a newer one wrote it?)"
-            )
+            target[name] = data
     return target
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from fastload.datasets.decode import ImageDecodeError, decode_image
+from fastload.datasets.decode import ImageDecodeError
 from fastload.lmdb.dataset import LMDBDataset
 from fastload.lmdb.format import RecordFormatError
 
@@ -26,15 +26,15 @@ class VerifyReport:
 
 
 def verify_lmdb(path: str | os.PathLike, *, progress: bool = True) -> VerifyReport:
-    """Check every record: present, CRC-32 intact, image decodable, label in range."""
-    dataset = LMDBDataset(path)
+    """Check every record: present, CRC-32 intact, image decodable, label in range, and
+    read as a sample (fields become a target for its image) as LMDBDataset reads it."""
+    dataset = LMDBDataset(path, check=True)
     report = VerifyReport(len(dataset))
     classes = len(dataset.classes)
     for index in tqdm(range(len(dataset)), unit="record", disable=not progress):
         try:
             record = dataset.record(index, check=True)
-            if record.encoded:
-                decode_image(record.payload, source=f"record {index}")
+            dataset[index]  # the image decoded, the fields made a target for it
         except (KeyError, RecordFormatError, ImageDecodeError) as error:
             report.problems.append(str(error).strip("'\""))
             continue

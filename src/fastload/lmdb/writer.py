@@ -39,7 +39,7 @@ from fastload.lmdb.format import (
     encode_meta,
     index_key,
 )
-from fastload.lmdb.sources import DatasetSource, Encoding, Source, as_source
+from fastload.lmdb.sources import DatasetSource, Encoding, FileSource, Source, as_source
 from fastload.lmdb.store import (
     close_reader,
     is_lmdb_file,
@@ -398,13 +398,18 @@ def write_lmdb(
         if value is not None:
             check_int(value, name, low=low, high=high)
     items = _source(source, annotations, instance_masks, masks)
+    _leave_out(items, path)
     if not len(items):
         raise ValueError(f"{items.description}: no images, nothing to convert")
+    items.fields  # noqa: B018 (a Dataset's item 0 read: a bad target fails before any file)
     encoding = Encoding(resize, quality)
     num_workers = available_cpus() if num_workers is None else num_workers
 
     close_reader(path)  # a dataset in this process may have it open for reading
+    created = not path.exists()
     env = open_for_writing(path, map_size=map_size)
+    state: Progress | None = None
+    discard = False
     try:
         state = _start(env, path, items, encoding)
         if state is None:
@@ -414,10 +419,33 @@ def write_lmdb(
         meta = _convert(env, items, encoding, state, skip_bad=skip_bad, workers=num_workers,
                         commit_every=commit_every, progress=progress)  # fmt: skip
         env.sync()
+    except BaseException:
+        # A file this run made and nothing was converted into: nothing to resume, gone.
+        discard = created and (state is None or (state.count == 0 and not state.skipped))
+        raise
     finally:
         env.close()
         lock_path(path).unlink(missing_ok=True)  # readers open without locks
+        if discard:
+            path.unlink(missing_ok=True)
     return meta
+
+
+def _leave_out(items: Source, path: Path) -> None:
+    """Drop the database ``path`` (and its lock file) from the items it is converted
+    from: written inside the image folder, a resume would list it as an image."""
+    written = [p for p in (path, lock_path(path)) if p.exists()]
+    names = {p.name for p in written}
+
+    def keep(item: str | os.PathLike) -> bool:
+        return Path(item).name not in names or not any(
+            os.path.exists(item) and os.path.samefile(item, p) for p in written
+        )
+
+    if isinstance(items, FileSource):
+        items.samples = [sample for sample in items.samples if keep(sample[0])]
+    elif isinstance(items, MaskFolderSource):
+        items.images = [image for image in items.images if keep(items.root / image)]
 
 
 def _source(
