@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 import lmdb
 from fastload import LMDBDataset, make_image_folder, write_lmdb
@@ -100,3 +101,23 @@ def test_the_cli_ends_in_one_line_naming_the_file_and_resume_completes(tmp_path,
 
 def test_worker_died_error_is_an_os_error_the_cli_prints_in_one_line():
     assert issubclass(WorkerDiedError, OSError)
+
+
+class Lies(torch.utils.data.Dataset):
+    """Says it has 6 items; item 3 raises IndexError (a bug, not bad input)."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int):
+        if index == 3:
+            raise IndexError("list index out of range")
+        return torch.zeros(3, 4, 4, dtype=torch.uint8), index
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_error_in_the_dataset_is_raised_as_it_is_with_the_item_it_was_at(tmp_path, workers):
+    with pytest.raises(IndexError, match="list index out of range") as caught:
+        write_lmdb(Lies(), tmp_path / "db", num_workers=workers, progress=False)
+    assert caught.value.__notes__ == ["(converting Lies[3], item 3 of the source)"]

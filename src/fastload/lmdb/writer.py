@@ -92,6 +92,9 @@ def _load(source: Source, encoding: Encoding, position: int) -> _Loaded:
         return position, source.record(position, encoding), None
     except _BAD_INPUT as error:
         return position, None, error
+    except Exception as error:  # a bug in a Dataset, say: raised, with the item it was at
+        error.add_note(f"(converting {source.name(position)}, item {position} of the source)")
+        raise
 
 
 def _work(source: Source, encoding: Encoding, connection: Connection, parent: int) -> None:
