@@ -146,6 +146,7 @@ def break_json(raw, change):
         (lambda c: c["images"][1].update(file_name="../b.jpg"),
          r"images\[1\] file_name '../b.jpg' is not a relative path inside the image folder"),
         (lambda c: c["images"][0].update(file_name="/etc/passwd"), "images.0. file_name"),
+        (lambda c: c["images"][0].update(file_name="a\0.jpg"), r"images\[0\] file_name 'a\\x00"),
         (lambda c: c["annotations"][2].update(bbox=[1, 2, float("nan"), 3]),
          r"annotations\[2\] \(id 3\) of .*a.jpg: bbox \[1, 2, nan, 3\] is not four finite"),
         (lambda c: c["annotations"][0].update(image_id=99),
@@ -156,8 +157,8 @@ def break_json(raw, change):
         (lambda c: c.pop("images"), "not a COCO annotation file"),
         (lambda c: c["images"][0].update(width=65), r"a.jpg: the image is 64x48, .* says 65x48"),
     ],
-    ids=["parent", "absolute", "nan box", "unknown image", "category", "same id", "no images",
-         "size"],
+    ids=["parent", "absolute", "nul", "nan box", "unknown image", "category", "same id",
+         "no images", "size"],
 )  # fmt: skip
 def test_a_bad_annotation_file_is_refused_in_one_line_naming_the_entry(
     coco, tmp_path, capsys, change, message

@@ -259,3 +259,8 @@ def test_an_unexpected_error_is_one_line_with_its_type():
     assert _one_line(KeyError("boxes")) == "KeyError: 'boxes'"
     assert _one_line(FileNotFoundError("x: no such image folder")) == "x: no such image folder"
     assert _one_line(RuntimeError()) == "RuntimeError"
+    bug = IndexError("list index out of range")
+    bug.add_note("(converting Lies[3], item 3 of the source)")
+    assert _one_line(bug) == (
+        "IndexError: list index out of range (converting Lies[3], item 3 of the source)"
+    )

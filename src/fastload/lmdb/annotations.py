@@ -108,7 +108,13 @@ def _read_coco(
         if not isinstance(name, str) or not _is_int64(image.get("id")):
             raise ValueError(f"{path}: images[{index}] needs an integer 'id' and a 'file_name'")
         parts = PurePosixPath(name).parts
-        if not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name:
+        if (
+            not parts
+            or PurePosixPath(name).is_absolute()
+            or ".." in parts
+            or "\\" in name
+            or "\0" in name
+        ):
             raise ValueError(
                 f"{path}: images[{index}] file_name {name!r} is not a relative path inside "
                 "the image folder"

@@ -354,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _one_line(error: Exception) -> str:
     """The error's message on one line; its type too where that is not self-evident (a
     bug's AssertionError, KeyError, ...)."""
-    text = " ".join(str(error).split())
+    text = " ".join(" ".join([str(error), *getattr(error, "__notes__", [])]).split())
     if isinstance(error, (OSError, ValueError, ImportError)) and text:
         return text
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
