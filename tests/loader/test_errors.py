@@ -54,7 +54,7 @@ def test_the_failing_index_is_named_in_the_main_process(seed, batch_size):
 @pytest.mark.parametrize("seed", [None, 5])
 def test_the_failing_index_is_named_from_a_worker(seed):
     dataset = Broken()
-    loader = FastLoader(dataset, batch_size=8, num_workers=2, seed=seed, shuffle=True)
+    loader = FastLoader(dataset, batch_size=8, num_workers=1, seed=seed, shuffle=True)
     if seed is None:
         assert loader.dataset is dataset  # not wrapped
     error = _failure(loader)
