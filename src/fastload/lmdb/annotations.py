@@ -130,7 +130,7 @@ def _read_coco(
         if not isinstance(annotation, dict):
             raise ValueError(f"{path}: annotations[{index}] is not an object")
         image_id = annotation.get("image_id")
-        if isinstance(image_id, bool) or image_id not in ids:
+        if not isinstance(image_id, int) or isinstance(image_id, bool) or image_id not in ids:
             raise ValueError(
                 f"{path}: annotations[{index}]: image_id {image_id!r} is not in 'images'"
             )

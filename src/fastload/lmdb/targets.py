@@ -153,7 +153,7 @@ def fields_target(
         (48, 64)
     """
     target: dict[str, Any] = {}
-    canvas_size = tuple(canvas_size)
+    canvas_size = (canvas_size[0], canvas_size[1])
     for name, (role, array) in fields.items():
         where = f"{what}: field {name!r}"
         if role not in (MASK, KEYPOINTS, ARRAY) and not role.startswith(BOXES):

@@ -177,7 +177,7 @@ def _ordered(workers: list[_Worker], positions: range) -> Iterator[_Loaded]:
         if isinstance(reply[1], Exception):
             _, error, remote = reply
             raise error from _RemoteTraceback(remote)
-        yield reply  # type: ignore[misc]
+        yield reply
 
 
 @contextlib.contextmanager

@@ -80,6 +80,7 @@ def _image_dataset(data: Path, image_size: int):
     # INTER_AREA where the crop shrinks: antialiased, as torchvision's (PIL's) resize
     crop = A.RandomResizedCrop((image_size, image_size), area_for_downscale="image")
     augment = Albumentations(A.Compose([crop, A.HorizontalFlip()]))
+    dataset: LMDBDataset | ImageFolder
     if data.is_file() or (data / "data.mdb").exists():
         dataset = LMDBDataset(data, transform=augment)
         if dataset.fields:
