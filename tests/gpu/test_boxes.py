@@ -108,3 +108,14 @@ def test_the_old_names_are_the_classes():
     assert transforms.RandomResizedCrop is transforms.DecodeRandomResizedCrop
     assert repr(gpu.RandomResizedCrop(8)).startswith("BatchRandomResizedCrop(")
     assert repr(transforms.RandomResizedCrop(8)).startswith("DecodeRandomResizedCrop(")
+
+
+def test_the_box_draw_loads_without_the_modules():
+    import subprocess
+    import sys
+
+    code = "import sys, fastload.gpu.boxes; print(any(m in sys.modules for m in " \
+        "('fastload.gpu.geometric', 'fastload.gpu.base', 'fastload.gpu.policies')))"  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert gpu.RandomErasing.__module__ == "fastload.gpu.erase"  # names load on first use

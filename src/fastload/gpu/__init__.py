@@ -2,46 +2,57 @@
 
 Compose them in an ``nn.Sequential`` and pass it to ``DataPrefetcher(transform=...)``.
 Arguments follow ``torchvision.transforms.v2``; each sample draws its own parameters
-unless ``same_on_batch=True``.
+unless ``same_on_batch=True``. The kernels the modules call are in
+:mod:`fastload.gpu.functional`.
+
+The modules load on first use of a name, so that importing one submodule (the box draw
+that the CPU transforms share) does not load them all.
 """
 
-from fastload.gpu.affine import RandomAffine, RandomRotation
-from fastload.gpu.base import BatchTransform
-from fastload.gpu.blur import GaussianBlur
-from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
-from fastload.gpu.decode import GPUDecoder
-from fastload.gpu.erase import RandomErasing
-from fastload.gpu.geometric import (
-    BatchRandomResizedCrop as BatchRandomResizedCrop,  # RandomResizedCrop's own name
-)
-from fastload.gpu.geometric import (
-    CenterCrop,
-    RandomCrop,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    RandomVerticalFlip,
-    Resize,
-)
-from fastload.gpu.keyed import sample_seeds
-from fastload.gpu.mix import CutMix, MixUp
-from fastload.gpu.pixel import (
-    GaussianNoise,
-    RandomAdjustSharpness,
-    RandomAutocontrast,
-    RandomEqualize,
-    RandomInvert,
-    RandomPosterize,
-    RandomSolarize,
-)
-from fastload.gpu.policies import (
-    AugMix,
-    AutoAugment,
-    AutoAugmentPolicy,
-    RandAugment,
-    TrivialAugmentWide,
-)
-from fastload.gpu.targets import SanitizeBoundingBoxes
-from fastload.gpu.warp import ElasticTransform, RandomPerspective
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Public name -> module that defines it.
+_EXPORTS = {
+    "RandomAffine": "fastload.gpu.affine",
+    "RandomRotation": "fastload.gpu.affine",
+    "BatchTransform": "fastload.gpu.base",
+    "GaussianBlur": "fastload.gpu.blur",
+    "ColorJitter": "fastload.gpu.color",
+    "Normalize": "fastload.gpu.color",
+    "RandomGrayscale": "fastload.gpu.color",
+    "ToDtype": "fastload.gpu.color",
+    "GPUDecoder": "fastload.gpu.decode",
+    "RandomErasing": "fastload.gpu.erase",
+    "BatchRandomResizedCrop": "fastload.gpu.geometric",  # RandomResizedCrop's own name
+    "CenterCrop": "fastload.gpu.geometric",
+    "RandomCrop": "fastload.gpu.geometric",
+    "RandomHorizontalFlip": "fastload.gpu.geometric",
+    "RandomResizedCrop": "fastload.gpu.geometric",
+    "RandomVerticalFlip": "fastload.gpu.geometric",
+    "Resize": "fastload.gpu.geometric",
+    "sample_seeds": "fastload.gpu.keyed",
+    "CutMix": "fastload.gpu.mix",
+    "MixUp": "fastload.gpu.mix",
+    "GaussianNoise": "fastload.gpu.pixel",
+    "RandomAdjustSharpness": "fastload.gpu.pixel",
+    "RandomAutocontrast": "fastload.gpu.pixel",
+    "RandomEqualize": "fastload.gpu.pixel",
+    "RandomInvert": "fastload.gpu.pixel",
+    "RandomPosterize": "fastload.gpu.pixel",
+    "RandomSolarize": "fastload.gpu.pixel",
+    "AugMix": "fastload.gpu.policies",
+    "AutoAugment": "fastload.gpu.policies",
+    "AutoAugmentPolicy": "fastload.gpu.policies",
+    "RandAugment": "fastload.gpu.policies",
+    "TrivialAugmentWide": "fastload.gpu.policies",
+    "SanitizeBoundingBoxes": "fastload.gpu.targets",
+    "ElasticTransform": "fastload.gpu.warp",
+    "RandomPerspective": "fastload.gpu.warp",
+}
+
 
 __all__ = [
     "AugMix",
@@ -79,3 +90,53 @@ __all__ = [
     "TrivialAugmentWide",
     "sample_seeds",
 ]
+
+if TYPE_CHECKING:
+    from fastload.gpu.affine import RandomAffine, RandomRotation
+    from fastload.gpu.base import BatchTransform
+    from fastload.gpu.blur import GaussianBlur
+    from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
+    from fastload.gpu.decode import GPUDecoder
+    from fastload.gpu.erase import RandomErasing
+    from fastload.gpu.geometric import BatchRandomResizedCrop as BatchRandomResizedCrop
+    from fastload.gpu.geometric import (
+        CenterCrop,
+        RandomCrop,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        RandomVerticalFlip,
+        Resize,
+    )
+    from fastload.gpu.keyed import sample_seeds
+    from fastload.gpu.mix import CutMix, MixUp
+    from fastload.gpu.pixel import (
+        GaussianNoise,
+        RandomAdjustSharpness,
+        RandomAutocontrast,
+        RandomEqualize,
+        RandomInvert,
+        RandomPosterize,
+        RandomSolarize,
+    )
+    from fastload.gpu.policies import (
+        AugMix,
+        AutoAugment,
+        AutoAugmentPolicy,
+        RandAugment,
+        TrivialAugmentWide,
+    )
+    from fastload.gpu.targets import SanitizeBoundingBoxes
+    from fastload.gpu.warp import ElasticTransform, RandomPerspective
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastload.gpu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *_EXPORTS})
