@@ -30,9 +30,15 @@ class Broken(Dataset):
 
 
 def _failure(loader: FastLoader) -> ValueError:
-    with pytest.raises(ValueError, match="broken sample") as caught:
-        for _ in loader:
-            pass
+    batches = iter(loader)
+    try:
+        with pytest.raises(ValueError, match="broken sample") as caught:
+            for _ in batches:
+                pass
+    finally:
+        if hasattr(batches, "_shutdown_workers"):
+            # now: left to the garbage collector, DataLoader takes 5 s a worker to do it
+            batches._shutdown_workers()
     return caught.value
 
 
@@ -54,7 +60,7 @@ def test_the_failing_index_is_named_in_the_main_process(seed, batch_size):
 @pytest.mark.parametrize("seed", [None, 5])
 def test_the_failing_index_is_named_from_a_worker(seed):
     dataset = Broken()
-    loader = FastLoader(dataset, batch_size=8, num_workers=1, seed=seed, shuffle=True)
+    loader = FastLoader(dataset, batch_size=8, num_workers=2, seed=seed, shuffle=True)
     if seed is None:
         assert loader.dataset is dataset  # not wrapped
     error = _failure(loader)
