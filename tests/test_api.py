@@ -63,6 +63,7 @@ GPU_NAMES = {
     "RandomGrayscale",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
+    "BatchRandomResizedCrop",  # RandomResizedCrop's name that says it crops a batch
     "RandomVerticalFlip",
     "Resize",
     "ToDtype",

@@ -58,6 +58,7 @@ __all__ = [
     "AugMix",
     "AutoAugment",
     "AutoAugmentPolicy",
+    "BatchRandomResizedCrop",
     "BatchTransform",
     "CenterCrop",
     "ColorJitter",

@@ -18,36 +18,25 @@ from __future__ import annotations
 from typing import Any
 
 from torch import Tensor, nn
-from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from fastload.batches import PER_SAMPLE, Path, is_target, map_tensors, tensor_leaves
+
 __all__ = [
-    "PER_SAMPLE",
     "SanitizeBoundingBoxes",
     "Split",
     "has_targets",
-    "is_target",
     "join",
     "split",
 ]
-
-#: Targets with one leaf per sample (a list of them follows the batch).
-PER_SAMPLE: tuple[type, ...] = (tv_tensors.BoundingBoxes,) + (
-    (tv_tensors.KeyPoints,) if hasattr(tv_tensors, "KeyPoints") else ()
-)
-_TARGETS = (tv_tensors.Mask, *PER_SAMPLE)
-
-
-def is_target(leaf: Any) -> bool:
-    return isinstance(leaf, _TARGETS)
 
 
 def has_targets(value: Any) -> bool:
     """Whether ``value`` (a tensor, or any structure of them) holds a target."""
     if isinstance(value, Tensor):
         return is_target(value)
-    return any(is_target(leaf) for leaf in tree_flatten(value)[0])
+    return any(is_target(leaf) for _, leaf in tensor_leaves(value))
 
 
 class Split:
@@ -55,9 +44,10 @@ class Split:
     and which masks are one image's (those beside boxes or keypoints in its target)."""
 
     def __init__(
-        self, leaves: list[Any], spec: Any, image: int, single: bool, per_image_masks: set[int]
-    ) -> None:
-        self.leaves, self.spec, self.image, self.single = leaves, spec, image, single
+        self, root: Any, paths: list[Path], leaves: list[Tensor], image: int,
+        per_image_masks: set[int],
+    ) -> None:  # fmt: skip
+        self.root, self.paths, self.leaves, self.image = root, paths, leaves, image
         self.per_image_masks = per_image_masks
 
     @property
@@ -72,8 +62,8 @@ class Split:
 def split(inputs: tuple[Any, ...], name: str) -> Split:
     """Find the image batch among ``inputs``: a ``tv_tensors.Image``, else the first plain
     4-D tensor; raise naming ``name`` when there is none."""
-    single = len(inputs) == 1
-    with_paths, spec = tree_flatten_with_path(inputs[0] if single else inputs)
+    root = inputs[0] if len(inputs) == 1 else inputs
+    with_paths = tensor_leaves(root)
     leaves = [leaf for _, leaf in with_paths]
     # an image's own masks sit in its target, beside its boxes: same parent container
     beside_boxes = {path[:-1] for path, leaf in with_paths if isinstance(leaf, PER_SAMPLE)}
@@ -94,12 +84,14 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
             f"{name} found no image batch among its inputs: give an (N, C, H, W) tensor "
             "(or a tv_tensors.Image) beside the masks, boxes or keypoints"
         )
-    return Split(leaves, spec, candidates[0], single, per_image_masks)
+    return Split(root, [path for path, _ in with_paths], leaves, candidates[0], per_image_masks)
 
 
 def join(parts: Split, leaves: list[Any]) -> Any:
-    """The inputs' structure rebuilt around new ``leaves``."""
-    return tree_unflatten(leaves, parts.spec)
+    """The inputs' structure rebuilt around new tensor ``leaves`` (in :attr:`Split.leaves`'
+    order); other leaves are kept as they were."""
+    new = dict(zip(parts.paths, leaves, strict=True))
+    return map_tensors(parts.root, lambda path, _: new[path])
 
 
 class SanitizeBoundingBoxes(nn.Module):
