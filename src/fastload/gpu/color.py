@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from fastload._checks import finite, pair
-from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.base import BatchTransform, CoinTransform, Params, blend_where
 from fastload.gpu.functional import (
     adjust_brightness,
     adjust_contrast,
@@ -110,7 +110,7 @@ class ColorJitter(BatchTransform):
         return blend_where(params["apply"], restore(out, images.dtype), images)
 
 
-class RandomGrayscale(BatchTransform):
+class RandomGrayscale(CoinTransform):
     """Turn each image to grayscale (kept as 3 channels) with probability ``p``."""
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
@@ -124,12 +124,7 @@ class RandomGrayscale(BatchTransform):
         same_on_batch: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
-
-    def sample_params(
-        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
-    ) -> Params:
-        return {"apply": self._applies(shape[0], device, generator)}
+        super().__init__(p, same_on_batch=same_on_batch, generator=generator)
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         gray = restore(grayscale(to_float(images)), images.dtype).expand_as(images)

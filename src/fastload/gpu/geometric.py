@@ -11,7 +11,7 @@ from torch import Tensor
 
 from fastload._checks import check_int, finite, positive_pair
 from fastload.gpu.arguments import output_size
-from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.base import BatchTransform, CoinTransform, Params, blend_where
 from fastload.gpu.boxes import TRIES, sample_boxes
 from fastload.gpu.functional import (
     PADDING_MODES,
@@ -35,23 +35,9 @@ __all__ = [
 ]
 
 
-class _RandomFlip(BatchTransform):
+class _RandomFlip(CoinTransform):
     dim = -1
     targets = "transform"
-
-    def __init__(
-        self,
-        p: float = 0.5,
-        *,
-        same_on_batch: bool = False,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
-
-    def sample_params(
-        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
-    ) -> Params:
-        return {"apply": self._applies(shape[0], device, generator)}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         return blend_where(params["apply"], images.flip(self.dim), images)

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from fastload._checks import check_int, finite
-from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.base import BatchTransform, CoinTransform, Params, blend_where
 from fastload.gpu.functional import (
     add_noise,
     adjust_sharpness,
@@ -32,24 +32,10 @@ __all__ = [
 ]
 
 
-class _RandomPixelOp(BatchTransform):
+class _RandomPixelOp(CoinTransform):
     """Applies the operation to each sample with probability ``p`` (torchvision's 0.5)."""
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
-
-    def __init__(
-        self,
-        p: float = 0.5,
-        *,
-        same_on_batch: bool = False,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
-
-    def sample_params(
-        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
-    ) -> Params:
-        return {"apply": self._applies(shape[0], device, generator)}
 
     def operation(self, images: Tensor) -> Tensor:
         raise NotImplementedError
