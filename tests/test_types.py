@@ -1,4 +1,5 @@
-"""The package type-checks clean with the configuration in pyproject.toml (``make lint``)."""
+"""The package type-checks clean with the configuration in pyproject.toml (``make lint``),
+fastload.gpu and fastload.loader under the flags of ``mypy --strict``."""
 
 from __future__ import annotations
 
