@@ -26,4 +26,4 @@ def test_the_before_and_after_script_runs_verbatim(tmp_path):
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    assert len(list((tmp_path / "data" / "train").rglob("*.jpg"))) == 80
+    assert len(list((tmp_path / "data" / "train").rglob("*.jpg"))) == 40
