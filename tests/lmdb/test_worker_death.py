@@ -121,3 +121,22 @@ def test_an_error_in_the_dataset_is_raised_as_it_is_with_the_item_it_was_at(tmp_
     with pytest.raises(IndexError, match="list index out of range") as caught:
         write_lmdb(Lies(), tmp_path / "db", num_workers=workers, progress=False)
     assert caught.value.__notes__ == ["(converting Lies[3], item 3 of the source)"]
+
+
+THREADS_BEFORE_FORK = textwrap.dedent(
+    """
+    import torch
+    from fastload import write_lmdb
+    from fastload.tools.shapes import ShapesDetection
+    torch.ones(512, 512).sum(0).tolist()  # PyTorch's (OpenMP) threads at work before the fork
+    write_lmdb(ShapesDetection(8, size=(240, 320)), {path!r}, num_workers=2, progress=False)
+    print("converted")
+    """
+)
+
+
+@pytest.mark.slow
+def test_workers_of_a_process_that_used_pytorchs_threads_do_not_deadlock(tmp_path):
+    completed = run(THREADS_BEFORE_FORK.format(path=str(tmp_path / "db")))
+    assert completed.stdout == "converted\n", completed.stderr[-2000:]
+    assert len(LMDBDataset(tmp_path / "db")) == 8

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import json
 import logging
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -65,6 +67,7 @@ COMMIT_BYTES = 64 << 20
 _Loaded = tuple[int, "bytes | None", "Exception | None"]
 _BAD_INPUT = (ImageDecodeError, TargetError, OSError)
 _IN_FLIGHT = 2  # items sent ahead to each worker: the next is ready when one is done
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class WorkerDiedError(ChildProcessError):
@@ -101,7 +104,10 @@ def _work(source: Source, encoding: Encoding, connection: Connection, parent: in
     """A worker: converts the positions it is sent, one reply each, until its connection
     closes or the converting process is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops its workers
-    cv2.setNumThreads(0)
+    if sys.platform == "linux":  # killed with the parent, even if stuck in an item
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _one_thread()
     while True:
         while not connection.poll(1.0):
             if os.getppid() != parent:
@@ -117,6 +123,16 @@ def _work(source: Source, encoding: Encoding, connection: Connection, parent: in
         except Exception as error:  # not bad input: raised again in the parent, in order
             reply = (position, _picklable(error, RuntimeError), traceback.format_exc())
         connection.send(reply)
+
+
+def _one_thread() -> None:
+    """One thread for OpenCV and PyTorch in a worker, as DataLoader's workers do: the
+    processes are the parallelism, and a thread pool the parent used before the fork
+    (OpenMP's) would deadlock the child's first parallel operation."""
+    cv2.setNumThreads(0)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def _picklable(error: Exception, fallback: type[Exception]) -> Exception:
