@@ -383,6 +383,20 @@ def write_lmdb(
     Returns:
         The metadata written, as a dict.
 
+    Raises:
+        ImageDecodeError: An unreadable, corrupt or non-image file, a pipe or a device
+            (skipped with ``skip_bad``).
+        TargetError: A target or annotation that cannot be stored as it is: boxes not
+            finite or outside the image, a polygon or RLE that does not fit it, a value
+            of the wrong type (skipped with ``skip_bad``).
+        WorkerDiedError: A worker process died (the out-of-memory killer): the item it
+            was converting is named.
+        FileExistsError, IsADirectoryError, FileNotFoundError: ``path`` exists (without
+            ``resume``), is a folder, or is in a folder that does not exist.
+
+        The records converted before an error are kept: ``resume=True`` goes on from
+        the item named.
+
     Example:
         >>> import tempfile, fastload
         >>> folder = fastload.make_image_folder(
