@@ -49,7 +49,9 @@ def test_the_whole_suite_collects_without_any_optional_extra():
 
 @pytest.mark.slow
 def test_tests_needing_an_extra_are_skipped_with_its_name():
-    completed = pytest_without_extras("tests/test_transforms.py", "tests/lmdb/test_annotations.py")
+    completed = pytest_without_extras(
+        "tests/test_albumentations.py", "tests/test_transforms.py", "tests/lmdb/test_annotations.py"
+    )
     assert completed.returncode == 0, completed.stdout[-3000:]
     skips = [line for line in completed.stdout.splitlines() if line.startswith("SKIPPED")]
     assert any("albumentations" in line for line in skips), skips
