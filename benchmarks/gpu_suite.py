@@ -13,8 +13,9 @@ Parts, in the order they run (each compares with its baseline in the same run):
   end_to_end  ResNet-50 training from 20,000 JPEGs, folder and LMDB (end_to_end.py)
 
 A part that crashes or runs out of time is recorded as such in ``suite.json`` and the
-next one starts. ``--smoke`` runs every part at tiny sizes (on a CPU in about a minute)
-into a scratch folder, so the suite cannot rot between GPU runs. After a real run,
+next one starts. ``--smoke`` runs every part at tiny sizes, one after another in this
+process (on a CPU in under a minute), into a scratch folder, so the suite cannot rot
+between GPU runs. After a real run,
 ``python benchmarks/gpu_readme.py`` puts the tables into the README.
 
 On the GPU machine (torch there; lmdb, albumentations and kornia as wheels in .whl):
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -112,6 +114,30 @@ def run_part(name: str, out: Path, smoke: bool, timeout: float) -> dict[str, obj
             "seconds": round(seconds, 1), "result": result.name if fresh else None}  # fmt: skip
 
 
+def run_part_here(name: str, out: Path) -> dict[str, object]:
+    """A smoke run of one part in this process (each process would spend seconds importing
+    torch again); a crash is recorded as a process's would be."""
+    script = PARTS[name][0]
+    argv, sys.argv = sys.argv, [str(HERE / script), "--out", str(out), "--plot", "--smoke"]
+    print(f"\n=== {name}: {' '.join(sys.argv)} (in this process)", flush=True)
+    start = time.perf_counter()
+    try:
+        runpy.run_path(str(HERE / script), run_name="__main__")
+        status = "ok"
+    except SystemExit as stop:
+        status = "ok" if stop.code in (0, None) else f"failed (exit status {stop.code})"
+    except Exception as error:  # the next part still runs, as after a crashed process
+        status = f"failed ({type(error).__name__}: {error})"
+    finally:
+        sys.argv = argv
+    seconds = time.perf_counter() - start
+    result = out / f"{Path(script).stem}.json"
+    print(f"=== {name}: {status} in {seconds:.0f} s", flush=True)
+    return {"part": name, "benchmark": result.stem, "status": status, "returncode": None,
+            "seconds": round(seconds, 1),
+            "result": result.name if result.exists() else None}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="all", help=f"comma list of {', '.join(PARTS)}")
@@ -142,7 +168,10 @@ def main() -> None:
             parts.append({"part": name, "benchmark": Path(PARTS[name][0]).stem,
                           "status": "not started: out of budget", "result": None})  # fmt: skip
             continue
-        parts.append(run_part(name, out, args.smoke, min(PARTS[name][2], left)))
+        if args.smoke:
+            parts.append(run_part_here(name, out))
+        else:
+            parts.append(run_part(name, out, args.smoke, min(PARTS[name][2], left)))
     summary = out / ("suite.json" if not args.smoke else "suite-smoke.json")
     previous = json.loads(summary.read_text())["parts"] if summary.exists() else []
     merged = {part["part"]: part for part in [*previous, *parts]}  # a later run of a part wins
