@@ -28,8 +28,6 @@ def pytest_without_extras(*arguments: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_blocker_makes_an_extra_look_uninstalled():
-    completed = pytest_without_extras("--collect-only", "tests/test_system.py")
-    assert completed.returncode == 0, completed.stdout[-2000:]
     probe = subprocess.run(
         [sys.executable, "-c", "import albumentations"],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "without_extras"),
@@ -41,19 +39,13 @@ def test_the_blocker_makes_an_extra_look_uninstalled():
 
 
 @pytest.mark.slow
-def test_the_whole_suite_collects_without_any_optional_extra():
-    completed = pytest_without_extras("--collect-only")
+def test_the_suite_collects_and_skips_with_the_extras_name_without_them():
+    # the whole suite is collected (an import error there would end the run); the tests of
+    # the two files that need an extra run
+    completed = pytest_without_extras("-k", "test_albumentations or test_annotations")
     assert completed.returncode == 0, completed.stdout[-3000:]
-    assert "error" not in completed.stdout.lower().splitlines()[-1]
-
-
-@pytest.mark.slow
-def test_tests_needing_an_extra_are_skipped_with_its_name():
-    completed = pytest_without_extras(
-        "tests/test_albumentations.py", "tests/test_transforms.py", "tests/lmdb/test_annotations.py"
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:]
+    summary = completed.stdout.splitlines()[-1]
+    assert " passed" in summary and "error" not in summary, summary
     skips = [line for line in completed.stdout.splitlines() if line.startswith("SKIPPED")]
     assert any("albumentations" in line for line in skips), skips
     assert any("pycocotools" in line for line in skips), skips
-    assert " passed" in completed.stdout.splitlines()[-1]  # the rest of the files still ran
