@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import io
+import runpy
 import signal
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +33,21 @@ def deadline(seconds: int) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def run_script(path: Path, *args: str) -> str:
+    """Run ``python path args`` in this process and return what it printed: the same code
+    path as a new interpreter, without importing torch again (seconds a run). An exit
+    status other than 0 raises."""
+    argv, sys.argv = sys.argv, [str(path), *args]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            message = f"{path.name} exited with {stop.code}: {out.getvalue()[-2000:]}"
+            raise AssertionError(message) from None
+    finally:
+        sys.argv = argv
+    return out.getvalue()

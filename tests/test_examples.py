@@ -4,33 +4,21 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
+from common_utils import run_script
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def test_train_tensors_learns():
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLES / "train_tensors.py"),
-            "--rows",
-            "20000",
-            "--epochs",
-            "3",
-            "--batch-size",
-            "512",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    out = run_script(
+        EXAMPLES / "train_tensors.py", "--rows", "20000", "--epochs", "3", "--batch-size", "512"
+    )
     assert "batched_fetch=True" in out
     accuracies = [
         float(line.split("accuracy ")[1].split(",")[0])
@@ -49,13 +37,7 @@ def test_train_classifier_runs_each_pipeline(tmp_path, variant):
         *("--epochs", "2", "--batch-size", "4", "--image-size", "32"),
         *("--steps", "2", "--workers", "0", "--json"),
     ]
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLES / "train_classifier.py"), str(root), *options, *variant],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=180,
-    ).stdout
+    out = run_script(EXAMPLES / "train_classifier.py", str(root), *options, *variant)
     epochs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [e["epoch"] for e in epochs] == [0, 1]
     assert all(
@@ -68,18 +50,14 @@ def test_train_classifier_runs_each_pipeline(tmp_path, variant):
 def test_train_classifier_talks_to_people_without_warnings(tmp_path):
     from fastload import make_image_folder
 
-    script = str(EXAMPLES / "train_classifier.py")
-    help_text = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, check=True
-    ).stdout
+    script = EXAMPLES / "train_classifier.py"
+    help_text = run_script(script, "--help")
     assert "torchrun --nproc-per-node 8 examples/train_classifier.py train.lmdb" in help_text
     root = make_image_folder(tmp_path, num_classes=2, images_per_class=4, size=(64, 48))
-    completed = subprocess.run(
-        [sys.executable, "-W", "error::UserWarning", script, str(root), "--epochs", "1",
-         "--batch-size", "4", "--image-size", "32", "--workers", "0", "--model", "squeezenet1_1"],
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-2000:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        out = run_script(script, str(root), "--epochs", "1", "--batch-size", "4", "--image-size",
+                         "32", "--workers", "0", "--model", "squeezenet1_1")  # fmt: skip
     # With CUDA the example augments on the GPU by default; it decodes on the CPU.
     where = (
         "cpu decode, gpu augmentation\\) on cuda:0"
@@ -89,21 +67,17 @@ def test_train_classifier_talks_to_people_without_warnings(tmp_path):
     assert re.fullmatch(
         r"epoch 0: [\d,]+ images/s, data wait [\d.]+%, [\d.]+ CPU ms/image, loss [\d.]+ "
         rf"\(fastload \({where}\)\n",
-        completed.stdout,
-    ), completed.stdout
+        out,
+    ), out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("storage", ["generated", "lmdb"])
 def test_train_detector_runs_an_epoch_on_synthetic_shapes(storage, tmp_path):
     lmdb = ["--lmdb", str(tmp_path / "shapes.lmdb")] if storage == "lmdb" else []
-    completed = subprocess.run(
-        [sys.executable, str(EXAMPLES / "train_detector.py"), "--images", "8", "--batch-size", "4",
-         "--workers", "2", "--json", *lmdb],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    out = run_script(EXAMPLES / "train_detector.py", "--images", "8", "--batch-size", "4",
+                     "--workers", "2", "--json", *lmdb)  # fmt: skip
     assert (tmp_path / "shapes.lmdb").is_file() == (storage == "lmdb")
-    (metrics,) = [json.loads(line) for line in completed.stdout.splitlines()]
+    (metrics,) = [json.loads(line) for line in out.splitlines()]
     assert metrics["epoch"] == 0 and metrics["images_per_second"] > 0
     assert 0 < metrics["loss"] < 100  # the detector's summed losses, finite
