@@ -108,3 +108,13 @@ def test_diagnose_stays_the_function_after_its_module_is_imported():
     import fastload.tools.diagnostics
 
     assert fastload.diagnose is fastload.tools.diagnostics.diagnose and callable(fastload.diagnose)
+
+
+def test_the_lmdb_errors_users_catch_are_exported():
+    from fastload import lmdb
+
+    assert set(lmdb.__all__) == {
+        "LMDBDataset", "RecordFormatError", "TargetError", "WorkerDiedError", "write_lmdb",
+    }  # fmt: skip
+    assert issubclass(lmdb.TargetError, ValueError)
+    assert issubclass(lmdb.WorkerDiedError, OSError)

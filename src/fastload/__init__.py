@@ -5,8 +5,9 @@ Heavy modules (torch, OpenCV) load on first use of a name, so ``import fastload`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fastload._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -45,14 +46,4 @@ if TYPE_CHECKING:
     from fastload.tools.synthetic import make_image_folder
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fastload' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

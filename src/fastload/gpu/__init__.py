@@ -11,8 +11,9 @@ that the CPU transforms share) does not load them all.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fastload._lazy import lazy_exports
 
 #: Public name -> module that defines it.
 _EXPORTS = {
@@ -130,14 +131,4 @@ if TYPE_CHECKING:
     from fastload.gpu.warp import ElasticTransform, RandomPerspective
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fastload.gpu' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*__all__, *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

@@ -2,6 +2,7 @@
 
 from fastload.lmdb.dataset import LMDBDataset
 from fastload.lmdb.format import RecordFormatError
-from fastload.lmdb.writer import write_lmdb
+from fastload.lmdb.targets import TargetError
+from fastload.lmdb.writer import WorkerDiedError, write_lmdb
 
-__all__ = ["LMDBDataset", "RecordFormatError", "write_lmdb"]
+__all__ = ["LMDBDataset", "RecordFormatError", "TargetError", "WorkerDiedError", "write_lmdb"]
