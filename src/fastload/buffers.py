@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from fastload._checks import check_int
+
 __all__ = ["BufferPool"]
 
 
@@ -46,8 +48,7 @@ class BufferPool:
     """
 
     def __init__(self, size: int = 4) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be an int >= 1, got {size!r}")
+        check_int(size, "size", low=1)
         self.size = size
         self._buffers: list[tuple[torch.Tensor, int]] = []  # (buffer, users when idle)
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
+from fastload._checks import check_int
 from fastload.batches import Path, map_tensors
 
 __all__ = ["EncodedBatch", "chw", "encoded_collate", "padded_collate", "uint8_collate"]
@@ -163,8 +164,7 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
 
     if not batch:
         raise ValueError("cannot collate an empty batch")
-    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
-        raise ValueError(f"multiple must be an int >= 1, got {multiple!r}")
+    check_int(multiple, "multiple", low=1)
     samples = [sample if isinstance(sample, (tuple, list)) else (sample,) for sample in batch]
     views = [chw(sample[0]) for sample in samples]
     channels = {view.shape[0] for view in views}

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fastload._checks import check_int
 from fastload.batches import Path, image_leaf_path, map_tensors, with_item
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
@@ -122,8 +123,7 @@ class DataPrefetcher(LoaderProxy):
         image: int | str | None = None,
         decoder: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
     ) -> None:
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+        check_int(depth, "depth", low=1)
         if dtype is not None and dtype not in _FloatDtypes:
             raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
         if (mean is None) != (std is None):

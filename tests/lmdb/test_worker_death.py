@@ -15,7 +15,7 @@ import torch
 
 import lmdb
 from fastload import LMDBDataset, make_image_folder, write_lmdb
-from fastload.lmdb.writer import WorkerDiedError
+from fastload.lmdb import WorkerDiedError
 from fastload.tools.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))

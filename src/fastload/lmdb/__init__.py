@@ -3,6 +3,7 @@
 from fastload.lmdb.dataset import LMDBDataset
 from fastload.lmdb.format import RecordFormatError
 from fastload.lmdb.targets import TargetError
-from fastload.lmdb.writer import WorkerDiedError, write_lmdb
+from fastload.lmdb.workers import WorkerDiedError
+from fastload.lmdb.writer import write_lmdb
 
 __all__ = ["LMDBDataset", "RecordFormatError", "TargetError", "WorkerDiedError", "write_lmdb"]

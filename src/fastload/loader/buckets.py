@@ -9,6 +9,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch.utils.data import Sampler
 
+from fastload._checks import check_int
+
 __all__ = ["BucketBatchSampler"]
 
 
@@ -44,9 +46,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         drop_last: bool = False,
         seed: int = 0,
     ) -> None:
-        for name, value in (("batch_size", batch_size), ("buckets", buckets)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(batch_size, "batch_size", low=1)
+        check_int(buckets, "buckets", low=1)
         heights_widths = torch.as_tensor(sizes, dtype=torch.float64).view(-1, 2)
         if (heights_widths <= 0).any():
             first = int((heights_widths <= 0).any(dim=1).nonzero()[0])
