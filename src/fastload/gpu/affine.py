@@ -15,14 +15,15 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
 from fastload._checks import finite, pair
-from fastload.gpu.arguments import check_fill, interpolation_name, symmetric
-from fastload.gpu.base import BatchTransform, Params
+from fastload.gpu.arguments import symmetric
+from fastload.gpu.base import Params
 from fastload.gpu.functional import Fill, affine, inverse_affine_matrices
+from fastload.gpu.kinds import ResamplingTransform
 
 __all__ = ["RandomAffine", "RandomRotation"]
 
 
-class _RandomAffineBase(BatchTransform):
+class _RandomAffineBase(ResamplingTransform):
     """What RandomAffine and RandomRotation share: each sample's inverse matrix
     (``matrices``) warps its image with ``interpolation`` and ``fill``, and its masks
     nearest, with 0 (background) where they come from outside."""
@@ -38,9 +39,7 @@ class _RandomAffineBase(BatchTransform):
         same_on_batch: bool,
         generator: torch.Generator | None,
     ) -> None:
-        super().__init__(same_on_batch=same_on_batch, generator=generator)
-        self.interpolation = interpolation_name(interpolation)
-        self.fill = check_fill(fill)
+        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
         self.center = None if center is None else [finite(c, "center") for c in center]
 
     def _matrices(self, shape: torch.Size, params: Params, device: torch.device) -> Tensor:

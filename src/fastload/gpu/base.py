@@ -25,7 +25,7 @@ from fastload._checks import check_probability
 from fastload.gpu.keyed import keyed, keyed_normal, keyed_uniform
 from fastload.gpu.targets import has_targets, join, split
 
-__all__ = ["BatchTransform", "CoinTransform", "Params"]
+__all__ = ["BatchTransform", "Params"]
 
 Params = dict[str, Tensor]
 
@@ -369,22 +369,3 @@ def _to_host(values: dict[str, Tensor]) -> dict[str, list[Any]]:
 def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:
     """Per sample: ``changed`` where ``apply`` is set, else ``original`` (no Python branch)."""
     return torch.where(apply.view(-1, 1, 1, 1), changed, original)
-
-
-class CoinTransform(BatchTransform):
-    """A transform whose only draw is each sample's coin: applied with probability ``p``
-    (torchvision's 0.5 by default), its own coin per sample."""
-
-    def __init__(
-        self,
-        p: float = 0.5,
-        *,
-        same_on_batch: bool = False,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
-
-    def sample_params(
-        self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
-    ) -> Params:
-        return {"apply": self._applies(shape[0], device, generator)}

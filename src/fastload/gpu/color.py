@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from fastload._checks import finite, pair
-from fastload.gpu.base import BatchTransform, CoinTransform, Params, blend_where
+from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.functional import (
     adjust_brightness,
     adjust_contrast,
@@ -22,6 +22,7 @@ from fastload.gpu.functional import (
     restore,
     to_float,
 )
+from fastload.gpu.kinds import CoinTransform
 
 __all__ = ["ColorJitter", "Normalize", "RandomGrayscale", "ToDtype", "normalize"]
 

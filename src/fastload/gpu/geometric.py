@@ -11,7 +11,7 @@ from torch import Tensor
 
 from fastload._checks import check_int, finite, positive_pair
 from fastload.gpu.arguments import output_size
-from fastload.gpu.base import BatchTransform, CoinTransform, Params, blend_where
+from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.boxes import TRIES, sample_boxes
 from fastload.gpu.functional import (
     PADDING_MODES,
@@ -23,6 +23,7 @@ from fastload.gpu.functional import (
     resize,
     resized_crops,
 )
+from fastload.gpu.kinds import CoinTransform
 
 __all__ = [
     "BatchRandomResizedCrop",

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from fastload._checks import check_int, finite
-from fastload.gpu.base import BatchTransform, CoinTransform, Params, blend_where
+from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.functional import (
     add_noise,
     adjust_sharpness,
@@ -20,6 +20,7 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
+from fastload.gpu.kinds import CoinTransform
 
 __all__ = [
     "GaussianNoise",

@@ -20,8 +20,7 @@ from torch import Tensor
 from torchvision.transforms import AutoAugmentPolicy, InterpolationMode, v2
 
 from fastload._checks import check_int, finite
-from fastload.gpu.arguments import check_fill, interpolation_name
-from fastload.gpu.base import BatchTransform, Params
+from fastload.gpu.base import Params
 from fastload.gpu.functional import (
     Fill,
     adjust_brightness,
@@ -37,6 +36,7 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
+from fastload.gpu.kinds import ResamplingTransform
 
 __all__ = [
     "AugMix",
@@ -104,23 +104,11 @@ def apply_op(
     raise ValueError(f"no operation named {op!r}")
 
 
-class _Policy(BatchTransform):
+class _Policy(ResamplingTransform):
     """Draw ``ops`` (N, steps) and ``magnitudes`` (N, steps); apply them step by step,
     grouping the samples that drew the same operation."""
 
     space: Space
-
-    def __init__(
-        self,
-        interpolation: InterpolationMode | str,
-        fill: Fill,
-        *,
-        same_on_batch: bool,
-        generator: torch.Generator | None,
-    ) -> None:
-        super().__init__(same_on_batch=same_on_batch, generator=generator)
-        self.interpolation = interpolation_name(interpolation)
-        self.fill = check_fill(fill)
 
     @property
     def op_names(self) -> tuple[str, ...]:

@@ -15,14 +15,15 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
 from fastload._checks import finite
-from fastload.gpu.arguments import check_fill, interpolation_name, xy
-from fastload.gpu.base import BatchTransform, Params, blend_where
+from fastload.gpu.arguments import xy
+from fastload.gpu.base import Params, blend_where
 from fastload.gpu.functional import Fill, elastic, perspective, perspective_coefficients
+from fastload.gpu.kinds import ResamplingTransform
 
 __all__ = ["ElasticTransform", "RandomPerspective"]
 
 
-class RandomPerspective(BatchTransform):
+class RandomPerspective(ResamplingTransform):
     """Move each image's corners inwards at random (up to ``distortion_scale`` of half the
     size) and warp it to match, for each sample with probability ``p``; torchvision v2's
     arguments and corner draws."""
@@ -39,12 +40,10 @@ class RandomPerspective(BatchTransform):
         same_on_batch: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(p=p, same_on_batch=same_on_batch, generator=generator)
+        super().__init__(interpolation, fill, p=p, same_on_batch=same_on_batch, generator=generator)
         self.distortion_scale = finite(distortion_scale, "distortion_scale")
         if not 0 <= self.distortion_scale <= 1:
             raise ValueError(f"distortion_scale must be in [0, 1], got {distortion_scale!r}")
-        self.interpolation = interpolation_name(interpolation)
-        self.fill = check_fill(fill)
 
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
@@ -85,7 +84,7 @@ class RandomPerspective(BatchTransform):
         return TF.perspective(target, corners, params["endpoints"])
 
 
-class ElasticTransform(BatchTransform):
+class ElasticTransform(ResamplingTransform):
     """Displace each image's pixels by its own smooth random field: uniform noise blurred
     with a Gaussian of ``sigma``, scaled by ``alpha`` (torchvision v2's draw; numbers or
     (x, y) pairs)."""
@@ -103,10 +102,8 @@ class ElasticTransform(BatchTransform):
         same_on_batch: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
         self.alpha, self.sigma = xy(alpha, "alpha"), xy(sigma, "sigma")
-        self.interpolation = interpolation_name(interpolation)
-        self.fill = check_fill(fill)
 
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
