@@ -168,3 +168,34 @@ def test_padded_collate_pads_masks_inside_target_dicts():
     assert images.shape == (2, 3, 7, 7)
     assert targets[0]["masks"].shape == (2, 7, 7) and targets[0]["id"] == 3
     assert type(valid) is tv_tensors.Mask and valid[0].sum() == 30
+
+
+def test_padded_collate_refuses_images_of_mixed_dtypes_naming_both_samples():
+    from fastload.collate import padded_collate
+
+    float_image = torch.full((3, 4, 4), 0.5)  # scaled 0-1, would become 0 as uint8
+    batch = [(image(4, 4),), (image(4, 4),), (float_image,)]
+    message = r"differ in dtype: sample 0 is torch\.uint8, sample 2 is torch\.float32"
+    with pytest.raises(ValueError, match=message):
+        padded_collate(batch)
+
+
+def test_padded_collate_keeps_float_images_of_one_dtype():
+    from fastload.collate import padded_collate
+
+    images, _, _ = padded_collate([(torch.full((3, 2, 2), 0.5),), (torch.full((3, 3, 1), 0.25),)])
+    assert images.dtype == torch.float32 and images[0, :, :2, :2].eq(0.5).all()
+    assert images[1, :, :3, :1].eq(0.25).all()
+
+
+def test_padded_collate_refuses_a_mask_larger_than_its_image():
+    from torchvision import tv_tensors
+
+    from fastload.collate import padded_collate
+
+    fits = {"masks": tv_tensors.Mask(torch.ones(1, 6, 6, dtype=torch.uint8))}
+    too_big = {"masks": tv_tensors.Mask(torch.ones(1, 9, 6, dtype=torch.uint8))}
+    batch = [(image(6, 6), fits), (image(8, 8), too_big)]  # 9 rows: padding would crop one
+    with pytest.raises(ValueError, match=r"sample 1: a Mask of size \(9, 6\) does not fit its "
+                       r"image of size \(8, 8\)"):  # fmt: skip
+        padded_collate(batch)

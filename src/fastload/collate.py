@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -146,12 +147,14 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
     largest (rounded up to ``multiple``, say 32 for a detector's strides).
 
     Samples are ``(image, *fields)``, the image an HWC array or CHW tensor. Returns
-    ``[images, valid, sizes, *fields]``: the padded NCHW uint8 batch, a bool (N, H, W)
+    ``[images, valid, sizes, *fields]``: the padded NCHW batch (uint8, or the images'
+    one dtype: a batch that mixes dtypes is refused), a bool (N, H, W)
     ``tv_tensors.Mask`` of each image's own pixels (so ``fastload.gpu`` moves it with the
     images), its (N, 2) heights and widths, and each field as a
     tuple with one item per image (boxes and labels differ in count), except that a
     ``tv_tensors.Mask`` is padded with the image (stacked into one (N, H, W) ``Mask``
-    when each image has one (H, W) mask). ``BoundingBoxes`` keep their coordinates; their
+    when each image has one (H, W) mask; a Mask larger than its image is refused, not
+    cropped). ``BoundingBoxes`` keep their coordinates; their
     canvas becomes the padded size, so that later transforms of the batch agree.
 
     Example:
@@ -170,6 +173,12 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
     channels = {view.shape[0] for view in views}
     if len(channels) > 1:
         raise ValueError(f"images in a batch differ in channels {sorted(channels)}")
+    for index, view in enumerate(views[1:], start=1):
+        if view.dtype != views[0].dtype:  # copying into one batch would cast, 0.5 -> 0
+            raise ValueError(
+                f"images in a batch differ in dtype: sample 0 is {views[0].dtype}, sample "
+                f"{index} is {view.dtype} (convert them to one dtype and scale first)"
+            )
     sizes = torch.tensor([view.shape[-2:] for view in views], dtype=torch.int64)
     height, width = (-(-int(s) // multiple) * multiple for s in sizes.max(dim=0).values)
     images = views[0].new_full((len(views), views[0].shape[0], height, width), fill)
@@ -178,8 +187,14 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
         images[index, :, : view.shape[-2], : view.shape[-1]] = view
         valid[index, : view.shape[-2], : view.shape[-1]] = True
 
-    def pad(_path: Path, item: torch.Tensor) -> torch.Tensor:
+    def pad(index: int, _path: Path, item: torch.Tensor) -> torch.Tensor:
         if isinstance(item, tv_tensors.Mask):
+            own = tuple(views[index].shape[-2:])
+            if item.shape[-2] > own[0] or item.shape[-1] > own[1]:  # padding would crop it
+                raise ValueError(
+                    f"sample {index}: a Mask of size {tuple(item.shape[-2:])} does not fit "
+                    f"its image of size {own}"
+                )
             padding = (0, width - item.shape[-1], 0, height - item.shape[-2])
             return tv_tensors.wrap(
                 torch.nn.functional.pad(item.as_subclass(torch.Tensor), padding), like=item
@@ -190,7 +205,9 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
 
     fields = []
     for column in zip(*(sample[1:] for sample in samples), strict=True):
-        padded = tuple(map_tensors(item, pad) for item in column)  # inside target dicts too
+        padded = tuple(  # inside target dicts too
+            map_tensors(item, partial(pad, index)) for index, item in enumerate(column)
+        )
         if all(isinstance(item, tv_tensors.Mask) and item.dim() == 2 for item in padded):
             fields.append(tv_tensors.Mask(torch.stack(padded)))
         else:
