@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 from collections import namedtuple
 
@@ -474,3 +475,42 @@ def test_a_4d_mask_is_never_taken_for_the_image():
     masks = tv_tensors.Mask(torch.zeros(2, 1, 4, 4, dtype=torch.uint8))
     (out,) = DataPrefetcher([(masks, uint8_images(n=2, h=4, w=4))], "cpu", mean=MEAN, std=STD)
     assert out[0].dtype == torch.uint8 and out[1].dtype == torch.float32
+
+
+# --- one iter() is one pass ---------------------------------------------------------------------
+
+
+def _first_labels(batches) -> list[int]:
+    return [int(labels[0]) for _, labels in batches]
+
+
+def test_iterating_a_pass_again_goes_on_where_it_was():
+    prefetcher = DataPrefetcher(image_batches(count=5), "cpu")
+    it = iter(prefetcher)
+    first = next(it)
+    assert int(first[1][0]) == 0
+    assert iter(it) is it and len(it) == 5
+    assert _first_labels(it) == [4, 8, 12, 16]  # not the epoch again from batch 0
+    assert list(it) == []  # a pass that ended stays ended
+    assert _first_labels(itertools.islice(iter(prefetcher), 2)) == [0, 4]
+
+
+def test_a_new_pass_ends_the_old_one_with_an_error():
+    prefetcher = DataPrefetcher(image_batches(count=3), "cpu")
+    old = iter(prefetcher)
+    next(old)
+    new = iter(prefetcher)
+    with pytest.raises(RuntimeError, match="iter\\(\\) began a newer pass; this one is over"):
+        next(old)
+    assert _first_labels(new) == [0, 4, 8]
+
+
+def test_a_checkpoint_after_next_then_for_counts_the_batches_had():
+    loader = FastLoader(Numbered(), batch_size=4, num_workers=0)
+    prefetcher = DataPrefetcher(loader, "cpu")
+    it = iter(prefetcher)
+    next(it)
+    for _ in it:
+        break
+    state = prefetcher.state_dict()
+    assert (state["batches"], state["between_epochs"]) == (2, False)

@@ -26,38 +26,14 @@ from fastload.gpu.functional import normalize, normalize_into
 from fastload.gpu.targets import has_targets
 from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
-from fastload.system import default_device
+from fastload.system import default_device, one_thread
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher"]
-
 
 #: The usual normalisation statistics, on the 0..1 scale.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 _FloatDtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
-
-def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalize:
-    """The ``Normalize`` for DataPrefetcher's statistics, which checks them; apex's 0..255
-    scale is recognised (any mean above 1)."""
-    mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
-    for name, values in (("mean", mean), ("std", std)):
-        if not values:
-            raise ValueError(f"{name} must hold one value per channel, got an empty sequence")
-    if max(mean) > 1:
-        mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
-    return Normalize(mean, std)
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """torch's intra-op parallelism off for the block (setting it costs about 1 us)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @dataclasses.dataclass
@@ -128,7 +104,9 @@ class DataPrefetcher(LoaderProxy):
             raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
-        self._normalize = None if mean is None or std is None else _normalization(mean, std)
+        self._normalize = (
+            None if mean is None or std is None else Normalize.from_statistics(mean, std)
+        )
 
         self.loader = loader
         self.device = default_device() if device is None else torch.device(device)
@@ -150,6 +128,7 @@ class DataPrefetcher(LoaderProxy):
         self._iterator: Iterator[Any] | None = None
         self._pending: collections.deque[_InFlight] = collections.deque()
         self._handed = 0  # batches of this epoch given to the training loop
+        self._passes = 0  # iter() calls: an older pass's iterator is over
         # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
         # the transform draws each sample's parameters from that sample's seed.
         self._seeds: KeyedSeedSource | None = None
@@ -299,7 +278,7 @@ class DataPrefetcher(LoaderProxy):
             # waiting for them (0.40 vs 0.18 CPU ms per image for the normalisation here).
             workers = getattr(self.loader, "num_workers", 0)
             return (
-                _one_thread()
+                one_thread()
                 if isinstance(workers, int) and workers > 0
                 else contextlib.nullcontext()
             )
@@ -333,10 +312,12 @@ class DataPrefetcher(LoaderProxy):
 
     # --- iteration -----------------------------------------------------------------------------
 
-    def __iter__(self) -> DataPrefetcher:
-        """Start an epoch: a fresh iterator over the loader, ``depth`` batches in flight."""
+    def __iter__(self) -> Iterator[Any]:
+        """Start a pass over the loader, ``depth`` batches in flight. As with DataLoader's
+        iterators, ``iter()`` of the pass is the pass: ``for b in it`` goes on from there."""
         self._close()
         self._handed = 0
+        self._passes += 1
         try:
             self._iterator = iter(self.loader)
             for _ in range(self.depth):
@@ -344,7 +325,7 @@ class DataPrefetcher(LoaderProxy):
         except BaseException:  # KeyboardInterrupt: leave no half-started epoch behind
             self._close()
             raise
-        return self
+        return _Pass(self, self._passes)
 
     def __next__(self) -> Any:
         if self._iterator is None:
@@ -393,8 +374,27 @@ class DataPrefetcher(LoaderProxy):
         self._iterator = None
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(device={self.device}, dtype={self.dtype}, mean={self.mean}, "
-            f"std={self.std}, channels_last={self.channels_last}, depth={self.depth}, "
-            f"transform={self.transform!r}, decoder={self.decoder!r})"
-        )
+        names = ("device", "dtype", "mean", "std", "channels_last", "depth", "transform", "decoder")
+        fields = ", ".join(f"{name}={getattr(self, name)}" for name in names)
+        return f"{type(self).__name__}({fields})"
+
+
+class _Pass:
+    """One pass over a DataPrefetcher, what ``iter()`` gives: over once it ended or a
+    newer pass began."""
+
+    def __init__(self, prefetcher: DataPrefetcher, number: int) -> None:
+        self.prefetcher, self.number = prefetcher, number
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def __next__(self) -> Any:
+        if self.prefetcher._passes != self.number:
+            raise RuntimeError("DataPrefetcher: iter() began a newer pass; this one is over")
+        if self.prefetcher._iterator is None:  # this pass ended
+            raise StopIteration
+        return next(self.prefetcher)
+
+    def __len__(self) -> int:
+        return len(self.prefetcher)

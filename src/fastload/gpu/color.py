@@ -147,6 +147,18 @@ class Normalize(BatchTransform):
             raise ValueError(f"std must be positive, got {tuple(std)}")
         self._cache: dict[tuple[torch.device, torch.dtype, bool], tuple[Tensor, Tensor]] = {}
 
+    @classmethod
+    def from_statistics(cls, mean: Sequence[float], std: Sequence[float]) -> Normalize:
+        """A ``Normalize`` for statistics on the 0..1 scale or, as in apex's recipe, on the
+        0..255 one (recognised by any mean above 1)."""
+        mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        for name, values in (("mean", mean), ("std", std)):
+            if not values:
+                raise ValueError(f"{name} must hold one value per channel, got an empty sequence")
+        if max(mean) > 1:
+            mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
+        return cls(mean, std)
+
     def affine(
         self, device: torch.device, dtype: torch.dtype, *, uint8: bool = False
     ) -> tuple[Tensor, Tensor]:
