@@ -284,6 +284,17 @@ HOSTILE_VALUES = {
     "bbox inf": (first(bbox=[1, 2, INF, 3]), r"bbox \[1, 2, inf, 3\] is not four finite"),
     "bbox negative": (first(bbox=[20, 6, -10, 10]), r"bbox \[20, 6, -10, 10\] has a negative"),
     "bbox outside": (first(bbox=[1e12, 0, 5, 5]), r"bbox .* is outside the 64x48 image"),
+    # finite as a Python float, infinite as the float32 a box is stored in
+    "bbox 1e39 x": (first(bbox=[1e39, 0, 5, 5]), r"bbox \[1e\+39, 0, 5, 5\] is outside the 64x48"),
+    "bbox 1e39 width": (first(bbox=[0, 0, 1e39, 5]), r"bbox \[0, 0, 1e\+39, 5\] is outside"),
+    "bbox -1e39": (first(bbox=[-1e39, 0, 1e39, 5]), r"bbox \[-1e\+39, 0, 1e\+39, 5\] is out"),
+    "bbox 10**39": (first(bbox=[0, 0, 10**39, 5]), r"bbox \[0, 0, 10{39}, 5\] is outside"),
+    "area 10**39": (first(area=10**39), r"area 10{39} is not a finite number >= 0"),
+    "iscrowd 300": (first(iscrowd=300), "iscrowd 300 is not 0 or 1"),
+    "iscrowd 1.0": (first(iscrowd=1.0), r"iscrowd 1.0 is not 0 or 1"),
+    "category 1e30": (first(category_id=1e30), r"category_id 1e\+30 is not an integer"),
+    "category 2**63": (first(category_id=2**63), r"category_id 9223372036854775808 is not an"),
+    "category -2**63-1": (first(category_id=-(2**63) - 1), r"category_id -9223372036854775809 "),
 }
 
 HOSTILE_SEGMENTATIONS = {
@@ -348,6 +359,36 @@ def test_a_segmentation_that_would_crash_pycocotools_is_refused_and_skippable(
     (error,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert stopped.value.code == 2 and re.search(WHERE + message, error), error
     assert_skipped(coco, tmp_path, change, message, "--instance-masks")
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (Exception("input type is not supported."), "Exception: input type is not supported."),
+        (OverflowError("value too large to convert to uint32_t"), "OverflowError: value too"),
+    ],
+    ids=["bare Exception", "OverflowError"],
+)
+def test_a_segmentation_pycocotools_refuses_is_a_named_skippable_error(
+    coco, tmp_path, capsys, monkeypatch, error, shown
+):
+    """What the checks let through and pycocotools still refuses (its bare ``Exception``
+    for an input type, numpy's OverflowError for a count past uint32): never a traceback."""
+    coco_mask = pytest.importorskip("pycocotools.mask")
+    decode = coco_mask.decode
+
+    def refuse_the_first_annotation(rle):
+        if list(rle["size"]) != [48, 64]:  # a.jpg's only segmentation: annotation 1's
+            return decode(rle)
+        raise error
+
+    monkeypatch.setattr(coco_mask, "decode", refuse_the_first_annotation)
+    message = "pycocotools cannot rasterise the segmentation " + re.escape(f"({shown}")
+    with pytest.raises(SystemExit) as stopped:
+        convert_changed(coco, tmp_path, first(), "--instance-masks")
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert stopped.value.code == 2 and re.search(WHERE + message, line), line
+    assert_skipped(coco, tmp_path, first(), message, "--instance-masks")
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -77,13 +78,19 @@ class CocoSource:
                 f"{image.get('width')}x{image.get('height')}"
             )
         objects = self.objects.get(image["id"], [])
-        for index, obj in objects:
-            what = f"{self.annotations_path}: annotations[{index}] (id {obj.get('id')!r}) of {path}"
+        whats = [_object_what(self.annotations_path, index, obj, path) for index, obj in objects]
+        for what, (_, obj) in zip(whats, objects, strict=True):
             _check_object(obj, height, width, self.instance_masks, what=what)
         fields = _box_fields([obj for _, obj in objects], image["id"])
         if self.instance_masks:
-            fields["masks"] = Field(MASK, _instance_masks(objects, height, width, what=path))
+            masks = _instance_masks(objects, height, width, what=path, whats=whats)
+            fields["masks"] = Field(MASK, masks)
         return pack_item(rgb, None, fields, encoding, what=path, data=data)
+
+
+def _object_what(annotations: Path, index: int, obj: dict[str, Any], image: str) -> str:
+    """How errors name an annotation: the JSON file, its index and id, and its image."""
+    return f"{annotations}: annotations[{index}] (id {obj.get('id')!r}) of {image}"
 
 
 def _read_coco(
@@ -277,10 +284,16 @@ def _pycocotools_mask() -> Any:
 
 
 def _instance_masks(
-    objects: list[tuple[int, dict[str, Any]]], height: int, width: int, *, what: str
+    objects: list[tuple[int, dict[str, Any]]],
+    height: int,
+    width: int,
+    *,
+    what: str,
+    whats: Sequence[str],
 ) -> np.ndarray:
     """(K, H, W) uint8: each object's polygons or RLE (checked by :func:`_check_object`),
-    as COCO's own API rasterises it."""
+    as COCO's own API rasterises it. ``what`` names the image, ``whats`` each object: a
+    segmentation that pycocotools still refuses is a TargetError naming it."""
     from fastload.datasets.decode import MAX_PIXELS
 
     if MAX_PIXELS is not None and len(objects) * height * width > MAX_PIXELS:
@@ -295,18 +308,33 @@ def _instance_masks(
         segmentation = obj.get("segmentation")
         if not segmentation:
             continue
-        # as pycocotools' COCO.annToRLE reads the three forms
-        if isinstance(segmentation, list):  # polygons
-            # pycocotools reads a first polygon of four numbers as a box: two points, a
-            # line, are given as three (the last one twice), the same polygon
-            polygons = [p + p[-2:] if len(p) == 4 else p for p in segmentation]
-            rle = coco_mask.merge(coco_mask.frPyObjects(polygons, height, width))
-        elif isinstance(segmentation["counts"], list):  # uncompressed RLE
-            rle = coco_mask.frPyObjects(segmentation, height, width)
-        else:  # compressed RLE
-            rle = segmentation
-        masks[index] = coco_mask.decode(rle)
+        try:
+            masks[index] = _rasterise(coco_mask, segmentation, height, width)
+        except Exception as error:
+            # pycocotools refuses input with a bare Exception ("input type is not
+            # supported."), OverflowError, ValueError or TypeError: the annotation's
+            # fault, so skippable; anything else is a bug, and stays a traceback
+            if type(error) not in (Exception, OverflowError, ValueError, TypeError):
+                raise
+            raise TargetError(
+                f"{whats[index]}: pycocotools cannot rasterise the segmentation "
+                f"({type(error).__name__}: {error})"
+            ) from error
     return masks
+
+
+def _rasterise(coco_mask: Any, segmentation: Any, height: int, width: int) -> np.ndarray:
+    """One segmentation as pycocotools' ``COCO.annToMask`` reads its three forms."""
+    if isinstance(segmentation, list):  # polygons
+        # pycocotools reads a first polygon of four numbers as a box: two points, a
+        # line, are given as three (the last one twice), the same polygon
+        polygons = [p + p[-2:] if len(p) == 4 else p for p in segmentation]
+        rle = coco_mask.merge(coco_mask.frPyObjects(polygons, height, width))
+    elif isinstance(segmentation["counts"], list):  # uncompressed RLE
+        rle = coco_mask.frPyObjects(segmentation, height, width)
+    else:  # compressed RLE
+        rle = segmentation
+    return coco_mask.decode(rle)
 
 
 @dataclass
