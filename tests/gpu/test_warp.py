@@ -102,8 +102,21 @@ def test_elastic_displacement_is_smooth_and_scaled_by_alpha():
     assert 2.5 < float(dx.std() / dy.std()) < 5.0
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (2, 3, 1, 5), (2, 3, 5, 1)])
+def test_perspective_of_a_one_pixel_side_returns_the_images_unchanged(shape, dtype):
+    # its corners collapse: the solver used to fail on a singular matrix
+    batch = torch.arange(torch.Size(shape).numel()).view(shape).to(dtype)
+    module = gpu.RandomPerspective(1.0, p=1.0, generator=torch.Generator().manual_seed(0))
+    out = module(batch)
+    assert out.shape == batch.shape and out.dtype == batch.dtype
+    assert torch.equal(out, batch)
+    params = module.sample_params(batch.shape, batch.device)
+    assert not params["apply"].any() and params["coefficients"].isfinite().all()
+
+
 @settings(max_examples=20, deadline=None)
-@given(n=st.integers(0, 3), height=st.integers(2, 12), width=st.integers(2, 12))
+@given(n=st.integers(0, 3), height=st.integers(1, 12), width=st.integers(1, 12))
 def test_any_batch_size_and_shape(n, height, width):
     batch = images(n=n, height=height, width=width)
     for module in (gpu.RandomPerspective(p=1.0), gpu.ElasticTransform(sigma=1.0)):

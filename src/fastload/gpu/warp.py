@@ -26,7 +26,7 @@ __all__ = ["ElasticTransform", "RandomPerspective"]
 class RandomPerspective(ResamplingTransform):
     """Move each image's corners inwards at random (up to ``distortion_scale`` of half the
     size) and warp it to match, for each sample with probability ``p``; torchvision v2's
-    arguments and corner draws."""
+    arguments and corner draws. An image one pixel high or wide is returned unchanged."""
 
     targets = "transform"
 
@@ -62,8 +62,19 @@ class RandomPerspective(ResamplingTransform):
         start = torch.tensor(
             [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]], device=device
         ).expand(n, 4, 2)
+        apply = self._applies(n, device, generator)
+        if height < 2 or width < 2:
+            # the corners of a 1-pixel side collapse onto each other: no perspective maps
+            # them (the solver would fail on a singular matrix), and nothing is to distort;
+            # the draws above are still made, so the generator moves as for any size
+            identity = torch.tensor([1.0, 0, 0, 0, 1, 0, 0, 0], device=device)
+            return {
+                "apply": torch.zeros_like(apply),
+                "endpoints": start.clone(),
+                "coefficients": identity.expand(n, 8).clone(),
+            }
         return {
-            "apply": self._applies(n, device, generator),
+            "apply": apply,
             "endpoints": endpoints,
             "coefficients": perspective_coefficients(start, endpoints),
         }
