@@ -73,3 +73,13 @@ def test_it_drives_a_dataloader_as_batch_sampler():
     loader = DataLoader(list(range(12)), batch_sampler=BucketBatchSampler(sizes, 3))
     assert sorted(int(i) for batch in loader for i in batch) == list(range(12))
     assert len(loader) == 4 and torch.is_tensor(next(iter(loader)))
+
+
+@pytest.mark.parametrize("sizes", [[(10, 20, 3), (20, 10, 3)], [10, 20, 30, 40], [[[1, 2]]]])
+def test_sizes_that_are_not_pairs_are_refused_not_reshaped(sizes):
+    with pytest.raises(ValueError, match=r"one \(height, width\) pair per sample, got an array"):
+        BucketBatchSampler(sizes, 2)
+
+
+def test_no_samples_make_no_batches():
+    assert list(BucketBatchSampler([], 2)) == [] and len(BucketBatchSampler([], 2)) == 0

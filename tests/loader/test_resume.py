@@ -327,7 +327,7 @@ def test_a_state_from_another_loader_is_refused_saying_what_differs():
         ValueError, match=r"not a FastLoader state: give what FastLoader.state_dict"
     ):
         loader.load_state_dict({"epoch": 1})
-    with pytest.raises(ValueError, match="FastLoader state version 9; this fastload reads 1"):
+    with pytest.raises(ValueError, match="FastLoader state version 9; this fastload reads 2"):
         loader.load_state_dict(state | {"version": 9})
     with pytest.raises(ValueError, match="batches -1 is not a count"):
         loader.load_state_dict(state | {"batches": -1})
@@ -388,3 +388,30 @@ def test_with_a_seed_a_sample_is_augmented_alike_whatever_the_world_size():
     alone = draws(1, 0)
     split = draws(3, 0) | draws(3, 1) | draws(3, 2)
     assert split == alone and len(alone) == 30
+
+
+def test_a_state_from_another_batch_sampler_is_refused():
+    sizes = [(10, 20 + i % 3) for i in range(30)]
+    bucketed = FastLoader(Draws(30), batch_sampler=BucketBatchSampler(sizes, 4), num_workers=0)
+    next(iter(bucketed))
+    state = bucketed.state_dict()
+    plain = FastLoader(Draws(30), batch_sampler=BatchSampler(range(30), 4, False), num_workers=0)
+    with pytest.raises(
+        ValueError,
+        match="batch_sampler 'BucketBatchSampler' in the state, 'BatchSampler' here",
+    ):
+        plain.load_state_dict(state)
+
+
+def test_a_corrupt_generator_state_is_refused_at_load_and_the_global_one_untouched():
+    def make():
+        return FastLoader(Draws(30), batch_size=4, shuffle=True, seed=1, num_workers=0)
+
+    state = make().state_dict()
+    corrupt = bytes(len(state["generators"]["torch"]))  # the right length, all zeros
+    loader = make()
+    before = torch.get_rng_state()
+    with pytest.raises(ValueError, match="generator 'torch': Invalid mt19937 state"):
+        loader.load_state_dict(state | {"generators": {**state["generators"], "torch": corrupt}})
+    assert torch.equal(torch.get_rng_state(), before)
+    assert as_lists(loader) == as_lists(make())  # a fresh epoch, as if nothing was loaded

@@ -48,7 +48,14 @@ class BucketBatchSampler(Sampler[list[int]]):
     ) -> None:
         check_int(batch_size, "batch_size", low=1)
         check_int(buckets, "buckets", low=1)
-        heights_widths = torch.as_tensor(sizes, dtype=torch.float64).view(-1, 2)
+        heights_widths = torch.as_tensor(sizes, dtype=torch.float64)
+        if heights_widths.numel() == 0:
+            heights_widths = heights_widths.reshape(0, 2)
+        if heights_widths.dim() != 2 or heights_widths.shape[1] != 2:
+            raise ValueError(
+                "sizes must hold one (height, width) pair per sample, got an array of shape "
+                f"{tuple(heights_widths.shape)}"
+            )
         if (heights_widths <= 0).any():
             first = int((heights_widths <= 0).any(dim=1).nonzero()[0])
             raise ValueError(f"sizes must be positive (height, width); sample {first} is "

@@ -63,13 +63,13 @@ class RNGSnapshot:
         global generator is put back after it: it belongs to the training loop. The
         others keep their draws, as in the run that was interrupted."""
         outside = torch.get_rng_state()
-        torch.set_rng_state(_state(self.states["torch"]))
-        for name, generator in generators.items():
-            if name in self.states:
-                generator.set_state(_state(self.states[name]))
-        if self.base_draw:
-            torch.empty((), dtype=torch.int64).random_(generator=base_generator)
-        try:
+        try:  # whatever happens, the training loop's generator is its own again after
+            torch.set_rng_state(_state(self.states["torch"]))
+            for name, generator in generators.items():
+                if name in self.states:
+                    generator.set_state(_state(self.states[name]))
+            if self.base_draw:
+                torch.empty((), dtype=torch.int64).random_(generator=base_generator)
             yield
         finally:
             torch.set_rng_state(outside)
@@ -144,7 +144,7 @@ class ResumableBatches:
             yield batch
 
 
-STATE_FORMAT, STATE_VERSION = "fastload-loader", 1
+STATE_FORMAT, STATE_VERSION = "fastload-loader", 2  # 2: the batch sampler is checked
 
 
 def order_generators(loader: DataLoader[Any]) -> dict[str, torch.Generator]:
@@ -186,6 +186,9 @@ def loader_identity(loader: DataLoader[Any]) -> dict[str, Any]:
         "batches_per_epoch": len(loader),
         "seed": getattr(loader, "seed", None),
         "sampler": type(loader.sampler).__name__,
+        "batch_sampler": (
+            None if loader.batch_sampler is None else type(loader.batch_sampler).__name__
+        ),
         "world_size": getattr(loader.sampler, "num_replicas", 1),
         "rank": getattr(loader.sampler, "rank", 0),
     }
@@ -305,6 +308,7 @@ def _checked_generators(
     saved = state.get("generators")
     if not isinstance(saved, dict) or not isinstance(saved.get("torch"), bytes):
         raise ValueError("FastLoader state: no generator states")
+    devices = {"torch": torch.device("cpu")} | {n: g.device for n, g in generators.items()}
     sizes = {"torch": torch.get_rng_state().numel()}
     sizes |= {name: g.get_state().numel() for name, g in generators.items()}
     for name, data in saved.items():
@@ -313,4 +317,8 @@ def _checked_generators(
                 f"FastLoader state: generator {name!r} does not match this loader's "
                 f"({sorted(sizes)})"
             )
+        try:  # on a generator of its own: a bad state must not reach one in use
+            torch.Generator(devices[name]).set_state(_state(data))
+        except RuntimeError as error:
+            raise ValueError(f"FastLoader state: generator {name!r}: {error}") from None
     return dict(saved)
