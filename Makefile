@@ -13,8 +13,9 @@ $(BIN)/fastload: pyproject.toml constraints.txt
 demo: $(BIN)/fastload
 	$(BIN)/fastload demo
 
+# Everything, slow tests included (a plain `pytest` leaves them out): what CI runs.
 test: $(BIN)/fastload
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 lint: $(BIN)/fastload
 	$(BIN)/ruff check src tests benchmarks examples
