@@ -276,3 +276,46 @@ def test_box_parameters_come_to_the_host_once_per_batch(name, monkeypatch):
     assert len(copies) <= 1  # CenterCrop and Resize need none
     if copies and name == "ElasticTransform":
         assert "displacement" not in copies[0]  # a whole field stays a tensor
+
+
+# --- each image's own masks follow that image, found by the target they sit in ------------------
+
+
+def _boxes(height: int, width: int) -> tv_tensors.BoundingBoxes:
+    return tv_tensors.BoundingBoxes([[1, 1, 4, 4]], format="XYXY", canvas_size=(height, width))
+
+
+def _masks(*shape: int, seed: int) -> tv_tensors.Mask:
+    generator = torch.Generator().manual_seed(seed)
+    return tv_tensors.Mask(torch.randint(0, 2, shape, dtype=torch.uint8, generator=generator))
+
+
+def _flip_first_only(images, targets):
+    flip = gpu.RandomHorizontalFlip()
+    return flip(images, targets, params={"apply": torch.tensor([True, False])})
+
+
+def test_two_masks_in_one_target_both_follow_its_image():
+    images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
+    targets = [
+        {"boxes": _boxes(6, 8), "masks": _masks(2, 6, 8, seed=0), "semantic": _masks(6, 8, seed=1)},
+        {"boxes": _boxes(6, 8), "masks": _masks(1, 6, 8, seed=2)},
+    ]
+    _, out = _flip_first_only(images, targets)
+    assert torch.equal(out[0]["masks"], targets[0]["masks"].flip(-1))
+    assert torch.equal(out[0]["semantic"], targets[0]["semantic"].flip(-1))
+    assert torch.equal(out[1]["masks"], targets[1]["masks"])  # image 1 was not flipped
+
+
+def test_a_target_without_masks_leaves_the_others_with_their_own_images():
+    images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
+    targets = [{"boxes": _boxes(6, 8)}, {"boxes": _boxes(6, 8), "masks": _masks(1, 6, 8, seed=3)}]
+    _, out = _flip_first_only(images, targets)
+    assert torch.equal(out[1]["masks"], targets[1]["masks"])  # image 1's, not flipped
+
+
+def test_masks_in_per_image_targets_without_boxes_are_refused_by_name():
+    images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
+    targets = [{"masks": _masks(2, 6, 8, seed=4)}, {"masks": _masks(2, 6, 8, seed=5)}]  # K == N
+    with pytest.raises(ValueError, match=r"cannot tell which image the Mask at \(1, 0, 'masks'\)"):
+        _flip_first_only(images, targets)

@@ -142,33 +142,30 @@ class BatchTransform(nn.Module):
         leaves: list[Any],
         params: Params,
         shape: torch.Size,
-        per_image_masks: set[int],
+        per_image_masks: dict[int, int],
     ) -> None:
         """Masks of the whole batch, (N, H, W) or (N, K, H, W); an image's own masks
         (in its target beside its boxes) and its BoundingBoxes or KeyPoints, in batch
         order (see :mod:`fastload.gpu.targets`)."""
         n, size = shape[0], (int(shape[-2]), int(shape[-1]))
         rows: list[dict[str, Any]] = []  # each sample's parameters, on the host once
-        counts = {"mask": 0, "other": 0}
+        others = 0  # BoundingBoxes and KeyPoints: one per image, in batch order
         own_masks: list[tuple[int, int]] = []  # (leaf, sample): moved together below
         for index, leaf in found:
-            if isinstance(leaf, tv_tensors.Mask) and index not in per_image_masks:
-                leaves[index] = self._move_mask(leaf, params, size, n)
+            if isinstance(leaf, tv_tensors.Mask):
+                if index not in per_image_masks:
+                    leaves[index] = self._move_mask(leaf, params, size, n)
+                elif per_image_masks[index] < n:
+                    own_masks.append((index, per_image_masks[index]))
                 continue
-            kind = "mask" if isinstance(leaf, tv_tensors.Mask) else "other"
-            sample = counts[kind]
-            counts[kind] += 1
-            if sample >= n:
-                continue
-            if kind == "mask":
-                own_masks.append((index, sample))
-            else:
+            sample, others = others, others + 1
+            if sample < n:
                 rows = rows or self._target_rows(params, n)
                 leaves[index] = self.transform_target(leaf, rows[sample], size)
-        if counts["other"] not in (0, n):
+        if others not in (0, n):
             raise ValueError(
                 f"{type(self).__name__}: BoundingBoxes and KeyPoints come one per image, in "
-                f"batch order; got {counts['other']} for {n} images"
+                f"batch order; got {others} for {n} images"
             )
         if own_masks:
             self._move_own_masks(own_masks, leaves, params, size, n)

@@ -9,7 +9,9 @@ A batch call looks like torchvision's per-sample one, with a batch where the ima
 ``BoundingBoxes`` and ``KeyPoints`` leaves hold one sample each (their counts differ per
 image), and belong to samples 0, 1, ... in the order they appear. A ``Mask`` beside them
 in the same container (an image's target dict) is that image's own, (K, H, W) instance
-masks or (H, W); any other ``Mask`` holds the whole batch, (N, H, W) or (N, K, H, W).
+masks or (H, W), whatever else the target holds; a ``Mask`` in a list of per-image
+targets without boxes cannot be placed and is refused; any other ``Mask`` holds the whole
+batch, (N, H, W) or (N, K, H, W).
 Everything else passes through.
 """
 
@@ -45,7 +47,7 @@ class Split:
 
     def __init__(
         self, root: Any, paths: list[Path], leaves: list[Tensor], image: int,
-        per_image_masks: set[int],
+        per_image_masks: dict[int, int],
     ) -> None:  # fmt: skip
         self.root, self.paths, self.leaves, self.image = root, paths, leaves, image
         self.per_image_masks = per_image_masks
@@ -65,13 +67,25 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
     root = inputs[0] if len(inputs) == 1 else inputs
     with_paths = tensor_leaves(root)
     leaves = [leaf for _, leaf in with_paths]
-    # an image's own masks sit in its target, beside its boxes: same parent container
-    beside_boxes = {path[:-1] for path, leaf in with_paths if isinstance(leaf, PER_SAMPLE)}
-    per_image_masks = {
-        index
-        for index, (path, leaf) in enumerate(with_paths)
-        if isinstance(leaf, tv_tensors.Mask) and path[:-1] in beside_boxes
-    }
+    # An image's own masks sit in its target, beside its boxes (the same parent): the
+    # sample is that target's place among the targets, whatever else a target holds.
+    targets: dict[Path, int] = {}
+    for path, leaf in with_paths:
+        if isinstance(leaf, PER_SAMPLE):
+            targets.setdefault(path[:-1], len(targets))
+    per_image_masks: dict[int, int] = {}
+    for index, (path, leaf) in enumerate(with_paths):
+        if not isinstance(leaf, tv_tensors.Mask):
+            continue
+        if path[:-1] in targets:
+            per_image_masks[index] = targets[path[:-1]]
+        elif any(isinstance(key, int) for key in (path[1:] if len(inputs) > 1 else path)):
+            # inside a list of per-image targets, with no boxes to say whose it is
+            raise ValueError(
+                f"{name} cannot tell which image the Mask at {path} belongs to: put it in "
+                "its image's target beside that image's BoundingBoxes (or KeyPoints), or "
+                "give the batch's masks as one (N, H, W) or (N, K, H, W) Mask"
+            )
     candidates = [i for i, leaf in enumerate(leaves) if isinstance(leaf, tv_tensors.Image)]
     if not candidates:
         candidates = [
