@@ -319,3 +319,13 @@ def test_masks_in_per_image_targets_without_boxes_are_refused_by_name():
     targets = [{"masks": _masks(2, 6, 8, seed=4)}, {"masks": _masks(2, 6, 8, seed=5)}]  # K == N
     with pytest.raises(ValueError, match=r"cannot tell which image the Mask at \(1, 0, 'masks'\)"):
         _flip_first_only(images, targets)
+
+
+def test_a_batch_mask_at_the_top_of_a_padded_batch_still_holds_the_batch():
+    images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
+    valid = _masks(2, 6, 8, seed=6)  # padded_collate's (N, H, W) mask of each image's pixels
+    targets = [{"boxes": _boxes(6, 8), "masks": _masks(1, 6, 8, seed=7)} for _ in range(2)]
+    flip = gpu.RandomHorizontalFlip()
+    out = flip([images, valid, targets], params={"apply": torch.tensor([True, False])})
+    assert torch.equal(out[1][0], valid[0].flip(-1)) and torch.equal(out[1][1], valid[1])
+    assert torch.equal(out[2][1]["masks"], targets[1]["masks"])

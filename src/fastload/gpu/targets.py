@@ -79,8 +79,9 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
             continue
         if path[:-1] in targets:
             per_image_masks[index] = targets[path[:-1]]
-        elif any(isinstance(key, int) for key in (path[1:] if len(inputs) > 1 else path)):
-            # inside a list of per-image targets, with no boxes to say whose it is
+        elif any(isinstance(key, int) for key in path[1:]):
+            # below the top level (an argument, or a field of a batch), in a list of
+            # per-image targets, with no boxes to say whose it is
             raise ValueError(
                 f"{name} cannot tell which image the Mask at {path} belongs to: put it in "
                 "its image's target beside that image's BoundingBoxes (or KeyPoints), or "
