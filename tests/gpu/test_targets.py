@@ -314,11 +314,48 @@ def test_a_target_without_masks_leaves_the_others_with_their_own_images():
     assert torch.equal(out[1]["masks"], targets[1]["masks"])  # image 1's, not flipped
 
 
-def test_masks_in_per_image_targets_without_boxes_are_refused_by_name():
+def test_masks_in_per_image_targets_without_boxes_follow_their_place_in_the_list():
+    # a segmentation LMDB's targets, collated: one {"mask": (H, W)} per image; K == N once
+    # counted the masks' own K into the pairing
     images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
-    targets = [{"masks": _masks(2, 6, 8, seed=4)}, {"masks": _masks(2, 6, 8, seed=5)}]  # K == N
-    with pytest.raises(ValueError, match=r"cannot tell which image the Mask at \(1, 0, 'masks'\)"):
+    for targets in (
+        [{"masks": _masks(2, 6, 8, seed=4)}, {"masks": _masks(2, 6, 8, seed=5)}],
+        ({"mask": _masks(6, 8, seed=4)}, {"mask": _masks(6, 8, seed=5)}),
+    ):
+        _, out = _flip_first_only(images, targets)
+        (key,) = targets[0]
+        assert torch.equal(out[0][key], targets[0][key].flip(-1))
+        assert torch.equal(out[1][key], targets[1][key])  # image 1 was not flipped
+
+
+def test_a_list_of_one_mask_per_image_pairs_by_place():
+    images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
+    masks = [_masks(6, 8, seed=8), _masks(3, 6, 8, seed=9)]
+    _, out = _flip_first_only(images, masks)
+    assert torch.equal(out[0], masks[0].flip(-1)) and torch.equal(out[1], masks[1])
+
+
+def test_masks_in_a_list_of_targets_of_another_length_are_refused_by_name():
+    images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
+    targets = [{"masks": _masks(2, 6, 8, seed=4)}] * 3
+    with pytest.raises(
+        ValueError,
+        match=r"cannot tell which image the Mask at \(1, 0, 'masks'\) belongs to: it sits in "
+        r"a list of 3 targets for 2 images",
+    ):
         _flip_first_only(images, targets)
+
+
+def test_a_batch_mask_beside_the_targets_in_a_tuple_still_holds_the_batch():
+    images = torch.zeros(2, 3, 6, 8, dtype=torch.uint8)
+    valid = _masks(2, 6, 8, seed=10)
+    targets = [{"masks": _masks(1, 6, 8, seed=11)} for _ in range(2)]
+    flip = gpu.RandomHorizontalFlip()
+    _, (out_valid, out_targets) = flip(
+        (images, (valid, targets)), params={"apply": torch.tensor([True, False])}
+    )
+    assert torch.equal(out_valid[0], valid[0].flip(-1)) and torch.equal(out_valid[1], valid[1])
+    assert torch.equal(out_targets[1]["masks"], targets[1]["masks"])
 
 
 def test_a_batch_mask_at_the_top_of_a_padded_batch_still_holds_the_batch():

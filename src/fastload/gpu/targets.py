@@ -9,14 +9,17 @@ A batch call looks like torchvision's per-sample one, with a batch where the ima
 ``BoundingBoxes`` and ``KeyPoints`` leaves hold one sample each (their counts differ per
 image), and belong to samples 0, 1, ... in the order they appear. A ``Mask`` beside them
 in the same container (an image's target dict) is that image's own, (K, H, W) instance
-masks or (H, W), whatever else the target holds; a ``Mask`` in a list of per-image
-targets without boxes cannot be placed and is refused; any other ``Mask`` holds the whole
+masks or (H, W), whatever else the target holds. A ``Mask`` in a list of one item per
+image (``[{"mask": Mask}, ...]``, or ``[Mask, ...]``) is the image's at its place in the
+list; in a list of another length it is refused. Any other ``Mask`` holds the whole
 batch, (N, H, W) or (N, K, H, W).
 Everything else passes through.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor, nn
@@ -67,26 +70,6 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
     root = inputs[0] if len(inputs) == 1 else inputs
     with_paths = tensor_leaves(root)
     leaves = [leaf for _, leaf in with_paths]
-    # An image's own masks sit in its target, beside its boxes (the same parent): the
-    # sample is that target's place among the targets, whatever else a target holds.
-    targets: dict[Path, int] = {}
-    for path, leaf in with_paths:
-        if isinstance(leaf, PER_SAMPLE):
-            targets.setdefault(path[:-1], len(targets))
-    per_image_masks: dict[int, int] = {}
-    for index, (path, leaf) in enumerate(with_paths):
-        if not isinstance(leaf, tv_tensors.Mask):
-            continue
-        if path[:-1] in targets:
-            per_image_masks[index] = targets[path[:-1]]
-        elif any(isinstance(key, int) for key in path[1:]):
-            # below the top level (an argument, or a field of a batch), in a list of
-            # per-image targets, with no boxes to say whose it is
-            raise ValueError(
-                f"{name} cannot tell which image the Mask at {path} belongs to: put it in "
-                "its image's target beside that image's BoundingBoxes (or KeyPoints), or "
-                "give the batch's masks as one (N, H, W) or (N, K, H, W) Mask"
-            )
     candidates = [i for i, leaf in enumerate(leaves) if isinstance(leaf, tv_tensors.Image)]
     if not candidates:
         candidates = [
@@ -99,7 +82,61 @@ def split(inputs: tuple[Any, ...], name: str) -> Split:
             f"{name} found no image batch among its inputs: give an (N, C, H, W) tensor "
             "(or a tv_tensors.Image) beside the masks, boxes or keypoints"
         )
-    return Split(root, [path for path, _ in with_paths], leaves, candidates[0], per_image_masks)
+    image = candidates[0]
+    owners = _mask_owners(root, with_paths, len(leaves[image]), name)
+    return Split(root, [path for path, _ in with_paths], leaves, image, owners)
+
+
+def _mask_owners(
+    root: Any, with_paths: list[tuple[Path, Tensor]], batch: int, name: str
+) -> dict[int, int]:
+    """Which leaves are one image's masks, and whose: those beside its boxes in its target
+    (the target's place among the targets), else those at place ``i`` of a list of the
+    batch's ``batch`` per-image items (image ``i``'s, as torchvision v2 pairs a sample
+    with its target)."""
+    targets: dict[Path, int] = {}
+    for path, leaf in with_paths:
+        if isinstance(leaf, PER_SAMPLE):
+            targets.setdefault(path[:-1], len(targets))
+    owners: dict[int, int] = {}
+    for index, (path, leaf) in enumerate(with_paths):
+        if not isinstance(leaf, tv_tensors.Mask):
+            continue
+        if path[:-1] in targets:
+            owners[index] = targets[path[:-1]]
+            continue
+        # Below the top level (the call's arguments, or a batch's fields), a list of
+        # target dicts, or of Masks, holds one item per image.
+        for depth in range(len(path) - 1, 0, -1):
+            items = _at(root, path[:depth])
+            if not _is_per_image_list(items):
+                continue
+            if len(items) != batch:
+                raise ValueError(
+                    f"{name} cannot tell which image the Mask at {path} belongs to: it "
+                    f"sits in a list of {len(items)} targets for {batch} images; give "
+                    "one target per image, or the batch's masks as one (N, H, W) or "
+                    "(N, K, H, W) Mask"
+                )
+            owners[index] = path[depth]
+            break
+    return owners
+
+
+def _is_per_image_list(items: Any) -> bool:
+    if not isinstance(items, (list, tuple)) or hasattr(items, "_fields") or not items:
+        return False
+    return all(isinstance(item, Mapping) for item in items) or all(
+        isinstance(item, tv_tensors.Mask) for item in items
+    )
+
+
+def _at(root: Any, path: Path) -> Any:
+    """The item of ``root`` that ``path`` (as :func:`tensor_leaves` gives it) leads to."""
+    for key in path:
+        is_field = dataclasses.is_dataclass(root) and isinstance(key, str)
+        root = getattr(root, key) if is_field else root[key]
+    return root
 
 
 def join(parts: Split, leaves: list[Any]) -> Any:

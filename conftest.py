@@ -1,0 +1,87 @@
+"""Shared by every test, and the README's code blocks as tests.
+
+Each Python block of a Markdown file under `testpaths` (the README) is a test, collected
+by pytest-markdown-docs' Markdown collector; its docstring collector is left off, since
+it would import every module a second time. A block runs in a fresh directory holding
+the README script's data, with the names a fragment takes from that script
+(`tests/docs_context.py`)."""
+
+from __future__ import annotations
+
+import random
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from pytest_markdown_docs.plugin import MarkdownTextFile
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+from docs_context import (  # noqa: F401  (fixtures the blocks name on their fences)
+    _script_data,
+    coco_lmdb,
+    docs_directory,
+    fragment_names,
+    seg_lmdb,
+    torchrun,
+    train_lmdb,
+)
+
+
+class MarkdownBlocks(MarkdownTextFile):
+    """A Markdown file's Python blocks, each set up in `docs_directory` first (before the
+    globals hook runs, which autouse fixtures of these items are not)."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        for block in super().collect():
+            block.fixturenames = ("docs_directory", *block.fixturenames)
+            yield block
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix == ".md":
+        return MarkdownBlocks.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_markdown_docs_globals() -> dict[str, Any]:
+    return fragment_names()
+
+
+@pytest.fixture(autouse=True)
+def _restore_rng_state():
+    """Tests may seed or draw from the global RNGs; none leaks into the next test."""
+    python, numpy_state, torch_state = (
+        random.getstate(),
+        np.random.get_state(),
+        torch.get_rng_state(),
+    )
+    yield
+    random.setstate(python)
+    np.random.set_state(numpy_state)
+    torch.set_rng_state(torch_state)
+
+
+_worker_iterators: weakref.WeakSet[_MultiProcessingDataLoaderIter] = weakref.WeakSet()
+_start_workers = _MultiProcessingDataLoaderIter.__init__
+
+
+def _tracked_init(self: _MultiProcessingDataLoaderIter, loader: object) -> None:
+    _start_workers(self, loader)
+    _worker_iterators.add(self)
+
+
+_MultiProcessingDataLoaderIter.__init__ = _tracked_init  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _stop_workers_after_each_test():
+    """A test's DataLoader workers stop when it ends. An iterator that raised is kept alive
+    by the exception's traceback; left to the garbage collector, it takes 5 s a worker to
+    shut down, in whichever later test the collection happens."""
+    yield
+    for iterator in list(_worker_iterators):
+        iterator._shutdown_workers()
