@@ -84,10 +84,9 @@ def test_encoded_batch_crosses_processes_as_one_tensor():
     assert [len(image) for image in images] == labels.tolist() == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.needs_cuda
-def test_encoded_batch_pins_in_one_copy():
-    pinned = EncodedBatch.pack([b"ab", b"cde"]).pin_memory()
-    assert pinned.data.is_pinned() and bytes(pinned[1].tolist()) == b"cde"
+def test_encoded_batch_is_not_copied_to_pinned_memory():
+    batch = EncodedBatch.pack([b"ab", b"cde"])
+    assert batch.pin_memory() is batch  # decoders stage the bytes themselves
 
 
 def _collate_and_say_if_shared(batch):

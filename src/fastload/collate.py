@@ -74,9 +74,9 @@ class EncodedBatch:
     """The encoded images of a batch in one 1-D uint8 tensor, end to end: image ``i`` is
     ``data[offsets[i]:offsets[i + 1]]``, a view.
 
-    One block of shared memory crosses from a worker per batch, and is pinned in one
-    copy, where a list of byte tensors costs a file descriptor and a pinned copy per
-    image. Indexing, ``len`` and iteration work as on that list.
+    One block of shared memory crosses from a worker per batch, where a list of byte
+    tensors costs a file descriptor per image; it is not pinned (see :meth:`pin_memory`).
+    Indexing, ``len`` and iteration work as on that list.
 
     Example:
         >>> batch = EncodedBatch.pack([torch.tensor([1, 2], dtype=torch.uint8),
@@ -109,8 +109,10 @@ class EncodedBatch:
         return (self[index] for index in range(len(self)))
 
     def pin_memory(self) -> EncodedBatch:
-        """The same batch in pinned memory (what ``DataLoader(pin_memory=True)`` calls)."""
-        return EncodedBatch(self.data.pin_memory(), self.offsets)
+        """The batch itself, not a pinned copy (what ``DataLoader(pin_memory=True)``
+        calls): decoders read encoded bytes on the host (headers, Huffman decoding) and
+        stage them themselves, so pinning them would only copy every batch once more."""
+        return self
 
 
 def _byte_array(image: torch.Tensor | np.ndarray | bytes, index: int) -> np.ndarray:

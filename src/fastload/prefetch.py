@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -21,29 +19,17 @@ from fastload._checks import check_int
 from fastload.batches import Path, image_leaf_path, map_tensors, with_item
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
-from fastload.gpu.color import Normalize
-from fastload.gpu.functional import normalize, normalize_into
+from fastload.finishing import ImageFinisher
 from fastload.gpu.targets import has_targets
 from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
+from fastload.producer import Produced, Producer, produce_one, weak_method
 from fastload.system import default_device, one_thread
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher"]
 
 #: The usual normalisation statistics, on the 0..1 scale.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-_FloatDtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
-
-@dataclasses.dataclass
-class _InFlight:
-    """A batch on its way: prepared on the side stream, ready once ``event`` fires."""
-
-    batch: Any = None
-    event: torch.cuda.Event | None = None
-    error: BaseException | None = None  # raised when this slot's turn comes
-    end: bool = False
 
 
 class DataPrefetcher(LoaderProxy):
@@ -75,6 +61,10 @@ class DataPrefetcher(LoaderProxy):
         decoder: Turns the image leaf, a list of encoded images, into an NCHW uint8 batch
             on the device, e.g. ``fastload.gpu.GPUDecoder(224)``; runs on the side stream
             before ``transform``.
+        background: Prepare batches (take them from the loader, decode, transform,
+            finish) on a thread of its own, so that the training thread only waits for
+            an event; default: with a ``decoder``, whose host-side work (headers, boxes,
+            launches) would otherwise stall the training loop between steps.
 
     Example:
         >>> white = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
@@ -98,15 +88,14 @@ class DataPrefetcher(LoaderProxy):
         depth: int = 2,
         image: int | str | None = None,
         decoder: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
+        background: bool | None = None,
     ) -> None:
         check_int(depth, "depth", low=1)
-        if dtype is not None and dtype not in _FloatDtypes:
-            raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
-        if (mean is None) != (std is None):
-            raise ValueError("give both mean and std, or neither")
-        self._normalize = (
-            None if mean is None or std is None else Normalize.from_statistics(mean, std)
-        )
+        # CPU buffers: the ones in flight, and yours
+        self._finisher = ImageFinisher(
+            dtype, mean=mean, std=std, channels_last=channels_last,
+            buffers=BufferPool(size=depth + 2),
+        )  # fmt: skip
 
         self.loader = loader
         self.device = default_device() if device is None else torch.device(device)
@@ -120,14 +109,17 @@ class DataPrefetcher(LoaderProxy):
         self.decoder = decoder
         self.mean = None if mean is None else tuple(float(m) for m in mean)
         self.std = None if std is None else tuple(float(s) for s in std)
-        self._scale_checked = False
         # One stream for the prefetcher's lifetime: a stream per epoch grew reserved
         # memory without bound in timm (issue 2781).
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._events: collections.deque[torch.cuda.Event] = collections.deque()
         self._iterator: Iterator[Any] | None = None
-        self._pending: collections.deque[_InFlight] = collections.deque()
+        self._pending: collections.deque[Produced] = collections.deque()
+        self.background = decoder is not None if background is None else bool(background)
+        self._producer: Producer | None = None
+        self._implicit_pass: Iterator[Any] | None = None  # the pass next() began, without iter()
         self._handed = 0  # batches of this epoch given to the training loop
+        self._produced = 0  # batches of this epoch prepared (handed, in flight, failed)
         self._passes = 0  # iter() calls: an older pass's iterator is over
         # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
         # the transform draws each sample's parameters from that sample's seed.
@@ -139,66 +131,13 @@ class DataPrefetcher(LoaderProxy):
         ):
             self._seeds = loader
             loader.keep_batch_seeds()
-        self._buffers = BufferPool(size=depth + 2)  # CPU only: the ones in flight, and yours
 
     # --- per batch, on the side stream -----------------------------------------------------
 
     def _finish_image(self, image: torch.Tensor, *, transform: bool = True) -> torch.Tensor:
         if transform and self.transform is not None:
             image = self.transform(image)
-        if self.dtype is not None:
-            # The maths in fp32 (fp64 if asked), then one cast: half precision loses
-            # nothing that the cast itself would not.
-            is_uint8 = image.dtype == torch.uint8
-            maths = torch.float64 if self.dtype == torch.float64 else torch.float32
-            if self._normalize is not None:
-                channels = len(self._normalize.mean)
-                if image.dim() != 4 or image.shape[1] != channels:
-                    raise ValueError(
-                        f"mean/std have {channels} channels; the image batch "
-                        f"has shape {tuple(image.shape)} (expected N, C, H, W); if that is "
-                        "not the image, name it: DataPrefetcher(..., image=<index or key>)"
-                    )
-                if not is_uint8 and not self._scale_checked:
-                    self._check_float_scale(image)
-                affine = self._normalize.affine(image.device, maths, uint8=is_uint8)
-                if image.device.type == "cpu":
-                    pixels = normalize_into(self._float_buffer(image, maths), image, *affine)
-                else:  # uint8 goes in as it is: the multiply-add promotes it, no copy first
-                    pixels = normalize(image if is_uint8 else image.to(maths), *affine)
-            elif is_uint8:
-                on_cpu = image.device.type == "cpu"
-                pixels = (
-                    image.to(maths) if not on_cpu else self._float_buffer(image, maths).copy_(image)
-                )
-                pixels = pixels.div_(255)
-            else:
-                pixels = image.to(maths)
-            image = pixels.to(self.dtype)
-        if self.channels_last and image.dim() == 4:
-            image = image.contiguous(memory_format=torch.channels_last)
-        return image
-
-    def _float_buffer(self, image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """A reused CPU buffer for ``image`` as ``dtype``, in the layout asked for: on the
-        CPU a fresh batch-sized tensor costs more than the arithmetic (page faults)."""
-        layout = (
-            torch.channels_last
-            if self.channels_last and image.dim() == 4
-            else torch.contiguous_format
-        )
-        return self._buffers.take(image.shape, dtype, image.device, layout)
-
-    def _check_float_scale(self, image: torch.Tensor) -> None:
-        """Once per prefetcher (it waits for the device once): float pixels are taken to
-        be on the 0..1 scale, and 0..255 floats would be normalised silently wrong."""
-        self._scale_checked = True
-        if image.numel() and float(image.amax()) > 1.5:
-            warnings.warn(
-                f"DataPrefetcher got float images with values up to {float(image.amax()):.0f}: "
-                "float pixels are normalised as 0..1; divide by 255, or hand over uint8",
-                stacklevel=2,
-            )
+        return self._finisher(image)
 
     def _image_path(self, batch: Any) -> Path | None:
         if self.image is None:
@@ -244,25 +183,23 @@ class DataPrefetcher(LoaderProxy):
         return map_tensors(transformed, finish)
 
     def _preload(self) -> None:
-        """Take the next batch from the loader and start its copy; never raises."""
-        slot = _InFlight()
+        """Take the next batch from the loader and start preparing it; never raises."""
         if self._iterator is None:
             raise RuntimeError("DataPrefetcher: no epoch started")
+        self._pending.append(produce_one(self._iterator, self._produce))
+
+    def _produce(self, batch: Any) -> tuple[Any, torch.cuda.Event | None]:
+        """``batch`` prepared on the side stream, and the event that marks it ready."""
+        seeds = self._seeds.pop_batch_seeds() if self._seeds is not None else None
+        number, self._produced = self._produced, self._produced + 1
         try:
-            batch = next(self._iterator)
-        except StopIteration:
-            slot.end = True
-        except Exception as error:  # delivered when this batch's turn comes
-            slot.error = error
-        else:
-            seeds = self._seeds.pop_batch_seeds() if self._seeds is not None else None
-            try:
-                with self._on_side_stream(), self._keyed_draws(seeds):
-                    slot.batch = self._prepare(batch)
-                    slot.event = self._record()
-            except Exception as error:
-                slot.error = error
-        self._pending.append(slot)
+            with self._on_side_stream(), self._keyed_draws(seeds):
+                return self._prepare(batch), self._record()
+        except Exception as error:
+            error.add_note(
+                f"fastload: raised by DataPrefetcher preparing batch {number} of the pass"
+            )
+            raise
 
     @staticmethod
     def _keyed_draws(seeds: Any) -> contextlib.AbstractContextManager:
@@ -276,14 +213,19 @@ class DataPrefetcher(LoaderProxy):
         if self._stream is None:
             # On the CPU, worker processes have the cores: intra-op threads would spin
             # waiting for them (0.40 vs 0.18 CPU ms per image for the normalisation here).
+            # (Not from a producer thread: the setting is the process's, the training
+            # thread's too.)
             workers = getattr(self.loader, "num_workers", 0)
             return (
                 one_thread()
-                if isinstance(workers, int) and workers > 0
+                if isinstance(workers, int) and workers > 0 and not self.background
                 else contextlib.nullcontext()
             )
-        # Wait for the work queued so far on the training stream before writing anew.
-        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        if not self.background:
+            # Wait for the work queued so far on the training stream before writing anew.
+            # (A producer thread runs ahead of the training stream and must not wait for
+            # its later steps: memory handed out is kept by record_stream instead.)
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
         return torch.cuda.stream(self._stream)
 
     def _record(self) -> torch.cuda.Event | None:
@@ -293,9 +235,9 @@ class DataPrefetcher(LoaderProxy):
         event.record(self._stream)
         return event
 
-    def _hand_out(self, slot: _InFlight) -> Any:
+    def _hand_out(self, slot: Produced) -> Any:
         if slot.event is None:
-            return slot.batch
+            return slot.value
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(slot.event)
         self._events.append(slot.event)  # free to record again: the wait is enqueued
@@ -308,7 +250,7 @@ class DataPrefetcher(LoaderProxy):
                 tensor.record_stream(consumer)
             return tensor
 
-        return map_tensors(slot.batch, keep_alive)
+        return map_tensors(slot.value, keep_alive)
 
     # --- iteration -----------------------------------------------------------------------------
 
@@ -316,12 +258,17 @@ class DataPrefetcher(LoaderProxy):
         """Start a pass over the loader, ``depth`` batches in flight. As with DataLoader's
         iterators, ``iter()`` of the pass is the pass: ``for b in it`` goes on from there."""
         self._close()
-        self._handed = 0
+        self._handed = self._produced = 0
         self._passes += 1
         try:
             self._iterator = iter(self.loader)
-            for _ in range(self.depth):
-                self._preload()
+            if self.background:
+                self._producer = Producer(
+                    self._iterator, weak_method(self._produce), depth=self.depth
+                )
+            else:
+                for _ in range(self.depth):
+                    self._preload()
         except BaseException:  # KeyboardInterrupt: leave no half-started epoch behind
             self._close()
             raise
@@ -329,8 +276,8 @@ class DataPrefetcher(LoaderProxy):
 
     def __next__(self) -> Any:
         if self._iterator is None:
-            iter(self)
-        slot = self._pending.popleft()
+            self._implicit_pass = iter(self)  # held: a pass dropped would stop its producer
+        slot = self._producer.get() if self._producer is not None else self._pending.popleft()
         if slot.end:
             self._close()
             raise StopIteration
@@ -340,7 +287,8 @@ class DataPrefetcher(LoaderProxy):
         try:
             batch = self._hand_out(slot)
             self._handed += 1
-            self._preload()
+            if self._producer is None:
+                self._preload()
         except BaseException:  # KeyboardInterrupt included: leave no half-read epoch
             self._close()
             raise
@@ -370,11 +318,17 @@ class DataPrefetcher(LoaderProxy):
             return None
 
     def _close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()  # before the iterator goes: the thread reads from it
+            self._producer = None
         self._pending.clear()
         self._iterator = None
 
     def __repr__(self) -> str:
-        names = ("device", "dtype", "mean", "std", "channels_last", "depth", "transform", "decoder")
+        names = (
+            "device", "dtype", "mean", "std", "channels_last", "depth", "transform", "decoder",
+            "background",
+        )  # fmt: skip
         fields = ", ".join(f"{name}={getattr(self, name)}" for name in names)
         return f"{type(self).__name__}({fields})"
 
@@ -398,3 +352,9 @@ class _Pass:
 
     def __len__(self) -> int:
         return len(self.prefetcher)
+
+    def __del__(self) -> None:
+        # A pass left early (``break``) stops its producer thread: nothing else would.
+        prefetcher = self.prefetcher
+        if prefetcher._passes == self.number and prefetcher._producer is not None:
+            prefetcher._close()

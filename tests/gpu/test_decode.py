@@ -227,7 +227,7 @@ def test_cuda_decoding_matches_the_cpu_within_decoder_tolerance():
         .sample_params(torch.tensor([[48.0, 64.0]] * 8))
         .items()
     }
-    # Packed as the collate packs it, pinned as FastLoader pins it.
+    # Packed as the collate packs it, "pinned" as FastLoader pins it.
     packed = EncodedBatch.pack(batch).pin_memory()
     gpu_out = GPUDecoder(32, device="cuda")(packed, params=params).cpu()
     cpu_out = GPUDecoder(32, device="cpu")(batch, params=params)

@@ -1,0 +1,189 @@
+"""DataPrefetcher's producer thread (background=True, the default with a decoder): the
+same batches as the synchronous path, nothing overwritten while held, errors at their
+batch's turn, no thread left behind, resume through it."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+from torch.utils.data import Dataset
+
+from fastload import DataPrefetcher, FastLoader, gpu
+from fastload.collate import encoded_collate
+from fastload.gpu import GPUDecoder
+from fastload.producer import Producer
+from fastload.tools.synthetic import photo_like_image
+
+
+class EncodedPhotos(Dataset):
+    """``length`` JPEGs of varied sizes, as bytes, with their index as the label; the
+    sample at ``bad`` is not an image."""
+
+    def __init__(self, length: int = 24, bad: int | None = None) -> None:
+        self.length, self.bad = length, bad
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index == self.bad:
+            return torch.frombuffer(bytearray(b"not a jpeg at all"), dtype=torch.uint8), index
+        rng = np.random.default_rng(index)
+        bgr = photo_like_image(rng, 24 + index % 5 * 4, 32 + index % 3 * 8)
+        return torch.from_numpy(cv2.imencode(".jpg", bgr)[1].reshape(-1).copy()), index
+
+
+def prefetcher(background: bool, dataset: Dataset | None = None, shuffle=True) -> DataPrefetcher:
+    loader = FastLoader(
+        EncodedPhotos() if dataset is None else dataset,
+        batch_size=4, shuffle=shuffle, seed=7, collate_fn=encoded_collate, num_workers=0,
+    )  # fmt: skip
+    return DataPrefetcher(
+        loader, "cpu", decoder=GPUDecoder(16, device="cpu"), background=background,
+        transform=nn.Sequential(gpu.RandomHorizontalFlip(), gpu.ColorJitter(0.4, 0.4)),
+        mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),
+    )  # fmt: skip
+
+
+def producer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "fastload-producer"]
+
+
+def no_producer_left(timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s  # a bound, not a measurement
+    while producer_threads() and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    return not producer_threads()
+
+
+def test_a_decoder_runs_in_the_background_by_default():
+    assert prefetcher(background=None).background  # type: ignore[arg-type]
+    assert not DataPrefetcher([torch.zeros(1)], "cpu").background
+
+
+def test_the_background_gives_the_synchronous_batches_batch_for_batch():
+    for epoch in range(2):
+        threaded = list(prefetcher(True))
+        synchronous = list(prefetcher(False))
+        assert [labels.tolist() for _, labels in threaded] == [
+            labels.tolist() for _, labels in synchronous
+        ]
+        for (a, _), (b, _) in zip(threaded, synchronous, strict=True):
+            assert torch.equal(a, b), f"epoch {epoch}"
+    assert no_producer_left()
+
+
+@given(held=st.sets(st.integers(0, 5)))
+def test_a_batch_held_is_never_overwritten(held):
+    copies, kept = {}, {}
+    for index, (images, labels) in enumerate(prefetcher(True)):
+        if index in held:
+            kept[index], copies[index] = (images, labels), (images.clone(), labels.clone())
+    for index, (images, labels) in kept.items():
+        assert torch.equal(images, copies[index][0]) and torch.equal(labels, copies[index][1])
+
+
+def test_a_bad_sample_is_raised_at_its_batch_naming_it_and_the_thread_ends():
+    batches = prefetcher(True, EncodedPhotos(bad=13), shuffle=False)
+    got = 0
+    with pytest.raises(Exception, match="image 1 of the batch") as raised:
+        for _ in batches:
+            got += 1
+    assert got == 3  # samples 12..15: the batches before it were all handed out
+    assert "preparing batch 3 of the pass" in str(raised.value.__notes__)
+    assert no_producer_left()
+
+
+def test_breaking_out_of_the_loop_stops_the_thread():
+    batches = prefetcher(True)
+    for index, _ in enumerate(batches):
+        if index == 1:
+            break
+    assert no_producer_left()
+    assert [labels.tolist() for _, labels in batches]  # the next pass starts afresh
+
+
+def test_an_exception_in_the_loop_body_stops_the_thread():
+    with pytest.raises(ZeroDivisionError):
+        for _ in prefetcher(True):
+            1 / 0  # noqa: B018
+    assert no_producer_left()
+
+
+def test_a_prefetcher_dropped_mid_epoch_stops_its_thread():
+    batches = prefetcher(True)
+    batches.next()  # apex's protocol: a pass with no iterator of the caller's
+    assert producer_threads()
+    del batches
+    assert no_producer_left()
+
+
+def test_interpreter_exit_mid_epoch_is_clean():
+    script = textwrap.dedent(
+        """
+        import torch
+        from fastload import DataPrefetcher
+
+        def slow():
+            for i in range(10**9):
+                yield torch.full((2, 3, 4, 4), i % 256, dtype=torch.uint8)
+
+        batches = DataPrefetcher(slow(), "cpu", background=True, depth=3)
+        it = iter(batches)
+        next(it)
+        print("took one")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "took one" and not done.stderr
+
+
+def test_resume_through_the_background_yields_the_remaining_batches():
+    whole = [labels.tolist() for _, labels in prefetcher(True)]
+    first = prefetcher(True)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    state = first.state_dict()
+    del it, first
+    resumed = prefetcher(True)
+    resumed.load_state_dict(state)
+    images = [labels.tolist() for _, labels in resumed]
+    assert images == whole[2:]
+    assert no_producer_left()
+
+
+def test_the_producer_queues_at_most_depth_ahead():
+    taken = []
+
+    def batches():
+        for i in range(10):
+            taken.append(i)
+            yield i
+
+    producer = Producer(batches(), lambda x: (x, None), depth=2)
+    deadline = time.monotonic() + 10
+    while len(taken) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert len(taken) == 3  # two queued, one waiting for room
+    assert [producer.get().value for _ in range(10)] == list(range(10))
+    assert producer.get().end
+    producer.close()
+    assert not producer.alive
