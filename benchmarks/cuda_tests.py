@@ -72,7 +72,7 @@ def main() -> None:
 
     # smoke: one file's CUDA tests (all skipped without a GPU) still check the report
     everything = ["-m", "slow or not slow"]  # the slow tests too, which plain pytest leaves out
-    selection = ["-m", "needs_cuda", "tests/test_collate.py"] if args.smoke else everything
+    selection = ["-m", "needs_cuda", "tests/gpu/test_resample.py"] if args.smoke else everything
     if args.workers:  # the suite takes 3.5 minutes in one process on a 16-core GPU machine
         selection += ["-n", str(args.workers)]
     with tempfile.TemporaryDirectory() as work:

@@ -187,3 +187,27 @@ def test_the_producer_queues_at_most_depth_ahead():
     assert producer.get().end
     producer.close()
     assert not producer.alive
+
+
+def test_a_decoder_that_finishes_the_batch_is_not_normalised_twice():
+    loader = FastLoader(EncodedPhotos(8), batch_size=4, collate_fn=encoded_collate, num_workers=0)
+    finishing = GPUDecoder(16, device="cpu", crop="center", mean=(0.5,) * 3, std=(0.25,) * 3,
+                           dtype=torch.bfloat16, channels_last=True)  # fmt: skip
+    plain = GPUDecoder(16, device="cpu", crop="center")
+    finished = list(DataPrefetcher(loader, "cpu", decoder=finishing, dtype=torch.float32))
+    reference = list(
+        DataPrefetcher(
+            loader,
+            "cpu",
+            decoder=plain,
+            mean=(0.5,) * 3,
+            std=(0.25,) * 3,
+            dtype=torch.bfloat16,
+            channels_last=True,
+        )
+    )
+    for (a, _), (b, _) in zip(finished, reference, strict=True):
+        assert a.dtype == torch.bfloat16 and a.is_contiguous(memory_format=torch.channels_last)
+        assert (a.float() - b.float()).abs().max() <= 1 / 255 / 0.25 + 2 * 2**-6  # a level, 2 ulps
+    with pytest.raises(ValueError, match="already finishes the batch"):
+        DataPrefetcher(loader, "cpu", decoder=finishing, mean=(0.5,) * 3, std=(0.25,) * 3)

@@ -60,7 +60,8 @@ class DataPrefetcher(LoaderProxy):
             first 4-D tensor, else the first tensor (with ``decoder``: the list holding it).
         decoder: Turns the image leaf, a list of encoded images, into an NCHW uint8 batch
             on the device, e.g. ``fastload.gpu.GPUDecoder(224)``; runs on the side stream
-            before ``transform``.
+            before ``transform``. One that finishes the batch itself
+            (``GPUDecoder(224, mean=..., std=..., dtype=...)``) is not converted again.
         background: Prepare batches (take them from the loader, decode, transform,
             finish) on a thread of its own, so that the training thread only waits for
             an event; default: with a ``decoder``, whose host-side work (headers, boxes,
@@ -91,6 +92,14 @@ class DataPrefetcher(LoaderProxy):
         background: bool | None = None,
     ) -> None:
         check_int(depth, "depth", low=1)
+        # A decoder that finishes the batch itself (GPUDecoder(..., dtype=...)): its
+        # output is not converted or normalised a second time.
+        self._decoded_finished = bool(getattr(decoder, "finishes", False))
+        if self._decoded_finished and mean is not None:
+            raise ValueError(
+                "the decoder already finishes the batch (its dtype, mean and std): give "
+                "DataPrefetcher no mean/std of its own"
+            )
         # CPU buffers: the ones in flight, and yours
         self._finisher = ImageFinisher(
             dtype, mean=mean, std=std, channels_last=channels_last,
@@ -137,7 +146,7 @@ class DataPrefetcher(LoaderProxy):
     def _finish_image(self, image: torch.Tensor, *, transform: bool = True) -> torch.Tensor:
         if transform and self.transform is not None:
             image = self.transform(image)
-        return self._finisher(image)
+        return image if self._decoded_finished else self._finisher(image)
 
     def _image_path(self, batch: Any) -> Path | None:
         if self.image is None:

@@ -268,3 +268,45 @@ def test_the_crops_on_the_cpu_and_the_gpu_refuse_the_same_ranges_alike(kwargs, m
             make(8, **kwargs)
     with pytest.raises(ValueError, match=message):
         GPUDecoder(8, device="cpu", **kwargs)
+
+
+def test_flip_mirrors_each_sample_in_the_same_pass():
+    batch = [encode(48, 64, seed=4), encode(40, 30, seed=5)]
+    params = GPUDecoder(24, device="cpu", crop="center").sample_params(
+        torch.tensor([[48.0, 64.0], [40.0, 30.0]])
+    )
+    straight = GPUDecoder(24, device="cpu", crop="center")(batch, params=params)
+    mirrored = GPUDecoder(24, device="cpu", crop="center", flip=1.0)(
+        batch, params={**params, "flip": torch.tensor([True, False])}
+    )
+    assert torch.equal(mirrored[0], straight[0].flip(-1)) and torch.equal(mirrored[1], straight[1])
+    coins = GPUDecoder(24, device="cpu", flip=0.5, generator=torch.Generator().manual_seed(0))
+    drawn = coins.sample_params(torch.full((400, 2), 50.0))["flip"]
+    assert 150 < int(drawn.sum()) < 250  # 400 fair coins; the bound is 5 standard deviations
+
+
+def test_a_finishing_decoder_is_torchvisions_normalize_of_its_uint8_output():
+    batch = [encode(48, 64, seed=6), encode(33, 70, seed=7)]
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    params = GPUDecoder(24, device="cpu").sample_params(torch.tensor([[48.0, 64.0], [33.0, 70.0]]))
+    raw = GPUDecoder(24, device="cpu")(batch, params=params)
+    finished = GPUDecoder(24, device="cpu", mean=mean, std=std, dtype=torch.float32)(
+        batch, params=params
+    )
+    expected = TF.normalize(TF.to_dtype(raw, torch.float32, scale=True), mean, std)
+    assert finished.dtype == torch.float32
+    assert (finished - expected).abs().max() <= 0.5 / 255 / min(std) + 1e-5  # uint8's rounding
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"mean": (0.5,) * 3, "std": (0.2,) * 3}, ValueError, "need a floating dtype"),
+        ({"mean": (0.5,) * 3}, ValueError, "both mean and std"),
+        ({"dtype": torch.int32}, TypeError, "floating dtype"),
+        ({"flip": 1.5}, ValueError, "flip"),
+    ],
+)
+def test_bad_finishing_arguments_are_refused_by_name(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        GPUDecoder(24, device="cpu", **kwargs)

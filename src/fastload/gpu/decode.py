@@ -3,9 +3,10 @@
 The CPU only reads bytes. JPEGs are decoded in one batched nvJPEG call (torchcodec's
 ``decode_jpeg`` where installed, the supported path from torchvision 0.29 on; else
 torchvision's); anything nvJPEG refuses (PNG, CMYK, a corrupt file) is decoded on the
-CPU by OpenCV, for that image only. Images of any sizes then become one NCHW uint8
-batch through per-sample boxes (a random resized crop, a centre crop or a plain
-resize) resampled by one ``roi_align`` per chunk.
+CPU by OpenCV, for that image only. Images of any sizes then become one NCHW batch
+through per-sample boxes (a random resized crop, a centre crop or a plain resize),
+resampled, flipped and finished (dtype, normalisation, layout) in one pass
+(:func:`fastload.gpu.functional.resample.crop_resize_finish`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastload._checks import check_int, finite, positive_pair
+from fastload._checks import check_int, check_probability, finite, positive_pair
 from fastload.collate import EncodedBatch
 from fastload.datasets.decode import decode_image, is_jpeg
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
 from fastload.gpu.boxes import TRIES, sample_boxes
-from fastload.gpu.functional import resized_crops
+from fastload.gpu.functional.resample import Finish, crop_resize_finish
 from fastload.system import available_cpus, default_device
 
 __all__ = ["GPUDecoder"]
@@ -34,6 +35,7 @@ __all__ = ["GPUDecoder"]
 logger = logging.getLogger(__name__)
 
 CROPS = ("random", "center", "resize")
+BOX = ("top", "left", "height", "width")
 
 
 def _nvjpeg() -> Callable[[list[Tensor], torch.device], list[Tensor]]:
@@ -46,16 +48,6 @@ def _nvjpeg() -> Callable[[list[Tensor], torch.device], list[Tensor]]:
         from torchvision.io import ImageReadMode, decode_jpeg
 
         return lambda data, device: decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
-
-
-def _place(slot: Tensor, image: Tensor) -> None:
-    """Copy ``image`` into the top-left of ``slot`` and repeat its last column and row into
-    the rest: bilinear samples at the image's edge then see the edge, not padding (as in
-    torchvision's resize, which clamps at the border)."""
-    height, width = image.shape[-2:]
-    slot[:, :height, :width] = image
-    slot[:, :height, width:] = slot[:, :height, width - 1 : width]
-    slot[:, height:, :] = slot[:, height - 1 : height, :]
 
 
 class GPUDecoder(nn.Module):
@@ -75,11 +67,16 @@ class GPUDecoder(nn.Module):
         device: Where to decode: the current CUDA device if available. On a CPU the
             same API decodes with OpenCV in a thread pool.
         threads: Threads for CPU decoding (the fallback and the CPU path).
-        memory: Bytes of float32 canvas to resample at once; a batch of large images
-            is resampled in chunks under it.
-
-        generator: A CPU ``torch.Generator`` for the boxes (drawn on the host, where the
-            image sizes are).
+        flip: Probability of mirroring each sample left to right (torchvision's
+            ``RandomHorizontalFlip(p)``), in the same pass.
+        mean, std: Normalise as torchvision's ``Normalize`` on the 0..1 scale; with
+            ``dtype``, the decoder finishes the batch and ``DataPrefetcher`` leaves its
+            image alone (give it no ``mean``/``std`` of its own).
+        dtype: The output's dtype: None keeps uint8 (0..255); a floating dtype gives
+            0..1 values, normalised with ``mean``/``std`` (float32 maths, one cast).
+        channels_last: The output in ``torch.channels_last`` memory format.
+        generator: A CPU ``torch.Generator`` for the boxes and flips (drawn on the host,
+            where the image sizes are).
 
     ``cpu_fallbacks`` counts the images the GPU could not decode (warned about once).
     """
@@ -94,7 +91,11 @@ class GPUDecoder(nn.Module):
         crop_fraction: float = 0.875,
         device: torch.device | str | None = None,
         threads: int | None = None,
-        memory: int = 1 << 30,
+        flip: float = 0.0,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        dtype: torch.dtype | None = None,
+        channels_last: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -112,7 +113,19 @@ class GPUDecoder(nn.Module):
         self.threads = (
             min(8, available_cpus()) if threads is None else check_int(threads, "threads", low=1)
         )
-        self.memory = check_int(memory, "memory", low=1)
+        self.flip = check_probability(flip, "flip")
+        if (mean is None) != (std is None):
+            raise ValueError("give both mean and std, or neither")
+        if mean is not None and dtype is None:
+            raise ValueError("mean/std need a floating dtype (say torch.float32) to write into")
+        if dtype is not None and not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
+        self.dtype, self.channels_last = dtype, bool(channels_last)
+        self.finish = (
+            Finish(channels_last=self.channels_last)
+            if dtype is None
+            else Finish.normalized(mean, std, dtype, self.channels_last)
+        )
         self.generator = generator
         self.cpu_fallbacks = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -205,7 +218,16 @@ class GPUDecoder(nn.Module):
     # --- one size ----------------------------------------------------------------------------
 
     def sample_params(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
-        """Per-sample boxes for images of ``sizes`` ((N, 2) heights and widths)."""
+        """Per-sample boxes for images of ``sizes`` ((N, 2) heights and widths), and
+        which samples are flipped."""
+        return {**self._boxes(sizes, generator), "flip": self._flips(len(sizes), generator)}
+
+    def _flips(self, n: int, generator: torch.Generator | None) -> Tensor:
+        if self.flip == 0:
+            return torch.zeros(n, dtype=torch.bool)
+        return draw_uniform(n, device=torch.device("cpu"), generator=generator) < self.flip
+
+    def _boxes(self, sizes: Tensor, generator: torch.Generator | None) -> Params:
         height, width = sizes[:, 0], sizes[:, 1]
         if self.crop == "random":
             uniforms = draw_uniform(len(sizes), TRIES, 4, device=sizes.device, generator=generator)
@@ -230,55 +252,31 @@ class GPUDecoder(nn.Module):
             "width": box_w,
         }
 
+    @property
+    def finishes(self) -> bool:
+        """Whether the output is finished (a floating dtype): DataPrefetcher then leaves
+        the image's dtype and normalisation alone."""
+        return self.dtype is not None
+
     def forward(
         self, encoded: EncodedBatch | Sequence[Tensor], params: Params | None = None
     ) -> Tensor:
         if len(encoded) == 0:  # an empty batch (the last of a filtered epoch, say)
-            return torch.empty((0, 3, *self.size), dtype=torch.uint8, device=self.device)
+            return self.finish.empty(0, self.size, self.device)
         images = self.decode(encoded)
-        # The sizes are known on the host: draw the boxes there and send them without
-        # a stream sync (a tensor made from a list on the GPU would wait for the stream).
+        # The sizes are known on the host: the boxes are drawn there, and go to the
+        # kernel with the images, without a stream sync.
         sizes = torch.tensor([image.shape[-2:] for image in images], dtype=torch.float32)
         if params is None:
             params = self.sample_params(sizes, self.generator)
-        return self._resample(
-            images, {key: self._to_device(value) for key, value in params.items()}
-        )
-
-    def _to_device(self, values: Tensor) -> Tensor:
-        if self.device.type != "cuda" or values.device.type == "cuda":
-            return values.to(self.device)
-        return values.pin_memory().to(self.device, non_blocking=True)
-
-    def _resample(self, images: list[Tensor], params: Params) -> Tensor:
-        """Copy the images into float32 canvases (chunked under ``memory``), edges
-        repeated into the padding, and resample every box of a chunk in one roi_align."""
-        out = torch.empty((len(images), 3, *self.size), dtype=torch.uint8, device=self.device)
-        start = 0
-        while start < len(images):
-            end, tallest, widest = start, 0, 0
-            while end < len(images):
-                h, w = images[end].shape[-2:]
-                grown = (end - start + 1) * 3 * max(tallest, h) * max(widest, w) * 4
-                if end > start and grown > self.memory:
-                    break
-                tallest, widest, end = max(tallest, h), max(widest, w), end + 1
-            canvas = torch.empty(
-                (end - start, 3, tallest, widest), dtype=torch.float32, device=self.device
-            )
-            for slot, image in enumerate(images[start:end]):  # a list: one copy per image
-                _place(canvas[slot], image)
-            chunk = {key: value[start:end] for key, value in params.items()}
-            out[start:end] = (
-                resized_crops(canvas, chunk, self.size).round_().clamp_(0, 255).to(torch.uint8)
-            )
-            start = end
-        return out
+        boxes = torch.stack([params[key].float().cpu() for key in BOX], dim=1)
+        flip = params.get("flip", torch.zeros(len(images), dtype=torch.bool)).cpu()
+        return crop_resize_finish(images, boxes, self.size, flip, self.finish)
 
     def extra_repr(self) -> str:
         return (
-            f"size={self.size}, crop={self.crop!r}, device={self.device}, "
-            f"cpu_fallbacks={self.cpu_fallbacks}"
+            f"size={self.size}, crop={self.crop!r}, flip={self.flip}, dtype={self.dtype}, "
+            f"device={self.device}, cpu_fallbacks={self.cpu_fallbacks}"
         )
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,0 +1,158 @@
+"""Decoded images of any sizes to one finished batch in one pass: each sample's crop box
+resampled (antialiased where it shrinks, as torchvision's resized crop), flipped,
+normalised, cast and laid out, with no float canvas and no launch per image on a GPU.
+
+:func:`crop_resize_finish` runs the fused Triton kernel on CUDA where Triton is
+installed and :func:`crop_resize_finish_reference`, the same maths in plain torch, image
+by image, everywhere else. The weights are torch's antialiased bilinear ones
+(``_upsample_bilinear2d_aa``, PIL's): a triangle filter whose support grows with the
+shrink factor, the taps clipped to the box and normalised.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Finish",
+    "axis_weights",
+    "crop_resize_finish",
+    "crop_resize_finish_reference",
+    "pack_images",
+]
+
+
+class Finish:
+    """What happens to the resampled pixels (0..255): ``value * scale[c] + shift[c]``,
+    then ``dtype`` (uint8 is rounded and clamped), in ``channels_last`` or not.
+
+    ``Finish.normalized(mean, std, dtype)`` is torchvision's ``ToDtype(scale=True)`` then
+    ``Normalize(mean, std)``; ``Finish()`` keeps uint8.
+    """
+
+    def __init__(
+        self,
+        scale: Sequence[float] = (1.0, 1.0, 1.0),
+        shift: Sequence[float] = (0.0, 0.0, 0.0),
+        dtype: torch.dtype = torch.uint8,
+        channels_last: bool = False,
+    ) -> None:
+        self.scale, self.shift = tuple(map(float, scale)), tuple(map(float, shift))
+        self.dtype, self.channels_last = dtype, channels_last
+
+    @classmethod
+    def normalized(
+        cls,
+        mean: Sequence[float] | None,
+        std: Sequence[float] | None,
+        dtype: torch.dtype = torch.float32,
+        channels_last: bool = False,
+    ) -> Finish:
+        """0..1 floats (``mean``/``std`` None), or normalised ones (0..1 scale statistics)."""
+        if mean is None or std is None:
+            return cls((1 / 255,) * 3, (0.0,) * 3, dtype, channels_last)
+        return cls(
+            [1 / (255 * s) for s in std], [-m / s for m, s in zip(mean, std, strict=True)],
+            dtype, channels_last,
+        )  # fmt: skip
+
+    def empty(self, n: int, size: tuple[int, int], device: torch.device) -> Tensor:
+        layout = torch.channels_last if self.channels_last else torch.contiguous_format
+        return torch.empty((n, 3, *size), dtype=self.dtype, device=device, memory_format=layout)
+
+    def apply(self, pixels: Tensor) -> Tensor:
+        """``pixels`` (float32, 0..255, (..., 3, H, W)) finished, in place where it can."""
+        scale = torch.tensor(self.scale, device=pixels.device).view(3, 1, 1)
+        shift = torch.tensor(self.shift, device=pixels.device).view(3, 1, 1)
+        pixels = pixels.mul_(scale).add_(shift)
+        if self.dtype == torch.uint8:
+            return pixels.round_().clamp_(0, 255).to(torch.uint8)
+        return pixels.to(self.dtype)
+
+
+def axis_weights(start: float, length: float, limit: int, size: int) -> Tensor:
+    """(size, limit) float32 weights that resample ``start .. start + length`` of an axis
+    of ``limit`` pixels to ``size``: torch's antialiased bilinear, taps within the box."""
+    scale = length / size
+    support = max(scale, 1.0)
+    low, high = max(int(start // 1), 0), min(int(-(-(start + length) // 1)), limit)
+    centres = start + (torch.arange(size, dtype=torch.float32) + 0.5) * scale
+    taps = torch.arange(limit, dtype=torch.float32)
+    weights = (1 - ((taps - centres[:, None] + 0.5) / support).abs()).clamp_(min=0)
+    first = torch.floor(centres - support + 0.5).clamp(min=low)[:, None]
+    last = torch.floor(centres + support + 0.5).clamp(max=high)[:, None]
+    weights = torch.where((taps >= first) & (taps < last), weights, 0)
+    return weights / weights.sum(dim=1, keepdim=True)
+
+
+def crop_resize_finish_reference(
+    images: Sequence[Tensor],
+    boxes: Tensor,
+    size: tuple[int, int],
+    flip: Tensor,
+    finish: Finish,
+) -> Tensor:
+    """The plain-torch pass: for image ``i`` (CHW uint8), its box ``boxes[i]`` (top, left,
+    height, width; floats allowed) resampled to ``size``, mirrored where ``flip[i]``,
+    finished. The CPU path, and what the fused kernel is checked against."""
+    device = images[0].device if len(images) else boxes.device
+    out = finish.empty(len(images), size, device)
+    for index, image in enumerate(images):
+        top, left, height, width = (float(v) for v in boxes[index])
+        rows = axis_weights(top, height, image.shape[-2], size[0]).to(device)
+        columns = axis_weights(left, width, image.shape[-1], size[1]).to(device)
+        if bool(flip[index]):
+            columns = columns.flip(0)
+        pixels = torch.einsum("yh,chw,xw->cyx", rows, image.to(torch.float32), columns)
+        out[index] = finish.apply(pixels)
+    return out
+
+
+def pack_images(images: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """The images (CHW uint8, any sizes) end to end in one flat tensor (one copy kernel),
+    with each one's start and (height, width)."""
+    sizes = [(image.shape[-2], image.shape[-1]) for image in images]
+    starts = [0]
+    for height, width in sizes[:-1]:
+        starts.append(starts[-1] + 3 * height * width)
+    flat = torch.cat([image.reshape(-1) for image in images])
+    return flat, torch.tensor(starts, dtype=torch.int64), torch.tensor(sizes, dtype=torch.int32)
+
+
+def crop_resize_finish(
+    images: Sequence[Tensor],
+    boxes: Tensor,
+    size: tuple[int, int],
+    flip: Tensor,
+    finish: Finish,
+) -> Tensor:
+    """:func:`crop_resize_finish_reference`'s result; on CUDA with Triton, from one fused
+    kernel for the whole batch.
+
+    Example:
+        >>> image = torch.arange(48, dtype=torch.uint8).view(1, 4, 12).expand(3, 4, 12)
+        >>> boxes = torch.tensor([[0.0, 0.0, 4.0, 12.0]])
+        >>> out = crop_resize_finish([image], boxes, (2, 3), torch.tensor([False]), Finish())
+        >>> out[0, 0].tolist()
+        [[10, 14, 18], [29, 33, 37]]
+    """
+    if len(images) and images[0].device.type == "cuda":
+        fused = _fused()
+        if fused is not None:
+            return fused(images, boxes, size, flip, finish)
+    return crop_resize_finish_reference(images, boxes, size, flip, finish)
+
+
+@functools.cache
+def _fused() -> Callable[..., Tensor] | None:
+    """The Triton kernel's entry point, or None where Triton does not import (it ships
+    with torch's CUDA wheels on Linux)."""
+    try:
+        from fastload.gpu.functional.resample_triton import crop_resize_finish as fused
+    except ImportError:
+        return None
+    return fused

@@ -1,0 +1,164 @@
+"""The one-pass crop-resize-flip-normalise: the plain-torch reference against torchvision
+per sample, and the fused Triton kernel against the reference (on CUDA, and on the CPU
+through Triton's interpreter)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torchvision.transforms.v2 import functional as TF
+
+from fastload.gpu.functional.resample import (
+    Finish,
+    axis_weights,
+    crop_resize_finish,
+    crop_resize_finish_reference,
+)
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@st.composite
+def image_and_box(draw):
+    height, width = draw(st.integers(1, 64)), draw(st.integers(1, 64))
+    box_h, box_w = draw(st.integers(1, height)), draw(st.integers(1, width))
+    top, left = draw(st.integers(0, height - box_h)), draw(st.integers(0, width - box_w))
+    size = (draw(st.integers(1, 48)), draw(st.integers(1, 48)))
+    seed = draw(st.integers(0, 2**16))
+    image = torch.randint(
+        0, 256, (3, height, width), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)
+    )
+    return image, (top, left, box_h, box_w), size
+
+
+def torchvision_reference(image, box, size, flip, mean=None, std=None):
+    out = TF.resized_crop(image, *box, list(size), antialias=True)  # the uint8 path
+    out = TF.horizontal_flip(out) if flip else out
+    out = TF.to_dtype(out, torch.float32, scale=True)
+    return out if mean is None else TF.normalize(out, mean, std)
+
+
+@given(image_and_box(), st.booleans())
+def test_the_reference_is_torchvisions_resized_crop_flip_normalize_within_a_level(case, flip):
+    image, box, size = case
+    out = crop_resize_finish_reference(
+        [image], torch.tensor([box], dtype=torch.float32), size, torch.tensor([flip]),
+        Finish.normalized(MEAN, STD),
+    )  # fmt: skip
+    expected = torchvision_reference(image, box, size, flip, MEAN, STD)
+    level = 1 / (255 * min(STD))  # torchvision's uint8 path rounds its fixed-point sums
+    assert out.shape == (1, 3, *size) and out.dtype == torch.float32
+    assert (out[0] - expected).abs().max() <= level * 1.001
+
+
+def test_uint8_output_is_within_one_level_and_upscales_too():
+    image = torch.randint(
+        0, 256, (3, 5, 7), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+    )
+    for box, size in [((0, 0, 5, 7), (40, 33)), ((1, 2, 3, 2), (9, 4)), ((0, 0, 5, 7), (2, 1))]:
+        out = crop_resize_finish([image], torch.tensor([box], dtype=torch.float32), size,
+                                 torch.tensor([False]), Finish())  # fmt: skip
+        expected = TF.resized_crop(image, *box, list(size), antialias=True)
+        assert (out[0].int() - expected.int()).abs().max() <= 1, (box, size)
+
+
+def test_a_one_pixel_output_is_torchs_float_result():
+    # torch's own uint8 path fails an internal assert for a 1x1 output (torch 2.14.1)
+    image = torch.randint(
+        0, 256, (3, 5, 7), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+    )
+    out = crop_resize_finish([image], torch.tensor([[0.0, 0.0, 5.0, 7.0]]), (1, 1),
+                             torch.tensor([False]), Finish(dtype=torch.float32))  # fmt: skip
+    expected = TF.resize(image.float(), [1, 1], antialias=True)
+    assert torch.allclose(out[0], expected, atol=1e-3)
+
+
+def test_a_one_pixel_box_fills_the_output_with_that_pixel():
+    image = torch.arange(3 * 4 * 5, dtype=torch.uint8).view(3, 4, 5)
+    out = crop_resize_finish([image], torch.tensor([[2.0, 3.0, 1.0, 1.0]]), (6, 4),
+                             torch.tensor([True]), Finish())  # fmt: skip
+    assert torch.equal(out[0], image[:, 2:3, 3:4].expand(3, 6, 4))
+
+
+def test_an_empty_batch_is_an_empty_finished_tensor():
+    finish = Finish.normalized(MEAN, STD, torch.bfloat16, channels_last=True)
+    out = crop_resize_finish(
+        [], torch.zeros(0, 4), (8, 8), torch.zeros(0, dtype=torch.bool), finish
+    )
+    assert out.shape == (0, 3, 8, 8) and out.dtype == torch.bfloat16
+
+
+def test_dtype_and_channels_last_are_the_float32_result_cast_once():
+    image = torch.randint(
+        0, 256, (3, 30, 41), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)
+    )
+    boxes, flip = torch.tensor([[3.0, 5.0, 20.0, 30.0]]), torch.tensor([True])
+    full = crop_resize_finish([image], boxes, (16, 16), flip, Finish.normalized(MEAN, STD))
+    half = crop_resize_finish(
+        [image], boxes, (16, 16), flip, Finish.normalized(MEAN, STD, torch.bfloat16, True)
+    )
+    assert half.dtype == torch.bfloat16 and half.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(half, full.to(torch.bfloat16))
+
+
+def test_fractional_boxes_weigh_taps_inside_the_box_only():
+    weights = axis_weights(1.5, 3.0, 8, 3)  # the box covers 1.5 .. 4.5: taps 1 .. 4
+    assert torch.allclose(weights.sum(dim=1), torch.ones(3))
+    assert weights[:, 0].eq(0).all() and weights[:, 5:].eq(0).all()
+
+
+FUSED_CHECK = textwrap.dedent(
+    """
+    import torch
+    from fastload.gpu.functional.resample import Finish, crop_resize_finish_reference
+    from fastload.gpu.functional.resample_triton import crop_resize_finish
+
+    device = {device!r}
+    generator = torch.Generator().manual_seed(0)
+    images, boxes = [], []
+    for height, width in [(1, 1), (7, 3), (37, 50), (64, 17), (12, 90)]:
+        images.append(torch.randint(0, 256, (3, height, width), dtype=torch.uint8,
+                                    generator=generator).to(device))
+        box_h = int(torch.randint(1, height + 1, (1,), generator=generator))
+        box_w = int(torch.randint(1, width + 1, (1,), generator=generator))
+        boxes.append([float(height - box_h) / 2, 0.5 * (width - box_w), box_h, box_w])
+    boxes = torch.tensor(boxes)
+    flip = torch.tensor([True, False, True, True, False])
+    for finish, tolerance in [
+        (Finish(dtype=torch.float32), 2e-4),
+        (Finish(), 1),
+        (Finish.normalized((0.5, 0.4, 0.3), (0.2, 0.25, 0.3), torch.float32, True), 1e-5),
+    ]:
+        for size in [(9, 13), (1, 1), (70, 40)]:
+            expected = crop_resize_finish_reference(images, boxes, size, flip, finish)
+            got = crop_resize_finish(images, boxes, size, flip, finish)
+            assert got.dtype == expected.dtype and got.stride() == expected.stride()
+            error = (got.float() - expected.float()).abs().max().item()
+            assert error <= tolerance, (finish.dtype, size, error)
+    print("equal")
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_triton_kernel_equals_the_reference_in_the_interpreter():
+    pytest.importorskip("triton", reason="needs Triton (with torch's Linux wheels)")
+    done = subprocess.run(
+        [sys.executable, "-c", FUSED_CHECK.format(device="cpu")],
+        env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "equal", done.stderr[-3000:]
+
+
+@pytest.mark.needs_cuda
+def test_the_triton_kernel_equals_the_reference_on_cuda():
+    pytest.importorskip("triton", reason="needs Triton (with torch's Linux wheels)")
+    namespace: dict = {}
+    exec(FUSED_CHECK.format(device="cuda"), namespace)
