@@ -99,8 +99,9 @@ def test_the_decoder_and_the_module_draw_the_same_boxes():
     from_module = module.sample_params(
         torch.Size((16, 3, 48, 64)), torch.device("cpu"), torch.Generator().manual_seed(3)
     )
-    assert from_decoder.keys() == from_module.keys()
+    assert from_decoder.keys() == {*from_module.keys(), "flip"}  # the decoder flips too
     assert all(torch.equal(from_decoder[k], from_module[k]) for k in from_module)
+    assert not from_decoder["flip"].any()  # flip=0: no coin drawn, no draw moved
 
 
 def test_the_old_names_are_the_classes():
