@@ -10,23 +10,31 @@ warm-up; the table holds the median over the timed epochs.
   ColorJitter 0.2/0.2/0.2, ToTensor, Normalize), DataLoader with each of
   ``--baseline-workers`` workers (persistent, pin_memory on a GPU), ``.to(device)`` in
   the loop;
-- fastload: FastLoader + OpenCV decode in the workers (``cpu``) or GPUDecoder (``gpu``),
-  for each of ``--decodes``, from the folder and from the LMDB file, the rest of the
-  augmentation where ``--augment`` says, DataPrefetcher.
+- fastload: FastLoader + OpenCV decode in the workers (``cpu``) or GPUDecoder (``gpu``,
+  or ``gpu-fused``: crop, flip and normalise in the decoder's one pass), for each of
+  ``--decodes``, from each of ``--storages`` (the folder, the LMDB file), the rest of
+  the augmentation where ``--augment`` says, DataPrefetcher (its producer thread with a
+  decoder);
+- NVIDIA DALI (``--dali``, a list of ``hw_decoder_load`` values on a GPU): its ImageNet
+  recipe on the folder, the ``gpu-fused`` augmentation; reported as not installed where
+  it is not (``bash benchmarks/install_peers.sh``).
 
-Columns: images/s, data wait (the share of each iteration spent waiting for the batch,
-the GPU synchronised), CPU ms per image and CPU cores busy (this process and workers).
+Columns: images/s over whole epochs, data wait (on a GPU: its idle time between steps,
+from CUDA events, nothing synchronised inside the loop; on a CPU: the loop's wait for
+each batch), CPU ms per image and CPU cores busy (this process and workers).
 
 Usage:
     python benchmarks/end_to_end.py [--images 1000] [--epochs 4] [--rounds 1]
         [--model none] [--batch-size 64] [--image-size 160] [--workers auto]
-        [--baseline-workers 0,2] [--decodes cpu] [--augment cpu|gpu] [--budget-s S]
+        [--baseline-workers 0,2] [--decodes cpu,gpu,gpu-fused] [--storages folder,lmdb]
+        [--augment cpu|gpu] [--dtype float32|bfloat16] [--dali 0.65,1] [--budget-s S]
         [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import statistics
@@ -43,10 +51,6 @@ from fastload import write_lmdb
 from fastload.tools.measure import Measurement
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_classifier.py"
-# NVIDIA's published figure, quoted beside ours as a reference; never measured here.
-DALI_PUBLISHED = (
-    "DALI, ResNet-50 AMP on one A100: 2,470 images/s (published by NVIDIA, not measured here)"
-)
 
 
 def run(data: Path, options: list[str], epochs: int, timeout: float) -> list[dict]:
@@ -81,17 +85,37 @@ def data_sets(images: int, source: str) -> tuple[Path, Path]:
     return folder, database
 
 
-def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[str]]]:
-    found = {}
+def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[str]] | str]:
+    """Each variant's data and options, or why it cannot run."""
+    found: dict[str, tuple[Path, list[str]] | str] = {}
     for workers in args.baseline_workers.split(","):
         name = f"baseline: torchvision + DataLoader, {workers} workers"
         found[name] = (folder, ["--baseline", "--workers", workers])
+    storages = {"folder": ("image folder", folder), "lmdb": ("LMDB", database)}
     for decode in args.decodes.split(","):
-        for storage, data in (("image folder", folder), ("LMDB", database)):
-            name = f"fastload, {storage}, {decode.upper()} decode"
-            found[name] = (data, ["--decode", decode, "--workers", args.workers])
-            if args.augment:
-                found[name][1].extend(["--augment", args.augment])
+        for storage in args.storages.split(","):
+            label, data = storages[storage]
+            options = ["--decode", decode, "--workers", args.workers]
+            if args.augment and decode != "gpu-fused":  # gpu-fused: the decoder's recipe
+                options += ["--augment", args.augment]
+            found[f"fastload, {label}, {decode.upper()} decode"] = (data, options)
+    installed = importlib.util.find_spec("nvidia") is not None and (
+        importlib.util.find_spec("nvidia.dali") is not None
+    )
+    cuda = torch.cuda.is_available()
+    for load in args.dali.split(",") if args.dali else []:
+        name = (
+            f"NVIDIA DALI, mixed decode, hw_decoder_load {load}"
+            if cuda
+            else "NVIDIA DALI, CPU decode"
+        )
+        found[name] = (
+            (folder, ["--dali", "--hw-decoder-load", load, "--workers", args.workers])
+            if installed
+            else "not installed (bash benchmarks/install_peers.sh)"
+        )
+        if not cuda:
+            break  # hw_decoder_load means nothing without the GPU's decoders
     return found
 
 
@@ -109,12 +133,21 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=160)
     parser.add_argument("--workers", default="auto", help="fastload's workers")
     parser.add_argument("--baseline-workers", default="0,2")
-    parser.add_argument("--decodes", default="cpu", help="fastload decode modes: cpu,gpu")
+    parser.add_argument("--decodes", default="cpu", help="fastload decode modes: cpu,gpu,gpu-fused")
+    parser.add_argument("--storages", default="folder,lmdb", help="fastload's data: folder,lmdb")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+        help="the batch's dtype as each pipeline hands it over",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dali", default="", help="NVIDIA DALI's hw_decoder_load values to run (on a CPU: one)"
+    )
     parser.add_argument("--augment", choices=["cpu", "gpu"], default=None)
     parser.add_argument(
         "--budget-s", type=float, default=float("inf"),
         help="start no process that would end past this many seconds; report what was measured",
     )  # fmt: skip
+    parser.add_argument("--name", default="end_to_end", help="the result files' name")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, three variants")
@@ -122,23 +155,26 @@ def main() -> None:
     if args.smoke:
         args.images, args.epochs, args.rounds, args.model = 40, 2, 1, "squeezenet1_1"
         args.batch_size, args.image_size, args.baseline_workers = 8, 32, "2"
-        args.decodes, args.augment = "cpu,gpu", "gpu"
+        args.decodes, args.augment, args.dali = "cpu,gpu,gpu-fused", "gpu", "0.65"
 
     deadline = time.perf_counter() + args.budget_s  # making the data counts too
     folder, database = data_sets(args.images, args.source)
     common = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
-              "--model", args.model]  # fmt: skip
+              "--model", args.model, "--dtype", args.dtype]  # fmt: skip
     found = variants(args, folder, database)
-    if args.smoke:  # one of each code path: the baseline, CPU decode, GPU decode
+    if args.smoke:  # one of each code path: the baseline, CPU decode, GPU decodes, DALI
         keep = [name for name in found if "baseline" in name or "folder, CPU" in name
-                or "LMDB, GPU" in name]  # fmt: skip
+                or "LMDB, GPU" in name or "DALI" in name]  # fmt: skip
         found = {name: found[name] for name in keep}
-    epochs: dict[str, list[dict] | str] = {name: [] for name in found}
+    epochs: dict[str, list[dict] | str] = {
+        name: found[name] if isinstance(found[name], str) else [] for name in found
+    }
     longest = 0.0
     for round_index in range(args.rounds):
-        for name, (data, options) in found.items():
-            if isinstance(epochs[name], str):
+        for name, variant in found.items():
+            if isinstance(epochs[name], str) or isinstance(variant, str):
                 continue
+            data, options = variant
             left = deadline - time.perf_counter()
             if left < 1.2 * longest or left < 10:  # keep what was measured
                 if not epochs[name]:
@@ -175,13 +211,9 @@ def write_report(args, found: dict, epochs: dict[str, list[dict] | str]) -> Path
         }
         rows.append(Row(name, Measurement(seconds), 1, extra))
     cuda = torch.cuda.is_available()
-    summary = {}
-    if args.model == "resnet50" and cuda:
-        rows.append(Row("NVIDIA DALI (published, not measured here)", None, 1, note=DALI_PUBLISHED))
-        summary["reference"] = DALI_PUBLISHED
     print(f"device: {device_name()}" + ("" if cuda else ": no GPU, the pipeline runs on the CPU"))
     return report(
-        "end_to_end",
+        args.name,
         rows,
         baseline=reference,
         unit="images",
@@ -191,7 +223,6 @@ def write_report(args, found: dict, epochs: dict[str, list[dict] | str]) -> Path
             "data": f"{args.images} JPEG 500x375, {args.source}",
         },
         out=args.out,
-        summary=summary,
     )
 
 

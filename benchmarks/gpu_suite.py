@@ -10,7 +10,8 @@ Parts, in the order they run (each compares with its baseline in the same run):
               (detection_augment.py)
   decode      GPUDecoder vs torchvision's nvJPEG call vs OpenCV on every core (gpu_decode.py)
   memory      reserved CUDA memory over 5 epochs (gpu_memory.py)
-  end_to_end  ResNet-50 training from 20,000 JPEGs, folder and LMDB (end_to_end.py)
+  end_to_end  ResNet-50 training from 10,000 photos: fastload's decodes, torchvision, DALI
+  end_to_end_r18  the same with ResNet-18, the GPU-starved case (end_to_end.py)
 
 A part that crashes or runs out of time is recorded as such in ``suite.json`` and the
 next one starts. ``--smoke`` runs every part at tiny sizes, one after another in this
@@ -45,12 +46,16 @@ from fastload.system import available_cpus
 HERE = Path(__file__).resolve().parent
 
 
-def end_to_end_options() -> list[str]:
+def end_to_end_options(model: str) -> list[str]:
+    """ResNet training from photos, each pipeline handing over bfloat16 (DALI: float16):
+    fastload's three decodes from LMDB, the torchvision baseline, DALI at two
+    hw_decoder_load settings; 5 interleaved rounds, within the part's budget."""
     workers = str(available_cpus())
-    return ["--source", "photos", "--images", "20000", "--epochs", "3", "--rounds", "2",
-            "--model", "resnet50", "--batch-size", "256", "--image-size", "224",
-            "--workers", workers, "--baseline-workers", workers, "--decodes", "cpu,gpu",
-            "--augment", "gpu"]  # fmt: skip
+    return ["--source", "photos", "--images", "10000", "--epochs", "2", "--rounds", "5",
+            "--model", model, "--batch-size", "256", "--image-size", "224",
+            "--workers", workers, "--baseline-workers", workers,
+            "--decodes", "cpu,gpu,gpu-fused", "--storages", "lmdb", "--augment", "gpu",
+            "--dtype", "bfloat16", "--dali", "0.65,1.0"]  # fmt: skip
 
 
 #: Part name -> (script, its options on a GPU run, seconds it may take at most).
@@ -61,11 +66,19 @@ PARTS: dict[str, tuple[str, list[str], int]] = {
     "detection": ("detection_augment.py", ["--batch-size", "64"], 240),
     "decode": ("gpu_decode.py", [], 240),
     "memory": ("gpu_memory.py", [], 240),
-    "end_to_end": ("end_to_end.py", end_to_end_options(), 570),
+    "end_to_end": ("end_to_end.py", [*end_to_end_options("resnet50"), "--name", "end_to_end"], 570),
+    "end_to_end_r18": (
+        "end_to_end.py",
+        [*end_to_end_options("resnet18"), "--name", "end_to_end_resnet18"],
+        570,
+    ),
 }
 
+#: Parts whose smoke run would repeat another part's exactly.
+SMOKE_SAME_AS = {"end_to_end_r18": "end_to_end"}
+
 #: Parts with a --budget-s of their own, which keep what they measured when it runs out.
-KEEPS_PARTIAL_RESULTS = {"end_to_end"}
+KEEPS_PARTIAL_RESULTS = {"end_to_end", "end_to_end_r18"}
 
 
 def prepare_environment() -> None:
@@ -149,6 +162,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, scratch folder")
     args = parser.parse_args()
     names = list(PARTS) if args.parts == "all" else args.parts.split(",")
+    if args.smoke:  # the same script as end_to_end at smoke sizes: once is enough
+        names = [name for name in names if name not in SMOKE_SAME_AS]
     unknown = [name for name in names if name not in PARTS]
     if unknown:
         print(f"gpu_suite: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}",

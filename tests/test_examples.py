@@ -28,10 +28,23 @@ def test_train_tensors_learns():
     assert len(accuracies) == 3 and accuracies[-1] > 0.85
 
 
-@pytest.mark.parametrize("variant", [[], ["--baseline"], ["--decode", "gpu", "--augment", "gpu"]])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        [],
+        ["--baseline"],
+        ["--decode", "gpu", "--augment", "gpu"],
+        ["--decode", "gpu-fused", "--dtype", "bfloat16"],
+        ["--dali", "--dtype", "float16"],
+    ],
+)
 def test_train_classifier_runs_each_pipeline(tmp_path, variant):
     from fastload import make_image_folder
 
+    if "--dali" in variant:
+        pytest.importorskip(
+            "nvidia.dali", reason="NVIDIA DALI, a peer: benchmarks/install_peers.sh"
+        )
     root = make_image_folder(tmp_path, num_classes=2, images_per_class=8, size=(64, 48))
     options = [
         *("--epochs", "2", "--batch-size", "4", "--image-size", "32"),
@@ -44,7 +57,8 @@ def test_train_classifier_runs_each_pipeline(tmp_path, variant):
         e["images_per_second"] > 0 and e["loss"] is not None and 0 <= e["data_wait_fraction"] <= 1
         for e in epochs
     )
-    assert epochs[0]["pipeline"].startswith("baseline" if variant == ["--baseline"] else "fastload")
+    expected = {"--baseline": "baseline", "--dali": "NVIDIA DALI"}.get(variant[0] if variant else "")
+    assert epochs[0]["pipeline"].startswith(expected or "fastload")
 
 
 def test_train_classifier_talks_to_people_without_warnings(tmp_path):

@@ -108,10 +108,13 @@ def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
     memory = json.loads((smoke_results / "gpu_memory.json").read_text())
     assert [len(epochs) for epochs in memory["summary"]["per_epoch"].values()] == [3, 3]
     end_to_end = rows(smoke_results, "end_to_end")
+    dali = end_to_end.pop("NVIDIA DALI, CPU decode")
+    assert_measured_or_missing(dali, "nvidia.dali", "DALI")
     assert set(end_to_end) == {
         "baseline: torchvision + DataLoader, 2 workers",
         "fastload, image folder, CPU decode",
         "fastload, LMDB, GPU decode",
+        "fastload, LMDB, GPU-FUSED decode",
     }
     assert all(row["per_second"] > 0 for row in end_to_end.values())
 
