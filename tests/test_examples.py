@@ -57,7 +57,9 @@ def test_train_classifier_runs_each_pipeline(tmp_path, variant):
         e["images_per_second"] > 0 and e["loss"] is not None and 0 <= e["data_wait_fraction"] <= 1
         for e in epochs
     )
-    expected = {"--baseline": "baseline", "--dali": "NVIDIA DALI"}.get(variant[0] if variant else "")
+    expected = {"--baseline": "baseline", "--dali": "NVIDIA DALI"}.get(
+        variant[0] if variant else ""
+    )
     assert epochs[0]["pipeline"].startswith(expected or "fastload")
 
 

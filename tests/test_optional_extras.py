@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The extras (pyproject's optional dependencies) and the peers the benchmarks compare with.
-OPTIONAL = ("pycocotools", "albumentations", "timm", "kornia", "skimage", "torchcodec")
+OPTIONAL = ("pycocotools", "albumentations", "timm", "kornia", "skimage", "torchcodec", "nvidia")
 
 
 def pytest_without_extras(*arguments: str) -> subprocess.CompletedProcess[str]:

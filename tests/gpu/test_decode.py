@@ -140,8 +140,9 @@ class RefusesProgressive:
 
 
 def test_fallback_to_the_cpu_is_per_image_counted_and_warned_once():
-    decoder = GPUDecoder(16, device="cpu")
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
     decoder._accelerated, decoder._nvjpeg = True, RefusesProgressive()  # the GPU code path
+    decoder.backend = "nvjpeg"
     batch = [
         encode(40, 40),
         encode(40, 50, progressive=True),
@@ -149,7 +150,7 @@ def test_fallback_to_the_cpu_is_per_image_counted_and_warned_once():
         encode(20, 20),
     ]
     with pytest.warns(
-        UserWarning, match=r"2 image\(s\) decoded on the CPU: not JPEG, or refused by nvJPEG \(1\)"
+        UserWarning, match=r"2 image\(s\) decoded on the CPU: not JPEG, or refused by nvjpeg \(1\)"
     ):
         decoded = decoder.decode(batch)
     assert decoder._nvjpeg.calls == [3, 1, 1, 1]  # the batch of JPEGs, then one by one

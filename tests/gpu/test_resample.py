@@ -108,6 +108,17 @@ def test_dtype_and_channels_last_are_the_float32_result_cast_once():
     assert torch.equal(half, full.to(torch.bfloat16))
 
 
+def test_hwc_images_give_the_chw_result():
+    generator = torch.Generator().manual_seed(3)
+    images = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=generator)
+              for h, w in [(20, 31), (9, 4)]]  # fmt: skip
+    boxes, flip = torch.tensor([[2.0, 3.5, 15.0, 20.0], [0.0, 0.0, 9.0, 4.0]]), torch.tensor([1, 0])
+    chw = crop_resize_finish(images, boxes, (7, 11), flip, Finish(dtype=torch.float32))
+    hwc = crop_resize_finish([image.permute(1, 2, 0).contiguous() for image in images], boxes,
+                             (7, 11), flip, Finish(dtype=torch.float32), hwc=True)  # fmt: skip
+    assert torch.allclose(chw, hwc, atol=1e-4)
+
+
 def test_fractional_boxes_weigh_taps_inside_the_box_only():
     weights = axis_weights(1.5, 3.0, 8, 3)  # the box covers 1.5 .. 4.5: taps 1 .. 4
     assert torch.allclose(weights.sum(dim=1), torch.ones(3))
@@ -136,12 +147,14 @@ FUSED_CHECK = textwrap.dedent(
         (Finish(), 1),
         (Finish.normalized((0.5, 0.4, 0.3), (0.2, 0.25, 0.3), torch.float32, True), 1e-5),
     ]:
-        for size in [(9, 13), (1, 1), (70, 40)]:
+        for size in [(9, 13), (1, 1), (30, 20)]:
             expected = crop_resize_finish_reference(images, boxes, size, flip, finish)
-            got = crop_resize_finish(images, boxes, size, flip, finish)
-            assert got.dtype == expected.dtype and got.stride() == expected.stride()
-            error = (got.float() - expected.float()).abs().max().item()
-            assert error <= tolerance, (finish.dtype, size, error)
+            for hwc in (False, True):
+                given = [image.permute(1, 2, 0).contiguous() for image in images] if hwc else images
+                got = crop_resize_finish(given, boxes, size, flip, finish, hwc=hwc)
+                assert got.dtype == expected.dtype and got.stride() == expected.stride()
+                error = (got.float() - expected.float()).abs().max().item()
+                assert error <= tolerance, (finish.dtype, size, hwc, error)
     print("equal")
     """
 )

@@ -68,7 +68,7 @@ def is_jpeg(data: bytes | memoryview | np.ndarray | torch.Tensor) -> bool:
     return head == _JPEG_START
 
 
-def _truncated_jpeg(data: np.ndarray) -> bool:
+def is_truncated_jpeg(data: np.ndarray) -> bool:
     # A complete JPEG has an end marker after its last scan (an EXIF thumbnail's end
     # marker comes before the main image's scans).
     raw = data.tobytes()
@@ -180,7 +180,7 @@ def decode_image(
         raise ImageDecodeError(
             f"{source}: not an image OpenCV can decode (corrupt or unknown format)"
         )
-    if _CHECK_JPEG_END and jpeg and _truncated_jpeg(buffer):
+    if _CHECK_JPEG_END and jpeg and is_truncated_jpeg(buffer):
         raise ImageDecodeError(f"{source}: truncated JPEG (no end marker after the last scan)")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB) if bgr else image
 

@@ -11,8 +11,10 @@ resampled, flipped and finished (dtype, normalisation, layout) in one pass
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +26,7 @@ from torch import Tensor, nn
 from fastload._checks import check_int, check_probability, finite, positive_pair
 from fastload.collate import EncodedBatch
 from fastload.datasets.decode import decode_image, is_jpeg
+from fastload.gpu import nvimgcodec
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
 from fastload.gpu.boxes import TRIES, sample_boxes
@@ -35,6 +38,7 @@ __all__ = ["GPUDecoder"]
 logger = logging.getLogger(__name__)
 
 CROPS = ("random", "center", "resize")
+BACKENDS = ("auto", "nvimgcodec", "nvjpeg", "opencv")
 BOX = ("top", "left", "height", "width")
 
 
@@ -77,8 +81,16 @@ class GPUDecoder(nn.Module):
         channels_last: The output in ``torch.channels_last`` memory format.
         generator: A CPU ``torch.Generator`` for the boxes and flips (drawn on the host,
             where the image sizes are).
+        backend: What decodes: ``"nvimgcodec"`` (NVIDIA nvImageCodec: the hardware JPEG
+            engines, then the GPU, then the CPU; only each sample's crop region, the box
+            drawn from the header's sizes first), ``"nvjpeg"`` (torchcodec's or
+            torchvision's batched nvJPEG, whole images, CUDA only), ``"opencv"`` (the CPU);
+            ``"auto"``: the first of these that is installed and fits the device.
+            ``backend`` afterwards names the one chosen.
 
-    ``cpu_fallbacks`` counts the images the GPU could not decode (warned about once).
+    ``decoded`` counts the images each backend decoded (``"opencv"`` also takes what a GPU
+    backend cannot: PNG, CMYK, a corrupt file); ``cpu_fallbacks`` counts those on a GPU
+    device (warned about once).
     """
 
     def __init__(
@@ -97,6 +109,7 @@ class GPUDecoder(nn.Module):
         dtype: torch.dtype | None = None,
         channels_last: bool = False,
         generator: torch.Generator | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         if crop not in CROPS:
@@ -128,22 +141,51 @@ class GPUDecoder(nn.Module):
         )
         self.generator = generator
         self.cpu_fallbacks = 0
+        self.decoded: collections.Counter[str] = collections.Counter()
+        self.backend = self._choose(backend)
         self._pool: ThreadPoolExecutor | None = None
         self._stream: torch.cuda.Stream | None = None  # nvJPEG's calls, made on first use
-        self._accelerated = self.device.type == "cuda"
+        self._start_backend()
+
+    def _choose(self, backend: str) -> str:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        cuda = self.device.type == "cuda"
+        if backend == "auto":
+            return "nvimgcodec" if nvimgcodec.available() else "nvjpeg" if cuda else "opencv"
+        if backend == "nvjpeg" and not cuda:
+            raise ValueError(f"backend='nvjpeg' needs a CUDA device, got {self.device}")
+        return backend
+
+    def _start_backend(self) -> None:
+        """The chosen backend's handles (not pickled: made again where it is unpickled)."""
+        self._accelerated = self.backend == "nvjpeg"
         self._nvjpeg = _nvjpeg() if self._accelerated else None
+        self._codec = (
+            nvimgcodec.NvImageCodec(self.device, self.threads)
+            if self.backend == "nvimgcodec"
+            else None
+        )
 
     # --- decoding ---------------------------------------------------------------------------
 
-    def _cpu_decode(self, encoded: Sequence[Tensor], indices: list[int]) -> dict[int, Tensor]:
+    def _cpu_decode(
+        self, encoded: Sequence[Tensor], indices: list[int], *, hwc: bool = False
+    ) -> dict[int, Tensor]:
+        """OpenCV on ``indices``, in a thread pool: CHW views (HWC with ``hwc``)."""
+        if not indices:
+            return {}
         if self._pool is None:  # made on first use, kept: not a pool per batch
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-decode")
 
         def one(index: int) -> Tensor:
-            image = decode_image(encoded[index].numpy(), source=f"image {index} of the batch")
-            return torch.from_numpy(image).permute(2, 0, 1)
+            image = torch.from_numpy(
+                decode_image(encoded[index].numpy(), source=f"image {index} of the batch")
+            )
+            return image if hwc else image.permute(2, 0, 1)
 
         decoded = dict(zip(indices, self._pool.map(one, indices), strict=True))
+        self.decoded["opencv"] += len(decoded)
         return {index: image.to(self.device, non_blocking=True) for index, image in decoded.items()}
 
     def _gpu_decode(self, encoded: Sequence[Tensor], indices: list[int]) -> dict[int, Tensor]:
@@ -180,20 +222,19 @@ class GPUDecoder(nn.Module):
 
     def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
         """The images as CHW uint8 tensors on the device, in order."""
-        if isinstance(encoded, EncodedBatch):
-            encoded = list(encoded)
-        if not isinstance(encoded, (list, tuple)) or not all(
-            isinstance(e, Tensor) for e in encoded
-        ):
-            raise TypeError(
-                "GPUDecoder expects an EncodedBatch or a list of 1-D uint8 tensors of encoded "
-                "images (collate with fastload.collate.encoded_collate)"
-            )
+        encoded = _encoded_list(encoded)
         all_indices = list(range(len(encoded)))
         decoded: dict[int, Tensor] = {}
+        if self._codec is not None:  # whole images: each one's full region
+            sizes = self._codec.sizes(encoded)
+            whole = {i: (0, 0, h, w) for i, (h, w) in sizes.items()}
+            others = self._cpu_decode(encoded, [i for i in all_indices if i not in sizes], hwc=True)
+            images = self._decode_regions(encoded, whole, others)
+            return [image.permute(2, 0, 1) for image in images]
         if self._accelerated:
             jpegs = [i for i in all_indices if is_jpeg(encoded[i])]
             decoded = self._gpu_decode(encoded, jpegs) if jpegs else {}
+            self.decoded["nvjpeg"] += len(decoded)
             refused = len(jpegs) - len(decoded)
             fallbacks = len(encoded) - len(decoded)
             if fallbacks:
@@ -203,10 +244,30 @@ class GPUDecoder(nn.Module):
             decoded.update(self._cpu_decode(encoded, rest))
         return [decoded[i] for i in all_indices]
 
+    def _decode_regions(
+        self,
+        encoded: Sequence[Tensor],
+        regions: dict[int, tuple[int, int, int, int]],
+        others: dict[int, Tensor],
+    ) -> list[Tensor]:
+        """HWC images of every index: nvImageCodec's ``regions`` (top, left, bottom,
+        right); ``others``, the images OpenCV decoded already (no region: not a JPEG it
+        takes); OpenCV's whole images for the regions it refused."""
+        assert self._codec is not None
+        decoded = self._codec.decode(encoded, regions)
+        self.decoded["nvimgcodec"] += len(decoded)
+        refused = [i for i in regions if i not in decoded]
+        if (refused or others) and self.device.type == "cuda":
+            self._count_fallbacks(len(refused) + len(others), len(refused))
+        decoded.update(others)
+        decoded.update(self._cpu_decode(encoded, refused, hwc=True))
+        return [decoded[i] for i in range(len(encoded))]
+
     def _count_fallbacks(self, count: int, refused: int) -> None:
         if self.cpu_fallbacks == 0:
             warnings.warn(
-                f"{count} image(s) decoded on the CPU: not JPEG, or refused by nvJPEG ({refused}); "
+                f"{count} image(s) decoded on the CPU: not JPEG, or refused by {self.backend} "
+                f"({refused}); "
                 "further ones are counted in GPUDecoder.cpu_fallbacks",
                 stacklevel=3,
             )
@@ -263,27 +324,75 @@ class GPUDecoder(nn.Module):
     ) -> Tensor:
         if len(encoded) == 0:  # an empty batch (the last of a filtered epoch, say)
             return self.finish.empty(0, self.size, self.device)
+        if self._codec is not None:
+            return self._forward_regions(_encoded_list(encoded), params)
         images = self.decode(encoded)
         # The sizes are known on the host: the boxes are drawn there, and go to the
         # kernel with the images, without a stream sync.
         sizes = torch.tensor([image.shape[-2:] for image in images], dtype=torch.float32)
+        boxes, flip = self._boxes_and_flips(sizes, params)
+        return crop_resize_finish(images, boxes, self.size, flip, self.finish)
+
+    def _forward_regions(self, encoded: list[Tensor], params: Params | None) -> Tensor:
+        """nvImageCodec: sizes from the headers, boxes drawn, only each box decoded."""
+        assert self._codec is not None
+        known = self._codec.sizes(encoded)
+        others = self._cpu_decode(encoded, [i for i in range(len(encoded)) if i not in known],
+                                  hwc=True)  # fmt: skip
+        sizes = torch.tensor(
+            [known[i] if i in known else tuple(others[i].shape[:2]) for i in range(len(encoded))],
+            dtype=torch.float32,
+        )
+        boxes, flip = self._boxes_and_flips(sizes, params)
+        regions = {i: _region(boxes[i], known[i]) for i in known}
+        images = self._decode_regions(encoded, regions, others)
+        for i, (top, left, bottom, right) in regions.items():
+            # a decoded region: the box in its coordinates (an image the CPU decoded
+            # whole instead keeps the box; its region is then the whole image or not its size)
+            if tuple(images[i].shape[:2]) == (bottom - top, right - left):
+                boxes[i, 0] -= top
+                boxes[i, 1] -= left
+        return crop_resize_finish(images, boxes, self.size, flip, self.finish, hwc=True)
+
+    def _boxes_and_flips(self, sizes: Tensor, params: Params | None) -> tuple[Tensor, Tensor]:
         if params is None:
             params = self.sample_params(sizes, self.generator)
         boxes = torch.stack([params[key].float().cpu() for key in BOX], dim=1)
-        flip = params.get("flip", torch.zeros(len(images), dtype=torch.bool)).cpu()
-        return crop_resize_finish(images, boxes, self.size, flip, self.finish)
+        flip = params.get("flip", torch.zeros(len(sizes), dtype=torch.bool)).cpu()
+        return boxes, flip
 
     def extra_repr(self) -> str:
         return (
             f"size={self.size}, crop={self.crop!r}, flip={self.flip}, dtype={self.dtype}, "
-            f"device={self.device}, cpu_fallbacks={self.cpu_fallbacks}"
+            f"device={self.device}, backend={self.backend!r}, decoded={dict(self.decoded)}"
         )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_pool=None, _nvjpeg=None, _stream=None)  # threads, handles stay behind
+        # threads and handles stay behind
+        state.update(_pool=None, _nvjpeg=None, _stream=None, _codec=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._nvjpeg = _nvjpeg() if self._accelerated else None
+        self._start_backend()
+
+
+def _region(box: Tensor, size: tuple[int, int]) -> tuple[int, int, int, int]:
+    """The whole pixels ``box`` (top, left, height, width) touches, within ``size``."""
+    top, left, height, width = (float(v) for v in box)
+    return (
+        max(0, math.floor(top)), max(0, math.floor(left)),
+        min(size[0], math.ceil(top + height)), min(size[1], math.ceil(left + width)),
+    )  # fmt: skip
+
+
+def _encoded_list(encoded: Any) -> list[Tensor]:
+    if isinstance(encoded, EncodedBatch):
+        return list(encoded)
+    if not isinstance(encoded, (list, tuple)) or not all(isinstance(e, Tensor) for e in encoded):
+        raise TypeError(
+            "GPUDecoder expects an EncodedBatch or a list of 1-D uint8 tensors of encoded "
+            "images (collate with fastload.collate.encoded_collate)"
+        )
+    return list(encoded)

@@ -89,33 +89,43 @@ def axis_weights(start: float, length: float, limit: int, size: int) -> Tensor:
     return weights / weights.sum(dim=1, keepdim=True)
 
 
+def image_size(image: Tensor, hwc: bool) -> tuple[int, int]:
+    """``(height, width)`` of a CHW image, or of an HWC one."""
+    return (image.shape[0], image.shape[1]) if hwc else (image.shape[-2], image.shape[-1])
+
+
 def crop_resize_finish_reference(
     images: Sequence[Tensor],
     boxes: Tensor,
     size: tuple[int, int],
     flip: Tensor,
     finish: Finish,
+    *,
+    hwc: bool = False,
 ) -> Tensor:
-    """The plain-torch pass: for image ``i`` (CHW uint8), its box ``boxes[i]`` (top, left,
-    height, width; floats allowed) resampled to ``size``, mirrored where ``flip[i]``,
-    finished. The CPU path, and what the fused kernel is checked against."""
+    """The plain-torch pass: for image ``i`` (CHW uint8, or HWC with ``hwc``), its box
+    ``boxes[i]`` (top, left, height, width; floats allowed) resampled to ``size``,
+    mirrored where ``flip[i]``, finished. The CPU path, and what the fused kernel is
+    checked against."""
     device = images[0].device if len(images) else boxes.device
     out = finish.empty(len(images), size, device)
+    layout = "yh,hwc,xw->cyx" if hwc else "yh,chw,xw->cyx"
     for index, image in enumerate(images):
         top, left, height, width = (float(v) for v in boxes[index])
-        rows = axis_weights(top, height, image.shape[-2], size[0]).to(device)
-        columns = axis_weights(left, width, image.shape[-1], size[1]).to(device)
+        image_h, image_w = image_size(image, hwc)
+        rows = axis_weights(top, height, image_h, size[0]).to(device)
+        columns = axis_weights(left, width, image_w, size[1]).to(device)
         if bool(flip[index]):
             columns = columns.flip(0)
-        pixels = torch.einsum("yh,chw,xw->cyx", rows, image.to(torch.float32), columns)
+        pixels = torch.einsum(layout, rows, image.to(torch.float32), columns)
         out[index] = finish.apply(pixels)
     return out
 
 
-def pack_images(images: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """The images (CHW uint8, any sizes) end to end in one flat tensor (one copy kernel),
-    with each one's start and (height, width)."""
-    sizes = [(image.shape[-2], image.shape[-1]) for image in images]
+def pack_images(images: Sequence[Tensor], *, hwc: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """The images (CHW uint8, or HWC, any sizes) end to end in one flat tensor (one copy
+    kernel), with each one's start and (height, width)."""
+    sizes = [image_size(image, hwc) for image in images]
     starts = [0]
     for height, width in sizes[:-1]:
         starts.append(starts[-1] + 3 * height * width)
@@ -129,9 +139,12 @@ def crop_resize_finish(
     size: tuple[int, int],
     flip: Tensor,
     finish: Finish,
+    *,
+    hwc: bool = False,
 ) -> Tensor:
     """:func:`crop_resize_finish_reference`'s result; on CUDA with Triton, from one fused
-    kernel for the whole batch.
+    kernel for the whole batch. ``hwc``: the images are (H, W, 3), as decoders give
+    them.
 
     Example:
         >>> image = torch.arange(48, dtype=torch.uint8).view(1, 4, 12).expand(3, 4, 12)
@@ -143,8 +156,8 @@ def crop_resize_finish(
     if len(images) and images[0].device.type == "cuda":
         fused = _fused()
         if fused is not None:
-            return fused(images, boxes, size, flip, finish)
-    return crop_resize_finish_reference(images, boxes, size, flip, finish)
+            return fused(images, boxes, size, flip, finish, hwc=hwc)
+    return crop_resize_finish_reference(images, boxes, size, flip, finish, hwc=hwc)
 
 
 @functools.cache

@@ -40,7 +40,7 @@ def _store(  # type: ignore[no-untyped-def]
 def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
     source, starts, sizes, boxes, taps, flips, scale, shift, out,
     out_h, out_w, stride_n, stride_c, stride_h, stride_w,
-    TO_UINT8: tl.constexpr, BLOCK: tl.constexpr,
+    HWC: tl.constexpr, TO_UINT8: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     n = tl.program_id(0)
     pixel = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -79,7 +79,11 @@ def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
         weight = tl.maximum(1.0 - tl.abs((column - centre_x + 0.5) / support_x), 0.0)
         total_x += tl.where(column < last_x, weight, 0.0)
 
-    plane = height.to(tl.int64) * width
+    # where channel c of pixel (row, column) is: planes (CHW) or interleaved (HWC)
+    if HWC:
+        pixel_step, channel_step = 3, 1
+    else:
+        pixel_step, channel_step = 1, height.to(tl.int64) * width
     red = tl.zeros((BLOCK,), dtype=tl.float32)
     green = tl.zeros((BLOCK,), dtype=tl.float32)
     blue = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -92,10 +96,12 @@ def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
             weight_x = tl.maximum(1.0 - tl.abs((column - centre_x + 0.5) / support_x), 0.0)
             ok = row_ok & (column < last_x)
             weight = tl.where(ok, weight_y * weight_x, 0.0)
-            at = start + row.to(tl.int64) * width + column.to(tl.int64)
+            at = start + (row.to(tl.int64) * width + column.to(tl.int64)) * pixel_step
             red += weight * tl.load(source + at, mask=ok, other=0).to(tl.float32)
-            green += weight * tl.load(source + plane + at, mask=ok, other=0).to(tl.float32)
-            blue += weight * tl.load(source + 2 * plane + at, mask=ok, other=0).to(tl.float32)
+            green += weight * tl.load(source + channel_step + at, mask=ok, other=0).to(tl.float32)
+            blue += weight * tl.load(source + 2 * channel_step + at, mask=ok, other=0).to(
+                tl.float32
+            )
 
     norm = 1.0 / (total_y * total_x)
     target = out + n * stride_n + (pixel // out_w) * stride_h + (pixel % out_w) * stride_w
@@ -111,14 +117,20 @@ def _taps(length: Tensor, size: int) -> Tensor:
 
 
 def crop_resize_finish(
-    images: Sequence[Tensor], boxes: Tensor, size: tuple[int, int], flip: Tensor, finish: Finish
+    images: Sequence[Tensor],
+    boxes: Tensor,
+    size: tuple[int, int],
+    flip: Tensor,
+    finish: Finish,
+    *,
+    hwc: bool = False,
 ) -> Tensor:
     """The batch in one launch (see the module's description)."""
     device = images[0].device if len(images) else boxes.device
     out = finish.empty(len(images), size, device)
     if not len(images):
         return out
-    flat, starts, sizes = pack_images(images)
+    flat, starts, sizes = pack_images(images, hwc=hwc)
     boxes = boxes.to(torch.float32).cpu()
     taps = torch.stack([_taps(boxes[:, 2], size[0]), _taps(boxes[:, 3], size[1])], dim=1)
 
@@ -132,6 +144,6 @@ def crop_resize_finish(
         to_device(flip.to(torch.int32).cpu(), torch.int32),
         to_device(finish.scale, torch.float32), to_device(finish.shift, torch.float32),
         out, size[0], size[1], *out.stride(),
-        TO_UINT8=finish.dtype == torch.uint8, BLOCK=triton.next_power_of_2(BLOCK),
+        HWC=hwc, TO_UINT8=finish.dtype == torch.uint8, BLOCK=triton.next_power_of_2(BLOCK),
     )  # fmt: skip
     return out

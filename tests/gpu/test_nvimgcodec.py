@@ -1,0 +1,135 @@
+"""GPUDecoder's nvImageCodec backend: region decode equal to the full decode's slice, the
+fallback chain and its counters, hostile bytes named, no start-up noise. On a machine
+without CUDA its CPU backend runs the same code."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import warnings
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from fastload.datasets import decode as decode_module
+from fastload.datasets.decode import ImageDecodeError, decode_image
+from fastload.gpu import GPUDecoder, nvimgcodec
+from fastload.tools.synthetic import photo_like_image
+
+if not nvimgcodec.available():
+    pytest.skip("needs NVIDIA nvImageCodec: pip install 'fastload[nvimgcodec]'",
+                allow_module_level=True)  # fmt: skip
+
+
+def jpeg(height: int, width: int, seed: int = 0, orientation: int = 1, **options) -> torch.Tensor:
+    rgb = photo_like_image(np.random.default_rng(seed), height, width)[:, :, ::-1].copy()
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, "JPEG", exif=exif.tobytes(), quality=92, **options)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def png(height: int, width: int) -> torch.Tensor:
+    bgr = photo_like_image(np.random.default_rng(9), height, width)
+    return torch.from_numpy(cv2.imencode(".png", bgr)[1].reshape(-1).copy())
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_a_region_is_the_full_decodes_slice_in_the_displayed_image(orientation):
+    data = jpeg(60, 90, orientation=orientation)
+    codec = nvimgcodec.NvImageCodec(torch.device("cpu"), threads=1)
+    (height, width) = codec.sizes([data])[0]
+    full = decode_image(data.numpy())
+    assert (height, width) == full.shape[:2]  # EXIF rotation applied to the sizes too
+    region = (5, 10, 35, 50)
+    crop = codec.decode([data], {0: region})[0]
+    assert torch.equal(crop, torch.from_numpy(full[5:35, 10:50]))
+
+
+def test_region_decoding_gives_the_whole_decodes_batch():
+    batch = [jpeg(48, 64, seed=1), jpeg(75, 50, seed=2, progressive=True), jpeg(33, 33, seed=3)]
+    sizes = torch.tensor([[48.0, 64.0], [75.0, 50.0], [33.0, 33.0]])
+    for crop in ("random", "center"):
+        params = GPUDecoder(24, device="cpu", crop=crop, flip=0.5).sample_params(
+            sizes, torch.Generator().manual_seed(0)
+        )
+        regions = GPUDecoder(24, device="cpu", crop=crop, backend="nvimgcodec")(batch, params)
+        whole = GPUDecoder(24, device="cpu", crop=crop, backend="opencv")(batch, params)
+        assert (regions.int() - whole.int()).abs().max() <= 1, crop  # rounding at .5 only
+
+
+def test_the_backend_is_chosen_at_construction_and_said():
+    assert GPUDecoder(8, device="cpu").backend == "nvimgcodec"
+    assert "backend='nvimgcodec'" in repr(GPUDecoder(8, device="cpu"))
+    with pytest.raises(ValueError, match="backend='nvjpeg' needs a CUDA device"):
+        GPUDecoder(8, device="cpu", backend="nvjpeg")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        GPUDecoder(8, device="cpu", backend="pil")
+
+
+def test_what_it_cannot_take_goes_to_opencv_counted_per_backend():
+    decoder = GPUDecoder(16, device="cpu")
+    batch = [jpeg(40, 40), png(30, 20), jpeg(20, 30, seed=4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning on a CPU device: OpenCV is expected there
+        out = decoder(batch)
+    assert out.shape == (3, 3, 16, 16)
+    assert decoder.decoded == {"nvimgcodec": 2, "opencv": 1}
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (b"", "image 1 of the batch"),
+        (b"GIF89a not really", "image 1 of the batch"),
+        (None, "image 1 of the batch"),  # a JPEG cut in half
+    ],
+)
+def test_hostile_bytes_raise_image_decode_error_naming_the_sample(bad, message):
+    good = jpeg(40, 40)
+    data = (
+        good[: len(good) // 2].clone()
+        if bad is None
+        else torch.frombuffer(bytearray(bad) or bytearray(1), dtype=torch.uint8)[: len(bad)]
+    )
+    with pytest.raises(ImageDecodeError, match=message):
+        GPUDecoder(16, device="cpu")([good, data])
+
+
+def test_a_header_past_the_pixel_limit_is_refused_before_decoding(monkeypatch):
+    monkeypatch.setattr(decode_module, "MAX_PIXELS", 1000)
+    with pytest.raises(ImageDecodeError, match="image 0 of the batch"):
+        GPUDecoder(16, device="cpu")([jpeg(40, 40)])
+
+
+def test_nothing_is_printed_on_import_or_construction():
+    script = (
+        "from fastload.gpu import GPUDecoder\n"
+        "decoder = GPUDecoder(8, device='cpu', threads=4)\n"
+        "print(decoder.backend)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "nvimgcodec\n" and done.stderr == ""
+
+
+@pytest.mark.needs_cuda
+def test_on_cuda_the_hardware_chain_gives_the_cpu_backends_batch():
+    batch = [jpeg(48, 64, seed=1), jpeg(75, 50, seed=2), png(30, 20), jpeg(33, 33, seed=3)]
+    sizes = torch.tensor([[48.0, 64.0], [75.0, 50.0], [30.0, 20.0], [33.0, 33.0]])
+    params = GPUDecoder(24, device="cpu", flip=0.5).sample_params(
+        sizes, torch.Generator().manual_seed(1)
+    )
+    cpu = GPUDecoder(24, device="cpu")(batch, params)
+    with pytest.warns(UserWarning, match="1 image\\(s\\) decoded on the CPU"):
+        decoder = GPUDecoder(24, device="cuda")
+        cuda = decoder(batch, params)
+    assert decoder.backend == "nvimgcodec" and decoder.decoded == {"nvimgcodec": 3, "opencv": 1}
+    # nvJPEG's IDCT and upsampling differ from libjpeg-turbo's by a level or two
+    assert (cuda.cpu().float() - cpu.float()).abs().mean() < 2
