@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastload.datasets.decode import decode_image
-from fastload.transforms import RandomResizedCrop, crop_box
+from fastload.tools.synthetic import photo_like_image
+from fastload.transforms import DecodeRandomResizedCrop, RandomResizedCrop, crop_box
 
 
 def image(height=48, width=64, seed=0) -> np.ndarray:
@@ -183,3 +184,29 @@ def test_a_corrupt_encoded_image_is_named_by_the_dataset(tmp_path):
     with pytest.raises(ImageDecodeError, match="not an image OpenCV can decode") as caught:
         dataset[0]
     assert caught.value.__notes__ == [f"in the transform of {tmp_path / 'cats' / 'bad.jpg'}"]
+
+
+def test_without_a_reduced_scale_only_the_box_is_decoded_with_the_same_pixels(monkeypatch):
+    from fastload import transforms as transforms_module
+    from fastload.gpu import nvimgcodec
+
+    if not nvimgcodec.available():
+        pytest.skip("needs NVIDIA nvImageCodec: pip install 'fastload[nvimgcodec]'")
+    bgr = photo_like_image(np.random.default_rng(5), 375, 500)
+    data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].reshape(-1)
+    regions = []
+    decode_region = transforms_module._decode_region
+
+    def spy(encoded, region):
+        regions.append(region)
+        return decode_region(encoded, region)
+
+    monkeypatch.setattr(transforms_module, "_decode_region", spy)
+    crop = DecodeRandomResizedCrop(224)  # 500x375 to 224: never at 1/2 scale
+    for seed in range(8):
+        random.seed(seed)
+        from_bytes = crop(torch.from_numpy(data))
+        random.seed(seed)
+        from_pixels = crop(decode_image(data))
+        assert torch.equal(from_bytes, from_pixels), seed
+    assert len(regions) == 8 and all(bottom > top for top, _, bottom, _ in regions)

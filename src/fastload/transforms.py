@@ -23,7 +23,7 @@ from torch.utils.data import get_worker_info
 
 from fastload._checks import positive_pair
 from fastload.collate import chw
-from fastload.datasets.decode import decode_image, displayed_size
+from fastload.datasets.decode import decode_image, displayed_size, is_jpeg, reduction_factor
 from fastload.gpu.boxes import TRIES, sample_box
 
 __all__ = ["Albumentations", "DecodeRandomResizedCrop", "RandomResizedCrop", "crop_box"]
@@ -132,7 +132,9 @@ class DecodeRandomResizedCrop:
     libjpeg whenever the box, so reduced, still covers ``size``. On large photos that
     is most draws (a 2000x1500 JPEG to 160 px: 2.2x faster than decoding it whole);
     the pixels differ from the full decode's by the DCT's own downscaling and a box
-    rounded to the reduced grid (1 to 3 levels on average).
+    rounded to the reduced grid (1 to 3 levels on average). Where no reduced scale
+    applies and NVIDIA nvImageCodec is installed, only the box's region is decoded, on
+    the CPU (the same pixels as the full decode's crop).
 
     Args:
         size: Output ``(height, width)``, or an int for a square.
@@ -192,6 +194,10 @@ class DecodeRandomResizedCrop:
             math.ceil(self.size[0] * height / crop_h),
             math.ceil(self.size[1] * width / crop_w),
         )
+        if reduction_factor(height, width, needed) == 1:
+            region = _decode_region(data, (top, left, top + crop_h, left + crop_w))
+            if region is not None:  # nvImageCodec: only the box's pixels, the same values
+                return self._resize(region.permute(2, 0, 1))
         pixels = chw(decode_image(data, min_size=needed))
         # the box in the decoded image's pixels (libjpeg rounds scaled sizes up)
         scale_y, scale_x = pixels.shape[1] / height, pixels.shape[2] / width
@@ -216,3 +222,32 @@ class DecodeRandomResizedCrop:
 
 #: The name torchvision users know; the same class.
 RandomResizedCrop = DecodeRandomResizedCrop
+
+
+def _decode_region(data: np.ndarray, region: tuple[int, int, int, int]) -> torch.Tensor | None:
+    """The HWC pixels of ``region`` (top, left, bottom, right) of a JPEG, decoded alone by
+    nvImageCodec's CPU backend, or None (not installed, or not a JPEG it takes)."""
+    codec = _region_decoder()
+    if codec is None or not is_jpeg(data):
+        return None
+    encoded = torch.from_numpy(data)
+    if 0 not in codec.sizes([encoded]):
+        return None
+    return codec.decode([encoded], {0: region}).get(0)
+
+
+_REGION_DECODERS: dict[int, Any] = {}
+
+
+def _region_decoder() -> Any:
+    """This process's nvImageCodec CPU decoder (one thread: the DataLoader workers are the
+    parallelism), made on first use: a forked worker makes its own."""
+    from fastload.gpu import nvimgcodec
+
+    if not nvimgcodec.available():
+        return None
+    pid = os.getpid()
+    if pid not in _REGION_DECODERS:
+        _REGION_DECODERS.clear()
+        _REGION_DECODERS[pid] = nvimgcodec.NvImageCodec(torch.device("cpu"), threads=1)
+    return _REGION_DECODERS[pid]
