@@ -17,6 +17,9 @@ ImageNet normalisation, float32 N x 3 x S x S batches of ``--batch-size`` with l
 - fastload: ImageFolder or LMDBDataset (OpenCV decode), ``fastload.transforms.
   RandomResizedCrop`` (torch's antialiased uint8 resize, on a view of the decoded array)
   and v2's flip in FastLoader's workers, DataPrefetcher normalising on the CPU;
+- fastload, crop-aware: the folder's bytes to the same ``RandomResizedCrop``, which
+  decodes only what its box needs (a reduced JPEG scale, or the box's region with
+  nvImageCodec installed);
 - fastload with threads for worker processes (torchdata.nodes runs them): the same
   dataset and normalisation;
 - fastload for a GPU machine: the same files to uint8 batches (the GPU normalises them);
@@ -215,7 +218,7 @@ def _ffcv_file(folder: Path) -> Path:
     return path
 
 
-def _fastload_dataset(args, data: Path):
+def _fastload_dataset(args, data: Path, *, decode: str | None = "numpy"):
     from torchvision.transforms import v2
 
     from fastload import ImageFolder, LMDBDataset
@@ -223,15 +226,17 @@ def _fastload_dataset(args, data: Path):
 
     crop = v2.Compose([RandomResizedCrop(args.image_size), v2.RandomHorizontalFlip()])
     dataset = ImageFolder if data.is_dir() else LMDBDataset
-    return dataset(data, transform=crop)
+    return dataset(data, transform=crop, decode=decode)
 
 
-def _fastload(args, data: Path, *, normalise: bool = True) -> Iterable:
+def _fastload(
+    args, data: Path, *, normalise: bool = True, decode: str | None = "numpy"
+) -> Iterable:
     from fastload import DataPrefetcher, FastLoader
     from fastload.collate import uint8_collate
 
     loader = FastLoader(
-        _fastload_dataset(args, data), batch_size=args.batch_size, shuffle=True,
+        _fastload_dataset(args, data, decode=decode), batch_size=args.batch_size, shuffle=True,
         num_workers=args.workers, collate_fn=uint8_collate, drop_last=True,
     )  # fmt: skip
     return DataPrefetcher(loader, "cpu", mean=MEAN, std=STD) if normalise else loader
@@ -243,6 +248,12 @@ def fastload_folder(args) -> Iterable:
 
 def fastload_lmdb(args) -> Iterable:
     return _fastload(args, args.database)
+
+
+def fastload_crop_aware(args) -> Iterable:
+    """Bytes in: RandomResizedCrop decodes only what its box needs (a reduced JPEG scale,
+    or with nvImageCodec installed the box's region)."""
+    return _fastload(args, args.folder, decode=None)
 
 
 def fastload_uint8(args) -> Iterable:
@@ -278,6 +289,7 @@ PIPELINES: dict[str, Pipeline] = {
     "FFCV": ffcv,
     "fastload: image folder": fastload_folder,
     "fastload: LMDB": fastload_lmdb,
+    "fastload: image folder, crop-aware decode (bytes in)": fastload_crop_aware,
     "fastload: image folder, torchdata.nodes threads for workers": fastload_threads,
     "fastload for a GPU: uint8 batches, not normalised": fastload_uint8,
     "decode + crop alone: one process, no loader": decode_and_crop,
