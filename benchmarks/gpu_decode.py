@@ -9,8 +9,15 @@ memory as 1-D uint8 tensors (what ``LMDBDataset(decode=None)`` hands over):
   the device (the same output as GPUDecoder);
 - ``torchvision.io.decode_jpeg(list, device=...)``: one batched nvJPEG call, images out
   as a list;
-- ``GPUDecoder.decode``: the same through fastload (CPU fallback per refused image);
-- ``GPUDecoder(224)``: decode, then a random resized crop per image into one batch.
+- ``GPUDecoder.decode``: the same through fastload (CPU fallback per refused image), with
+  each backend installed here (nvImageCodec: the hardware JPEG engines first; nvjpeg);
+- ``GPUDecoder(224, flip, mean, std, bfloat16, channels_last)``: decode (nvImageCodec:
+  only each crop's region), random resized crop, flip, normalise, for each backend: the
+  finished batch a training step takes;
+- NVIDIA DALI, ``decoders.image_random_crop`` (mixed on a GPU, at each of
+  ``--dali-loads`` for ``hw_decoder_load``) + antialiased resize + ``crop_mirror_normalize``
+  to float16 (DALI has no bfloat16), fed the same encoded batches (external_source);
+  reported as not installed where it is not.
 
 With CUDA, one more pass per GPU variant runs while ``nvidia-smi`` samples the JPEG
 engines' utilisation, which tells whether the hardware decoder was used.
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import statistics
 import subprocess
 import time
@@ -52,6 +60,7 @@ from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
 
 ENGINE_QUERY = "utilization.jpeg,utilization.decoder"
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def jpeg_engine_use(run: Callable[[], object]) -> str:
@@ -110,6 +119,40 @@ def torchvision_decode(device) -> Callable:
     return lambda batch: decode_jpeg(batch, mode=ImageReadMode.RGB, device=device)
 
 
+def dali_decode(args, device, load: float, batches: list[list[torch.Tensor]]) -> Callable:
+    """DALI's crop-decode-normalise on the same encoded batches, in turn (its own threads,
+    its own prefetching): one ``run()`` a batch."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    cuda = device.type == "cuda"
+    options = {"hw_decoder_load": load} if cuda else {}
+
+    @pipeline_def(batch_size=args.batch_size, num_threads=args.threads,
+                  device_id=0 if cuda else None, seed=1)  # fmt: skip
+    def pipeline():
+        jpegs = fn.external_source(source=itertools.cycle(arrays), dtype=types.UINT8)
+        images = fn.decoders.image_random_crop(
+            jpegs, device="mixed" if cuda else "cpu", output_type=types.RGB,
+            random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3], **options,
+        )  # fmt: skip
+        images = fn.resize(images, size=[args.size] * 2, antialias=True)
+        return fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT16, output_layout="HWC", mirror=fn.random.coin_flip(),
+            mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
+        )  # fmt: skip
+
+    arrays = [[data.numpy() for data in batch] for batch in batches]
+    if len({len(batch) for batch in arrays}) > 1:
+        arrays = arrays[:-1]  # DALI's batches are all of one size: the short last one out
+    built = pipeline()
+    built.build()
+
+    def decode(_batch: list[torch.Tensor]):
+        return built.run()
+
+    return decode
+
+
 def timed_pass(decode: Callable, batches, device) -> Callable[[], dict[str, float]]:
     def run():
         synchronize(device)
@@ -128,6 +171,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=224, help="GPUDecoder's output side")
     parser.add_argument("--threads", type=int, default=available_cpus(), help="OpenCV threads")
+    parser.add_argument(
+        "--dali-loads", default="0,0.65,1", help="DALI's hw_decoder_load values (a GPU only)"
+    )
     suite_arguments(parser)
     args = parser.parse_args()
     if args.smoke:
@@ -141,24 +187,54 @@ def main() -> None:
     batches = batches_of(encoded, args.batch_size)
     pool = ThreadPoolExecutor(args.threads, thread_name_prefix="opencv-decode")
     where = "on the GPU" if cuda else "on the CPU: no GPU"
-    decoder = gpu.GPUDecoder(args.size, device=device)
     baseline = f"OpenCV, {args.threads} threads (decode only)"
-    decoders = {
+    decoders: dict[str, Callable | str] = {
         baseline: opencv_decode(pool, None, device),
         f"OpenCV, {args.threads} threads + resize {args.size} + batch to device":
             opencv_decode(pool, args.size, device),
         f"torchvision decode_jpeg, list {where} (decode only)": torchvision_decode(device),
-        f"GPUDecoder.decode, list {where} (decode only)": decoder.decode,
-        f"GPUDecoder({args.size}), random resized crop, one batch {where}": decoder,
     }  # fmt: skip
+    backends = ["nvimgcodec", "nvjpeg"] if cuda else ["nvimgcodec", "opencv"]
+    used = {}
+    for backend in backends:
+        try:
+            plain = gpu.GPUDecoder(args.size, device=device, backend=backend, threads=args.threads)
+            finishing = gpu.GPUDecoder(
+                args.size, device=device, backend=backend, threads=args.threads, flip=0.5,
+                mean=MEAN, std=STD, dtype=torch.bfloat16, channels_last=True,
+            )  # fmt: skip
+        except (ImportError, ValueError) as error:
+            plain = finishing = f"not installed here: {error}"
+        used[backend] = finishing
+        decoders[f"GPUDecoder.decode, {backend}, list {where} (decode only)"] = (
+            plain if isinstance(plain, str) else plain.decode
+        )
+        decoders[f"GPUDecoder({args.size}), {backend}: crop, flip, normalise to bf16 NHWC"] = (
+            finishing
+        )
+    loads = [float(load) for load in args.dali_loads.split(",")] if cuda else [0.0]
+    for load in loads:
+        name = f"NVIDIA DALI, {'mixed' if cuda else 'CPU'} decode" + (
+            f", hw_decoder_load {load:g}" if cuda else ""
+        )
+        try:
+            decoders[name] = dali_decode(args, device, load, batches)
+        except ImportError as error:
+            decoders[name] = f"not installed here: {error} (bash benchmarks/install_peers.sh)"
     results = interleaved(
-        {name: timed_pass(decode, batches, device) for name, decode in decoders.items()},
+        {
+            name: timed_pass(decode, batches, device)
+            for name, decode in decoders.items()
+            if not isinstance(decode, str)
+        },
         rounds=args.rounds,
     )
+    results = {name: results.get(name, decode) for name, decode in decoders.items()}
     engines = {}
     if cuda:
         for name, decode in decoders.items():
             if "OpenCV" not in name and not isinstance(results[name], str):
+                assert not isinstance(decode, str)
                 engines[name] = jpeg_engine_use(timed_pass(decode, batches, device))
     rows = []
     for name, runs in results.items():
@@ -174,7 +250,7 @@ def main() -> None:
         if cuda:
             extra["hardware decoder"] = engines.get(name, "-")
         rows.append(Row(name, seconds, args.images, extra))
-    backend = "torchcodec" if importlib.util.find_spec("torchcodec") else "torchvision"
+    nvjpeg = "torchcodec" if importlib.util.find_spec("torchcodec") else "torchvision"
     print(f"device: {device_name()}" + ("" if cuda else ": CPU fallback, no GPU figure"))
     result = report(
         "gpu_decode",
@@ -184,9 +260,16 @@ def main() -> None:
         settings={key: value for key, value in vars(args).items() if key != "out"}
         | {"device": str(device), "images_from": source, "quality": 90,
            "mean_kb": round(sum(map(len, data)) / len(data) / 1000, 1),
-           "gpu_decoder_backend": backend},
+           "nvjpeg_from": nvjpeg},
         out=args.out,
-        summary={"gpu_decoder_cpu_fallbacks": decoder.cpu_fallbacks, "jpeg_engines": engines},
+        summary={
+            "decoded_per_backend": {
+                backend: dict(decoder.decoded)
+                for backend, decoder in used.items()
+                if not isinstance(decoder, str)
+            },
+            "jpeg_engines": engines,
+        },
     )  # fmt: skip
     pool.shutdown()
     if args.plot:

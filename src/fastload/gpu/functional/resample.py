@@ -74,19 +74,21 @@ class Finish:
         return pixels.to(self.dtype)
 
 
-def axis_weights(start: float, length: float, limit: int, size: int) -> Tensor:
-    """(size, limit) float32 weights that resample ``start .. start + length`` of an axis
-    of ``limit`` pixels to ``size``: torch's antialiased bilinear, taps within the box."""
+def axis_weights(start: float, length: float, limit: int, size: int) -> tuple[Tensor, int]:
+    """Weights that resample ``start .. start + length`` of an axis of ``limit`` pixels to
+    ``size``: torch's antialiased bilinear, taps within the box. Returns the (size, taps)
+    float32 weights and the pixel the first tap reads (taps outside the box are never
+    read, so they are not there)."""
     scale = length / size
     support = max(scale, 1.0)
     low, high = max(int(start // 1), 0), min(int(-(-(start + length) // 1)), limit)
     centres = start + (torch.arange(size, dtype=torch.float32) + 0.5) * scale
-    taps = torch.arange(limit, dtype=torch.float32)
+    taps = torch.arange(low, high, dtype=torch.float32)
     weights = (1 - ((taps - centres[:, None] + 0.5) / support).abs()).clamp_(min=0)
-    first = torch.floor(centres - support + 0.5).clamp(min=low)[:, None]
-    last = torch.floor(centres + support + 0.5).clamp(max=high)[:, None]
+    first = torch.floor(centres - support + 0.5)[:, None]
+    last = torch.floor(centres + support + 0.5)[:, None]
     weights = torch.where((taps >= first) & (taps < last), weights, 0)
-    return weights / weights.sum(dim=1, keepdim=True)
+    return weights / weights.sum(dim=1, keepdim=True), low
 
 
 def image_size(image: Tensor, hwc: bool) -> tuple[int, int]:
@@ -109,15 +111,22 @@ def crop_resize_finish_reference(
     checked against."""
     device = images[0].device if len(images) else boxes.device
     out = finish.empty(len(images), size, device)
-    layout = "yh,hwc,xw->cyx" if hwc else "yh,chw,xw->cyx"
     for index, image in enumerate(images):
         top, left, height, width = (float(v) for v in boxes[index])
         image_h, image_w = image_size(image, hwc)
-        rows = axis_weights(top, height, image_h, size[0]).to(device)
-        columns = axis_weights(left, width, image_w, size[1]).to(device)
+        rows, y0 = axis_weights(top, height, image_h, size[0])
+        columns, x0 = axis_weights(left, width, image_w, size[1])
+        rows, columns = rows.to(device), columns.to(device)
         if bool(flip[index]):
             columns = columns.flip(0)
-        pixels = torch.einsum(layout, rows, image.to(torch.float32), columns)
+        y1, x1 = y0 + rows.shape[1], x0 + columns.shape[1]
+        if hwc:  # (h, w, 3): rows over h as one matmul, then columns over w
+            region = image[y0:y1, x0:x1].to(torch.float32)
+            tall = (rows @ region.reshape(region.shape[0], -1)).view(size[0], -1, 3)
+            pixels = torch.einsum("xw,ywc->cyx", columns, tall)
+        else:
+            region = image[:, y0:y1, x0:x1].to(torch.float32)
+            pixels = rows @ region @ columns.T
         out[index] = finish.apply(pixels)
     return out
 
