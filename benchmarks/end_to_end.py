@@ -15,6 +15,8 @@ warm-up; the table holds the median over the timed epochs.
   ``--decodes``, from each of ``--storages`` (the folder, the LMDB file), the rest of
   the augmentation where ``--augment`` says, DataPrefetcher (its producer thread with a
   decoder);
+- the step alone: one batch of fastload's, already on the device, trained on for an
+  epoch's steps: the ceiling a pipeline can reach;
 - NVIDIA DALI (``--dali``, a list of ``hw_decoder_load`` values on a GPU): its ImageNet
   recipe on the folder, the ``gpu-fused`` augmentation; reported as not installed where
   it is not (``bash benchmarks/install_peers.sh``).
@@ -91,6 +93,8 @@ def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[s
     for workers in args.baseline_workers.split(","):
         name = f"baseline: torchvision + DataLoader, {workers} workers"
         found[name] = (folder, ["--baseline", "--workers", workers])
+    if args.model != "none":  # the ceiling: the step on one cached batch, loading free
+        found["the step alone: one cached batch"] = (database, ["--cached", "--workers", "0"])
     storages = {"folder": ("image folder", folder), "lmdb": ("LMDB", database)}
     for decode in args.decodes.split(","):
         for storage in args.storages.split(","):
@@ -164,7 +168,7 @@ def main() -> None:
     found = variants(args, folder, database)
     if args.smoke:  # one of each code path: the baseline, CPU decode, GPU decodes, DALI
         keep = [name for name in found if "baseline" in name or "folder, CPU" in name
-                or "LMDB, GPU" in name or "DALI" in name]  # fmt: skip
+                or "LMDB, GPU" in name or "DALI" in name or "alone" in name]  # fmt: skip
         found = {name: found[name] for name in keep}
     epochs: dict[str, list[dict] | str] = {
         name: found[name] if isinstance(found[name], str) else [] for name in found

@@ -7,7 +7,8 @@ alive by a stream it was recorded on, shows up as growth from epoch to epoch.
 - DataPrefetcher: uint8 images in memory, FastLoader workers, the copy on the side
   stream, per-sample augmentation (RandomResizedCrop, flip, ColorJitter) and
   normalisation there, at depth 2;
-- GPUDecoder: encoded JPEGs in memory, ``encoded_collate``, DataPrefetcher(decoder=...).
+- GPUDecoder: encoded JPEGs in memory, ``encoded_collate``, DataPrefetcher(decoder=...),
+  the decoder finishing the batch (bfloat16, channels_last) on the producer thread.
 
 Without CUDA the process's resident memory is reported instead (CPU fallback).
 
@@ -84,9 +85,12 @@ def pipelines(args, device: torch.device) -> dict[str, DataPrefetcher]:
         "DataPrefetcher + fastload.gpu augmentation": DataPrefetcher(
             decoded, device, mean=MEAN, std=STD, transform=augment, channels_last=True
         ),
+        # the decoder finishes the batch (bf16, NHWC) on the producer thread
         "DataPrefetcher + GPUDecoder": DataPrefetcher(
-            encoded_loader, device, mean=MEAN, std=STD, channels_last=True,
-            decoder=gpu.GPUDecoder(args.size, device=device),
+            encoded_loader, device, decoder=gpu.GPUDecoder(
+                args.size, device=device, flip=0.5, mean=MEAN, std=STD, dtype=torch.bfloat16,
+                channels_last=True,
+            ),
         ),
     }  # fmt: skip
 

@@ -125,6 +125,7 @@ def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
         "fastload, image folder, CPU decode",
         "fastload, LMDB, GPU decode",
         "fastload, LMDB, GPU-FUSED decode",
+        "the step alone: one cached batch",
     }
     assert all(row["per_second"] > 0 for row in end_to_end.values())
 
