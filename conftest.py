@@ -26,6 +26,7 @@ from docs_context import (  # noqa: F401  (fixtures the blocks name on their fen
     docs_directory,
     fragment_names,
     seg_lmdb,
+    shard_set,
     torchrun,
     train_lmdb,
 )

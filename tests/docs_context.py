@@ -5,7 +5,7 @@ A block that is a whole script (the before/after) imports everything itself. A f
 script above it: `fragment_names()` gives each block those, built fresh, in a temporary
 directory that holds the script's `data/train`. Options on a block's fence add what it
 reads from disk: `fixture:train_lmdb`, `fixture:coco_lmdb` (detection targets),
-`fixture:seg_lmdb` (class masks), and
+`fixture:seg_lmdb` (class masks), `fixture:shard_set`, and
 `fixture:torchrun` (the environment torchrun sets, for one process).
 """
 
@@ -114,6 +114,15 @@ def seg_lmdb(docs_directory: Path) -> Path:
         cv2.imwrite(str(mask.with_suffix(".png")), classes)
     write_lmdb(DATA, "seg.lmdb", masks="masks", num_workers=0, progress=False)
     return docs_directory / "seg.lmdb"
+
+
+@pytest.fixture
+def shard_set(docs_directory: Path) -> Path:
+    """`shards/`: the script's images as a shard set, as `fastload convert --shards`."""
+    from fastload.shards import write_shards
+
+    write_shards(DATA, "shards", shard_size=200_000)
+    return docs_directory / "shards"
 
 
 @pytest.fixture

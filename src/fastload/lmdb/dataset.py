@@ -177,7 +177,7 @@ class LMDBDataset(ImageDataset):
             size = payload.shape[:2]
         else:
             image = self._load(payload, source=source)
-            size = _image_size(image, source)
+            size = decoded_size(image, source)
         target: Any = record.label
         if record.fields:
             target = fields_target(record.fields, size, what=source)
@@ -187,7 +187,7 @@ class LMDBDataset(ImageDataset):
         return f"LMDBDataset({str(self.path)!r}, records={len(self)}, decode={self.decode!r})"
 
 
-def _image_size(image: Any, source: str) -> tuple[int, int]:
+def decoded_size(image: Any, source: str) -> tuple[int, int]:
     """(height, width) of a decoded image (HWC array, CHW tensor) or of encoded bytes."""
     if isinstance(image, np.ndarray):
         return image.shape[0], image.shape[1]

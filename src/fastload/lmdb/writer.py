@@ -238,7 +238,7 @@ def write_lmdb(
     ]:
         if value is not None:
             check_int(value, name, low=low, high=high)
-    items = _source(source, annotations, instance_masks, masks)
+    items = make_source(source, annotations, instance_masks, masks)
     _leave_out(items, path)
     if not len(items):
         raise ValueError(f"{items.description}: no images, nothing to convert")
@@ -289,7 +289,7 @@ def _leave_out(items: Source, path: Path) -> None:
         items.images = [image for image in items.images if keep(items.root / image)]
 
 
-def _source(
+def make_source(
     source: Any,
     annotations: str | os.PathLike | None,
     instance_masks: bool,

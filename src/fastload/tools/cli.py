@@ -29,6 +29,9 @@ def _demo(args: argparse.Namespace) -> None:
 def _convert(args: argparse.Namespace) -> None:
     from fastload.lmdb import write_lmdb
 
+    if args.shards:
+        _convert_to_shards(args)
+        return
     meta = write_lmdb(
         args.source,
         args.destination,
@@ -43,6 +46,35 @@ def _convert(args: argparse.Namespace) -> None:
     )
     skipped = f", {len(meta['skipped'])} skipped" if meta["skipped"] else ""
     print(f"{args.destination}: {meta['count']} records{skipped}")
+
+
+def _convert_to_shards(args: argparse.Namespace) -> None:
+    from fastload.shards import write_shards
+
+    if args.workers is not None:
+        raise ValueError("--workers: shards are written by one process")
+    meta = write_shards(
+        args.source, args.destination, shard_size=args.shard_size, resume=args.resume,
+        skip_bad=args.skip_bad, resize=args.resize, quality=args.quality,
+        annotations=args.annotations, instance_masks=args.instance_masks, masks=args.masks,
+    )  # fmt: skip
+    skipped = f", {len(meta['skipped'])} skipped" if meta["skipped"] else ""
+    print(f"{args.destination}: {meta['samples']} samples in shards{skipped}")
+
+
+def _byte_size(value: str) -> int:
+    """``256MB``, ``1GB``, ``500kB`` or plain bytes."""
+    units = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "b": 1}
+    text = value.strip().lower()
+    for unit, factor in units.items():
+        if text.endswith(unit) and text[: -len(unit)].strip().replace(".", "", 1).isdigit():
+            size = int(float(text[: -len(unit)]) * factor)
+            break
+    else:
+        size = int(text) if text.isdigit() else 0
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be a size such as 256MB or 1GB, got {value!r}")
+    return size
 
 
 def _info(args: argparse.Namespace) -> None:
@@ -290,6 +322,14 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--instance-masks", action="store_true",
         help="with --annotations: also each object's mask (needs pycocotools)",
+    )  # fmt: skip
+    convert.add_argument(
+        "--shards", action="store_true",
+        help="write tar shards (WebDataset layout) and an index into the folder DEST",
+    )  # fmt: skip
+    convert.add_argument(
+        "--shard-size", type=_byte_size, default=256 << 20, metavar="SIZE",
+        help="with --shards: bytes per shard (default 256MB)",
     )  # fmt: skip
     convert.set_defaults(run=_convert)
 

@@ -1,0 +1,136 @@
+"""ShardedDataset: a map-style dataset over a shard set, so that FastLoader, ``seed=``,
+``state_dict`` and ``DistributedSampler`` work as they do for LMDB."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastload.datasets.base import ImageDataset
+from fastload.datasets.decode import DecodeMode
+from fastload.lmdb.dataset import decoded_size
+from fastload.lmdb.format import RecordFormatError, unpack_record
+from fastload.lmdb.targets import fields_target
+from fastload.shards.index import Member, ShardIndexError, load_index
+
+__all__ = ["ShardedDataset"]
+
+_IMAGES = ("jpg", "jpeg", "png", "img", "webp", "bmp")
+
+
+class ShardedDataset(ImageDataset):
+    """The samples of the shard set in folder ``path`` (written by :func:`write_shards`),
+    in index order: ``(image, label)``, or ``(image, target)`` for detection and
+    segmentation data, as :class:`~fastload.LMDBDataset` gives them (same ``decode``,
+    ``min_size``, ``transform``, ``target_transform``, ``transforms``).
+
+    Members are read by their offsets in the index with ``os.pread`` on a file opened
+    once per process (fork- and spawn-safe). ``verify()`` checks every shard's SHA-256.
+
+    Example:
+        >>> from fastload.shards import write_shards
+        >>> from fastload.tools.shapes import ShapesDetection
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = write_shards(ShapesDetection(3, size=(32, 32)), folder)
+        >>> image, target = ShardedDataset(folder, decode="tensor")[2]
+        >>> image.shape, sorted(target)
+        (torch.Size([3, 32, 32]), ['boxes', 'labels', 'masks'])
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        transform: Callable[[Any], Any] | None = None,
+        target_transform: Callable[[Any], Any] | None = None,
+        *,
+        decode: DecodeMode = "numpy",
+        min_size: int | tuple[int, int] | None = None,
+        transforms: Callable[[Any, Any], tuple[Any, Any]] | None = None,
+    ) -> None:
+        super().__init__(transform, target_transform, decode, min_size, transforms)
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"{self.path}: no such shard folder")
+        self.shards, self.meta = load_index(self.path)
+        self.classes = self.meta.get("classes")
+        self._starts = np.cumsum([0] + [len(shard.samples) for shard in self.shards]).tolist()
+        self._files: dict[int, int] = {}  # shard number -> descriptor, in this process
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(shard number, place in the shard)`` of sample ``index``."""
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} of a ShardedDataset of {len(self)} samples")
+        index %= len(self)
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
+
+    def shard_of(self, index: int) -> int:
+        return self.locate(index)[0]
+
+    def _read(self, shard: int, member: Member) -> bytes:
+        if os.getpid() != self._pid:  # a forked worker: its own descriptors
+            self._files, self._pid = {}, os.getpid()
+        if shard not in self._files:
+            self._files[shard] = os.open(self.path / self.shards[shard].name, os.O_RDONLY)
+        data = os.pread(self._files[shard], member.size, member.offset)
+        if len(data) != member.size:
+            raise ShardIndexError(
+                f"{self.path / self.shards[shard].name}: {member.extension} member cut short "
+                f"({len(data)} of {member.size} bytes at {member.offset})"
+            )
+        return data
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        shard, place = self.locate(index)
+        key, members = self.shards[shard].samples[place]
+        source = f"{self.path / self.shards[shard].name}:{key}"
+        found = [members[ext] for ext in _IMAGES if ext in members]
+        if not found:
+            raise ShardIndexError(f"{source}: no image member among {sorted(members)}")
+        image = self._load(self._read(shard, found[0]), source=source)
+        target: Any = int(self._read(shard, members["cls"])) if "cls" in members else None
+        if "fastload" in members:
+            try:
+                record = unpack_record(self._read(shard, members["fastload"]), what=source)
+            except RecordFormatError as error:
+                raise ShardIndexError(str(error)) from None
+            if record.fields:
+                target = fields_target(record.fields, decoded_size(image, source), what=source)
+            elif record.label is not None:
+                target = record.label
+        return self._finish(image, target, source)
+
+    def verify(self) -> None:
+        """Check every shard's SHA-256 against the index; raise naming the first that
+        differs."""
+        for shard in self.shards:
+            digest = hashlib.sha256()
+            with open(self.path / shard.name, "rb") as file:
+                for block in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(block)
+            if digest.hexdigest() != shard.sha256:
+                raise ShardIndexError(
+                    f"{self.path / shard.name}: its SHA-256 differs from the index's"
+                )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_files": {}}  # descriptors stay in their process
+
+    def __del__(self) -> None:
+        if getattr(self, "_pid", None) == os.getpid():
+            for descriptor in getattr(self, "_files", {}).values():
+                os.close(descriptor)
+
+    def __repr__(self) -> str:
+        return f"ShardedDataset({str(self.path)!r}, samples={len(self)}, shards={len(self.shards)})"

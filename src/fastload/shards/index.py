@@ -1,0 +1,156 @@
+"""The index of a shard set: ``index.json``, written last, so that a shard set without
+it is visibly incomplete. Per shard: its name, size in bytes, SHA-256, and for each
+sample its key and members (extension, offset of the data in the tar, size).
+
+Read with :func:`load_index`, which checks everything a hostile index could lie about
+(names, offsets, sizes, counts) before any shard is read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "INDEX",
+    "VERSION",
+    "Member",
+    "Shard",
+    "ShardIndexError",
+    "load_index",
+    "shard_entry",
+    "write_index",
+]
+
+INDEX = "index.json"
+VERSION = 1
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # a file beside the index: no path, no traversal
+_EXTENSION = re.compile(r"^[a-z0-9]+$")
+
+
+class ShardIndexError(ValueError):
+    """An index that is missing, of another format, or inconsistent; names the file."""
+
+
+@dataclass(frozen=True)
+class Member:
+    extension: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Shard:
+    name: str
+    size: int
+    sha256: str
+    samples: list[tuple[str, dict[str, Member]]]
+
+
+def shard_entry(
+    name: str, size: int, sha256: str, samples: list[tuple[str, dict[str, Member]]]
+) -> dict[str, Any]:
+    return {
+        "name": name, "size": size, "sha256": sha256,
+        "samples": [
+            [key, {ext: [m.offset, m.size] for ext, m in members.items()}]
+            for key, members in samples
+        ],
+    }  # fmt: skip
+
+
+def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """``index.json`` written whole or not at all (a temporary file renamed)."""
+    path = folder / INDEX
+    temporary = folder / f".{INDEX}.tmp"
+    temporary.write_text(json.dumps({"format": "fastload-shards", "version": VERSION,
+                                     **meta, "shards": shards}))  # fmt: skip
+    temporary.replace(path)
+    return path
+
+
+def load_index(folder: Path) -> tuple[list[Shard], dict[str, Any]]:
+    """The shards of ``folder``'s index and its metadata, checked.
+
+    Raises:
+        ShardIndexError: No index (an incomplete or foreign folder), another format or
+            a newer version, or an entry that is inconsistent (a name with a path, an
+            offset or size outside its shard, a shard whose file is missing or of
+            another size).
+    """
+    path = folder / INDEX
+    if not path.is_file():
+        raise ShardIndexError(
+            f"{folder}: no {INDEX}: not a fastload shard set, or its conversion did not "
+            "finish (the index is written last)"
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ShardIndexError(f"{path}: not JSON ({error})") from None
+    if not isinstance(data, dict) or data.get("format") != "fastload-shards":
+        raise ShardIndexError(f"{path}: not a fastload shard index")
+    if not isinstance(data.get("version"), int) or data["version"] > VERSION:
+        raise ShardIndexError(
+            f"{path}: index version {data.get('version')!r}, this fastload reads {VERSION}"
+        )
+    shards = [
+        _shard(entry, folder, path, number) for number, entry in enumerate(data.get("shards", []))
+    ]
+    meta = {key: value for key, value in data.items() if key != "shards"}
+    return shards, meta
+
+
+def _shard(entry: Any, folder: Path, path: Path, number: int) -> Shard:
+    where = f"{path}: shard {number}"
+    try:
+        name, size, sha256, samples = (
+            entry["name"],
+            entry["size"],
+            entry["sha256"],
+            entry["samples"],
+        )
+    except (KeyError, TypeError):
+        raise ShardIndexError(f"{where}: needs name, size, sha256 and samples") from None
+    if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+        raise ShardIndexError(f"{where}: {name!r} is not a file name beside the index")
+    if not isinstance(size, int) or size < 0:
+        raise ShardIndexError(f"{where} ({name}): size {size!r}")
+    file = folder / name
+    if not file.is_file():
+        raise ShardIndexError(f"{where}: {file} is missing")
+    if file.stat().st_size != size:
+        raise ShardIndexError(
+            f"{where}: {file} has {file.stat().st_size} bytes, the index says {size}"
+        )
+    if not isinstance(samples, list):
+        raise ShardIndexError(f"{where} ({name}): samples is not a list")
+    parsed = []
+    for sample in samples:
+        if not isinstance(sample, list) or len(sample) != 2:
+            raise ShardIndexError(f"{where} ({name}): a sample entry that is not [key, members]")
+        key, members = sample
+        if not isinstance(key, str) or not isinstance(members, dict) or not members:
+            raise ShardIndexError(f"{where} ({name}): a sample entry that is not [key, members]")
+        checked = {}
+        for extension, span in members.items():
+            ok = isinstance(extension, str) and _EXTENSION.match(extension)
+            if (
+                not ok
+                or not isinstance(span, list)
+                or len(span) != 2
+                or not all(isinstance(v, int) for v in span)
+            ):
+                raise ShardIndexError(f"{where} ({name}): member {key}.{extension} is malformed")
+            offset, length = span
+            if offset < 0 or length < 0 or offset + length > size:
+                raise ShardIndexError(
+                    f"{where} ({name}): member {key}.{extension} at {offset} + {length} bytes "
+                    f"lies outside the shard's {size}"
+                )
+            checked[extension] = Member(extension, offset, length)
+        parsed.append((key, checked))
+    return Shard(name, size, sha256, parsed)

@@ -1,0 +1,211 @@
+"""Shard sets: what is written reads back as the LMDB file of the same source; a killed
+conversion resumes without redoing finished shards; a hostile index or shard is refused
+naming the file; the order does not depend on the world size."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
+from fastload.datasets.decode import ImageDecodeError
+from fastload.shards import ShardedDataset, ShardShuffle, write_shards
+from fastload.shards.index import INDEX, ShardIndexError
+from fastload.shards.writer import PROGRESS
+from fastload.tools.shapes import ShapesDetection
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return make_image_folder(
+        tmp_path_factory.mktemp("images"), num_classes=3, images_per_class=6, size=(64, 48)
+    )
+
+
+@pytest.fixture
+def shards(folder, tmp_path) -> Path:
+    write_shards(folder, tmp_path / "shards", shard_size=30_000)
+    return tmp_path / "shards"
+
+
+def test_an_image_folder_reads_back_as_imagefolder_does(folder, shards):
+    dataset, reference = ShardedDataset(shards), ImageFolder(folder)
+    assert len(dataset) == len(reference) == 18 and dataset.classes == reference.classes
+    assert len(dataset.shards) > 2  # 30 kB shards: several
+    for index in range(len(dataset)):
+        image, label = dataset[index]
+        expected_image, expected_label = reference[index]
+        assert label == expected_label and np.array_equal(image, expected_image)
+
+
+def test_shards_hold_about_shard_size_bytes_each(shards):
+    sizes = [
+        (shards / name).stat().st_size
+        for name in sorted(os.listdir(shards))
+        if name.endswith(".tar")
+    ]
+    assert all(size < 30_000 + 20_000 for size in sizes[:-1])  # one sample past the mark at most
+
+
+def test_detection_targets_read_back_as_from_lmdb(tmp_path):
+    source = ShapesDetection(6, size=(48, 64))
+    write_shards(source, tmp_path / "shards")
+    write_lmdb(source, tmp_path / "same.lmdb", num_workers=0, progress=False)
+    sharded = ShardedDataset(tmp_path / "shards", decode="tensor")
+    lmdb = LMDBDataset(tmp_path / "same.lmdb", decode="tensor")
+    for index in range(len(source)):
+        (image, target), (expected_image, expected) = sharded[index], lmdb[index]
+        assert torch.equal(image, expected_image) and target.keys() == expected.keys()
+        for key in target:
+            assert torch.equal(target[key], expected[key]), key
+            assert type(target[key]) is type(expected[key]), key
+
+
+def test_a_destination_with_a_shard_set_is_refused(shards, folder):
+    with pytest.raises(FileExistsError, match="already holds a shard set"):
+        write_shards(folder, shards)
+
+
+KILLED_CONVERSION = textwrap.dedent(
+    """
+    import os, signal, sys
+    from fastload import ImageFolder
+    from fastload.shards import write_shards
+
+    read = ImageFolder.__getitem__
+
+    def killed_at_11(self, index):  # the same class as the resume's: the same source
+        if index == 11:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return read(self, index)
+
+    ImageFolder.__getitem__ = killed_at_11
+    write_shards(ImageFolder(sys.argv[1], decode="numpy"), sys.argv[2], shard_size=20_000)
+    """
+)
+
+
+def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, tmp_path):
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_CONVERSION, str(folder), str(tmp_path / "shards")],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -9
+    written = {name: (tmp_path / "shards" / name).stat().st_mtime_ns
+               for name in os.listdir(tmp_path / "shards") if name.endswith(".tar")}  # fmt: skip
+    assert written and not (tmp_path / "shards" / INDEX).exists()
+    assert (tmp_path / "shards" / PROGRESS).exists()
+    with pytest.raises(ShardIndexError, match="conversion did not finish"):
+        ShardedDataset(tmp_path / "shards")
+    with pytest.raises(FileExistsError, match="pass resume=True"):
+        write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "shards")
+    write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "shards", shard_size=20_000,
+                 resume=True)  # fmt: skip
+    for name, modified in written.items():  # finished shards were kept as they were
+        assert (tmp_path / "shards" / name).stat().st_mtime_ns == modified
+    write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "whole", shard_size=20_000)
+    resumed, whole = ShardedDataset(tmp_path / "shards"), ShardedDataset(tmp_path / "whole")
+    assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]
+    assert sorted(os.listdir(tmp_path / "shards")) == sorted(os.listdir(tmp_path / "whole"))
+
+
+def rewrite_index(shards: Path, change) -> None:
+    index = json.loads((shards / INDEX).read_text())
+    change(index)
+    (shards / INDEX).write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda i: i["shards"][0].update(name="../../etc/passwd"), "is not a file name beside"),
+        (lambda i: i["shards"][0].update(size=1), "has \\d+ bytes, the index says 1"),
+        (lambda i: i["shards"][0]["samples"][0][1].update(jpg=[10**9, 10]), "lies outside"),
+        (lambda i: i["shards"][0]["samples"][0][1].update(jpg=[0, -1]), "lies outside"),
+        (lambda i: i["shards"][0]["samples"].append("x"), "not \\[key, members\\]"),
+        (lambda i: i.update(version=99), "index version 99"),
+        (lambda i: i.update(format="webdataset"), "not a fastload shard index"),
+    ],
+)
+def test_an_index_that_lies_is_refused_naming_it(shards, change, message):
+    rewrite_index(shards, change)
+    with pytest.raises(ShardIndexError, match=message):
+        ShardedDataset(shards)
+
+
+def test_a_missing_index_or_folder_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such shard folder"):
+        ShardedDataset(tmp_path / "absent")
+    with pytest.raises(ShardIndexError, match=r"no index\.json"):
+        ShardedDataset(tmp_path)
+
+
+def test_tampered_bytes_fail_verify_and_a_bad_member_names_its_shard(shards):
+    dataset = ShardedDataset(shards)
+    shard = dataset.shards[0]
+    key, members = shard.samples[0]
+    with open(shards / shard.name, "r+b") as file:  # the first image's bytes overwritten
+        file.seek(members["jpg"].offset)
+        file.write(b"\x00" * members["jpg"].size)
+    with pytest.raises(ShardIndexError, match=f"{shard.name}: its SHA-256 differs"):
+        dataset.verify()
+    with pytest.raises(ImageDecodeError, match=f"{shard.name}:{key}"):
+        dataset[0]
+
+
+@pytest.mark.parametrize("window", [1, 2, 100])
+def test_the_global_batches_are_the_same_for_any_world_size(shards, window):
+    dataset = ShardedDataset(shards)
+
+    def global_batches(world: int, epoch: int) -> list[list[int]]:
+        per_rank = []
+        for rank in range(world):
+            sampler = ShardShuffle(dataset, global_batch_size=6, seed=3, window=window,
+                                   rank=rank, world_size=world)  # fmt: skip
+            sampler.set_epoch(epoch)
+            indices = list(sampler)
+            per_rank.append(
+                [indices[i : i + 6 // world] for i in range(0, len(indices), 6 // world)]
+            )
+        return [list(itertools.chain(*parts)) for parts in zip(*per_rank, strict=True)]
+
+    for epoch in range(2):
+        one = global_batches(1, epoch)
+        assert one == global_batches(2, epoch) == global_batches(3, epoch)
+        flat = list(itertools.chain(*one))
+        assert len(flat) == 18 and sorted(flat) == list(range(18))  # each sample once
+    assert global_batches(1, 0) != global_batches(1, 1)
+
+
+def test_a_window_keeps_each_rank_within_a_few_shards(shards):
+    dataset = ShardedDataset(shards)
+    order = ShardShuffle(dataset, global_batch_size=6, window=1).global_order()
+    shard_sequence = [dataset.shard_of(index) for index in order]
+    changes = sum(a != b for a, b in itertools.pairwise(shard_sequence))
+    assert changes == len(dataset.shards) - 1  # one shard at a time, each read through once
+
+
+def test_refusals_name_the_argument(shards):
+    dataset = ShardedDataset(shards)
+    with pytest.raises(ValueError, match="not a multiple of the world size 4"):
+        ShardShuffle(dataset, global_batch_size=6, world_size=4, rank=0)
+    with pytest.raises(ValueError, match="rank 2 is outside a world of 2"):
+        ShardShuffle(dataset, global_batch_size=6, world_size=2, rank=2)
+
+
+def test_fastloader_reads_it_in_workers(shards):
+    dataset = ShardedDataset(shards, decode="tensor")
+    sampler = ShardShuffle(dataset, global_batch_size=6, seed=1)
+    loader = FastLoader(dataset, batch_size=6, sampler=sampler, num_workers=2)
+    labels = torch.cat([batch[1] for batch in loader])
+    expected = [dataset[index][1] for index in sampler]
+    assert labels.tolist() == expected
