@@ -209,3 +209,74 @@ def test_fastloader_reads_it_in_workers(shards):
     labels = torch.cat([batch[1] for batch in loader])
     expected = [dataset[index][1] for index in sampler]
     assert labels.tolist() == expected
+
+
+class Noisy(ShardedDataset):
+    """Each sample with a random draw from torch's generator (seeded by FastLoader's
+    ``seed=`` per sample): its augmentation, as a number."""
+
+    def __getitem__(self, index):
+        _, label = super().__getitem__(index)
+        return index, label, torch.rand(())
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory) -> Path:
+    """72 samples in 6 shards: 6 global batches of 12 an epoch."""
+    images = make_image_folder(
+        tmp_path_factory.mktemp("many"), num_classes=3, images_per_class=24, size=(32, 24)
+    )
+    folder = tmp_path_factory.mktemp("many-shards")
+    write_shards(images, folder, shard_size=12_000)
+    return folder
+
+
+def world(shards: Path, size: int, state=None):
+    """One FastLoader per rank of a world of ``size``, each resumed from ``state``."""
+    loaders = []
+    for rank in range(size):
+        dataset = Noisy(shards)
+        sampler = ShardShuffle(dataset, global_batch_size=12, seed=5, window=2, rank=rank,
+                               world_size=size)  # fmt: skip
+        loader = FastLoader(dataset, batch_size=12 // size, sampler=sampler, seed=9,
+                            num_workers=0)  # fmt: skip
+        if state is not None:
+            loader.load_state_dict(state)
+        loaders.append(loader)
+    return loaders
+
+
+def take(iterators, count: int | None = None) -> list[list[tuple[int, float]]]:
+    """The next ``count`` global batches (all, without a count): the ranks' slices side
+    by side, each sample as (index, its random draw)."""
+    batches = []
+    for parts in zip(*iterators, strict=True):
+        batches.append(
+            [(int(i), float(x)) for part in parts for i, x in zip(part[0], part[2], strict=True)]
+        )
+        if len(batches) == count:
+            break
+    return batches
+
+
+def test_a_state_resumes_on_another_world_size_with_the_same_batches_and_draws(many):
+    whole = take([iter(loader) for loader in world(many, 1)])
+    assert len(whole) == 6 and sorted(i for b in whole for i, _ in b) == list(range(72))
+    for before, after in [(4, 2), (2, 3), (3, 1), (6, 4)]:
+        loaders = world(many, before)
+        done = take([iter(loader) for loader in loaders], count=2)
+        assert done == whole[:2], before
+        state = loaders[0].state_dict()  # rank 0's: 2 batches, i.e. 2 global batches
+        resumed = take([iter(loader) for loader in world(many, after, state)])
+        assert resumed == whole[2:], (before, after)  # same samples, order and draws
+
+
+def test_a_state_from_another_global_batch_size_is_refused(many):
+    loaders = world(many, 2)
+    take([iter(loader) for loader in loaders], count=1)
+    state = loaders[0].state_dict()
+    dataset = Noisy(many)
+    sampler = ShardShuffle(dataset, global_batch_size=6, seed=5, window=2, rank=0, world_size=2)
+    other = FastLoader(dataset, batch_size=3, sampler=sampler, seed=9, num_workers=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        other.load_state_dict(state)

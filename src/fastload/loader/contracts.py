@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["KeyedSeedSource", "ResumableLoader"]
+__all__ = ["GlobalBatchOrder", "KeyedSeedSource", "ResumableLoader"]
 
 
 @runtime_checkable
@@ -40,3 +40,16 @@ class ResumableLoader(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state_dict()``'s state at the next ``iter()``."""
+
+
+@runtime_checkable
+class GlobalBatchOrder(Protocol):
+    """A sampler whose epoch is a sequence of global batches of ``global_batch_size``,
+    the same for any world size, each rank taking its slice of every one
+    (:class:`fastload.shards.ShardShuffle`). A rank's batches handed out are then the
+    global batches done, and a state resumes on another world size."""
+
+    global_batch_size: int
+
+    def global_order(self, epoch: int | None = None) -> list[int]:
+        """Every sample index of the epoch, in the order all ranks share."""

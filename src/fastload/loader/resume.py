@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from fastload.loader.contracts import GlobalBatchOrder
+
 __all__ = [
     "EpochProgress",
     "RNGSnapshot",
@@ -180,7 +182,7 @@ def loader_identity(loader: DataLoader[Any]) -> dict[str, Any]:
     batch_size = loader.batch_size
     if batch_size is None:
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
-    return {
+    identity = {
         "dataset_length": len(loader.dataset),  # type: ignore[arg-type]
         "batch_size": batch_size,
         "batches_per_epoch": len(loader),
@@ -192,6 +194,11 @@ def loader_identity(loader: DataLoader[Any]) -> dict[str, Any]:
         "world_size": getattr(loader.sampler, "num_replicas", 1),
         "rank": getattr(loader.sampler, "rank", 0),
     }
+    if isinstance(loader.sampler, GlobalBatchOrder):
+        # Its global batches do not depend on the world size: a rank's batches handed
+        # out are the global batches done, whatever the number of ranks that resumes.
+        identity.update(batch_size=loader.sampler.global_batch_size, world_size="any", rank="any")
+    return identity
 
 
 def epoch_place(
