@@ -12,7 +12,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The extras (pyproject's optional dependencies) and the peers the benchmarks compare with.
-OPTIONAL = ("pycocotools", "albumentations", "timm", "kornia", "skimage", "torchcodec", "nvidia")
+OPTIONAL = (
+    "pycocotools",
+    "albumentations",
+    "timm",
+    "kornia",
+    "skimage",
+    "torchcodec",
+    "nvidia",
+    "boto3",
+    "swift",
+)
 
 
 def pytest_without_extras(*arguments: str) -> subprocess.CompletedProcess[str]:

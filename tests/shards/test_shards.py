@@ -128,7 +128,6 @@ def rewrite_index(shards: Path, change) -> None:
     "change, message",
     [
         (lambda i: i["shards"][0].update(name="../../etc/passwd"), "is not a file name beside"),
-        (lambda i: i["shards"][0].update(size=1), "has \\d+ bytes, the index says 1"),
         (lambda i: i["shards"][0]["samples"][0][1].update(jpg=[10**9, 10]), "lies outside"),
         (lambda i: i["shards"][0]["samples"][0][1].update(jpg=[0, -1]), "lies outside"),
         (lambda i: i["shards"][0]["samples"].append("x"), "not \\[key, members\\]"),
@@ -139,6 +138,20 @@ def rewrite_index(shards: Path, change) -> None:
 def test_an_index_that_lies_is_refused_naming_it(shards, change, message):
     rewrite_index(shards, change)
     with pytest.raises(ShardIndexError, match=message):
+        ShardedDataset(shards)
+
+
+def test_a_shard_cut_short_or_missing_is_refused_naming_it(shards):
+    first = ShardedDataset(shards).shards[0]
+    with open(shards / first.name, "r+b") as file:
+        file.truncate(first.size - 100)
+    with pytest.raises(
+        ShardIndexError,
+        match=f"{first.name} has {first.size - 100} bytes, the index says {first.size}",
+    ):
+        ShardedDataset(shards)
+    (shards / first.name).unlink()
+    with pytest.raises(ShardIndexError, match=f"{first.name} is missing"):
         ShardedDataset(shards)
 
 

@@ -18,6 +18,7 @@ from fastload.lmdb.dataset import decoded_size
 from fastload.lmdb.format import RecordFormatError, unpack_record
 from fastload.lmdb.targets import fields_target
 from fastload.shards.index import Member, ShardIndexError, load_index
+from fastload.shards.remote import S3Shards, is_remote
 
 __all__ = ["ShardedDataset"]
 
@@ -25,7 +26,10 @@ _IMAGES = ("jpg", "jpeg", "png", "img", "webp", "bmp")
 
 
 class ShardedDataset(ImageDataset):
-    """The samples of the shard set in folder ``path`` (written by :func:`write_shards`),
+    """The samples of the shard set in folder ``path`` (written by :func:`write_shards`), or
+    at ``s3://bucket/prefix`` (its shards fetched into ``cache_dir``, at most
+    ``cache_limit`` bytes, ``storage_options`` for ``boto3.client("s3", ...)``; see
+    :mod:`fastload.shards.remote`),
     in index order: ``(image, label)``, or ``(image, target)`` for detection and
     segmentation data, as :class:`~fastload.LMDBDataset` gives them (same ``decode``,
     ``min_size``, ``transform``, ``target_transform``, ``transforms``).
@@ -53,12 +57,27 @@ class ShardedDataset(ImageDataset):
         decode: DecodeMode = "numpy",
         min_size: int | tuple[int, int] | None = None,
         transforms: Callable[[Any, Any], tuple[Any, Any]] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(transform, target_transform, decode, min_size, transforms)
-        self.path = Path(path)
-        if not self.path.is_dir():
-            raise FileNotFoundError(f"{self.path}: no such shard folder")
-        self.shards, self.meta = load_index(self.path)
+        self._remote = (
+            S3Shards(
+                str(path), cache_dir=cache_dir, cache_limit=cache_limit, options=storage_options
+            )
+            if is_remote(path)
+            else None
+        )
+        self.path: Path | str
+        if self._remote is not None:
+            self.path = self._remote.url
+            self.shards, self.meta = self._remote.index()
+        else:
+            self.path = Path(path)
+            if not self.path.is_dir():
+                raise FileNotFoundError(f"{self.path}: no such shard folder")
+            self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
         self._starts = np.cumsum([0] + [len(shard.samples) for shard in self.shards]).tolist()
         self._files: dict[int, int] = {}  # shard number -> descriptor, in this process
@@ -82,19 +101,27 @@ class ShardedDataset(ImageDataset):
         if os.getpid() != self._pid:  # a forked worker: its own descriptors
             self._files, self._pid = {}, os.getpid()
         if shard not in self._files:
-            self._files[shard] = os.open(self.path / self.shards[shard].name, os.O_RDONLY)
+            self._files[shard] = os.open(self._local_file(shard), os.O_RDONLY)
         data = os.pread(self._files[shard], member.size, member.offset)
         if len(data) != member.size:
             raise ShardIndexError(
-                f"{self.path / self.shards[shard].name}: {member.extension} member cut short "
+                f"{self._where(shard)}: {member.extension} member cut short "
                 f"({len(data)} of {member.size} bytes at {member.offset})"
             )
         return data
 
+    def _local_file(self, shard: int) -> Path:
+        if self._remote is not None:  # fetched into the cache first, its hash checked
+            return self._remote.local_path(self.shards[shard])
+        return Path(self.path) / self.shards[shard].name
+
+    def _where(self, shard: int) -> str:
+        return f"{self.path}/{self.shards[shard].name}"
+
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         shard, place = self.locate(index)
         key, members = self.shards[shard].samples[place]
-        source = f"{self.path / self.shards[shard].name}:{key}"
+        source = f"{self._where(shard)}:{key}"
         found = [members[ext] for ext in _IMAGES if ext in members]
         if not found:
             raise ShardIndexError(f"{source}: no image member among {sorted(members)}")
@@ -114,14 +141,14 @@ class ShardedDataset(ImageDataset):
     def verify(self) -> None:
         """Check every shard's SHA-256 against the index; raise naming the first that
         differs."""
-        for shard in self.shards:
+        for number, shard in enumerate(self.shards):
             digest = hashlib.sha256()
-            with open(self.path / shard.name, "rb") as file:
+            with open(self._local_file(number), "rb") as file:
                 for block in iter(lambda: file.read(1 << 20), b""):
                     digest.update(block)
             if digest.hexdigest() != shard.sha256:
                 raise ShardIndexError(
-                    f"{self.path / shard.name}: its SHA-256 differs from the index's"
+                    f"{self._where(number)}: its SHA-256 differs from the index's"
                 )
 
     def __getstate__(self) -> dict[str, Any]:

@@ -73,13 +73,12 @@ def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]
 
 
 def load_index(folder: Path) -> tuple[list[Shard], dict[str, Any]]:
-    """The shards of ``folder``'s index and its metadata, checked.
+    """The shards of ``folder``'s index and its metadata, checked (see :func:`parse_index`),
+    each shard's file present and of the indexed size.
 
     Raises:
-        ShardIndexError: No index (an incomplete or foreign folder), another format or
-            a newer version, or an entry that is inconsistent (a name with a path, an
-            offset or size outside its shard, a shard whose file is missing or of
-            another size).
+        ShardIndexError: No index (an incomplete or foreign folder), or one that
+            :func:`parse_index` refuses, or a shard whose file is missing or of another size.
     """
     path = folder / INDEX
     if not path.is_file():
@@ -87,25 +86,46 @@ def load_index(folder: Path) -> tuple[list[Shard], dict[str, Any]]:
             f"{folder}: no {INDEX}: not a fastload shard set, or its conversion did not "
             "finish (the index is written last)"
         )
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ShardIndexError(f"{path}: not JSON ({error})") from None
-    if not isinstance(data, dict) or data.get("format") != "fastload-shards":
-        raise ShardIndexError(f"{path}: not a fastload shard index")
-    if not isinstance(data.get("version"), int) or data["version"] > VERSION:
-        raise ShardIndexError(
-            f"{path}: index version {data.get('version')!r}, this fastload reads {VERSION}"
-        )
-    shards = [
-        _shard(entry, folder, path, number) for number, entry in enumerate(data.get("shards", []))
-    ]
-    meta = {key: value for key, value in data.items() if key != "shards"}
+    shards, meta = parse_index(path.read_bytes(), str(path))
+    for number, shard in enumerate(shards):
+        file = folder / shard.name
+        if not file.is_file():
+            raise ShardIndexError(f"{path}: shard {number}: {file} is missing")
+        if file.stat().st_size != shard.size:
+            raise ShardIndexError(
+                f"{path}: shard {number}: {file} has {file.stat().st_size} bytes, "
+                f"the index says {shard.size}"
+            )
     return shards, meta
 
 
-def _shard(entry: Any, folder: Path, path: Path, number: int) -> Shard:
-    where = f"{path}: shard {number}"
+def parse_index(data: bytes, where: str) -> tuple[list[Shard], dict[str, Any]]:
+    """An index's shards and metadata, from its bytes (``where`` names it in errors).
+
+    Raises:
+        ShardIndexError: Not JSON, another format or a newer version, or an entry that
+            is inconsistent (a name with a path, an offset or size outside its shard).
+    """
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ShardIndexError(f"{where}: not JSON ({error})") from None
+    if not isinstance(parsed, dict) or parsed.get("format") != "fastload-shards":
+        raise ShardIndexError(f"{where}: not a fastload shard index")
+    if not isinstance(parsed.get("version"), int) or parsed["version"] > VERSION:
+        raise ShardIndexError(
+            f"{where}: index version {parsed.get('version')!r}, this fastload reads {VERSION}"
+        )
+    entries = parsed.get("shards", [])
+    if not isinstance(entries, list):
+        raise ShardIndexError(f"{where}: shards is not a list")
+    shards = [_shard(entry, where, number) for number, entry in enumerate(entries)]
+    meta = {key: value for key, value in parsed.items() if key != "shards"}
+    return shards, meta
+
+
+def _shard(entry: Any, index: str, number: int) -> Shard:
+    where = f"{index}: shard {number}"
     try:
         name, size, sha256, samples = (
             entry["name"],
@@ -119,13 +139,6 @@ def _shard(entry: Any, folder: Path, path: Path, number: int) -> Shard:
         raise ShardIndexError(f"{where}: {name!r} is not a file name beside the index")
     if not isinstance(size, int) or size < 0:
         raise ShardIndexError(f"{where} ({name}): size {size!r}")
-    file = folder / name
-    if not file.is_file():
-        raise ShardIndexError(f"{where}: {file} is missing")
-    if file.stat().st_size != size:
-        raise ShardIndexError(
-            f"{where}: {file} has {file.stat().st_size} bytes, the index says {size}"
-        )
     if not isinstance(samples, list):
         raise ShardIndexError(f"{where} ({name}): samples is not a list")
     parsed = []

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from fastload.lmdb.format import pack_record, unpack_record
 from fastload.lmdb.sources import Encoding
 from fastload.lmdb.writer import make_source
 from fastload.shards.index import INDEX, Member, shard_entry, write_index
+from fastload.shards.remote import S3Shards, is_remote
 
 __all__ = ["write_shards"]
 
@@ -47,7 +49,9 @@ def write_shards(
 ) -> dict[str, Any]:
     """Write ``source`` (an image folder, a list of ``(path, label)``, any Dataset, a COCO
     folder with ``annotations``, a segmentation folder with ``masks``: what
-    :func:`fastload.write_lmdb` reads) as tar shards into the folder ``destination``;
+    :func:`fastload.write_lmdb` reads) as tar shards into the folder ``destination``, or
+    to ``s3://bucket/prefix`` (written locally, then uploaded, the index last; the AWS
+    variables configure the client);
     ``resize`` (longest side) and ``quality`` re-encode as JPEG, as for LMDB.
 
     Returns the index's metadata. Raises ``FileExistsError`` for a destination that
@@ -62,6 +66,15 @@ def write_shards(
     """
     if shard_size < 1:
         raise ValueError(f"shard_size must be positive, got {shard_size}")
+    if is_remote(destination):  # written here, then uploaded: shards first, the index last
+        with tempfile.TemporaryDirectory(prefix="fastload-shards-") as staging:
+            meta = write_shards(
+                source, staging, shard_size=shard_size, skip_bad=skip_bad, resize=resize,
+                quality=quality, annotations=annotations, instance_masks=instance_masks,
+                masks=masks,
+            )  # fmt: skip
+            upload(Path(staging), str(destination))
+        return meta
     folder = Path(destination)
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / INDEX).exists():
@@ -117,6 +130,15 @@ def write_shards(
     write_index(folder, shards, meta)
     progress_path.unlink(missing_ok=True)
     return meta
+
+
+def upload(folder: Path, url: str, options: dict[str, Any] | None = None) -> None:
+    """The shard set in ``folder`` to ``url``, the index after every shard."""
+    remote = S3Shards(url, options=options)
+    client = remote.client()
+    names = sorted(name for name in os.listdir(folder) if name.endswith(".tar"))
+    for name in [*names, INDEX]:
+        client.upload_file(str(folder / name), remote.bucket, remote.key(name))
 
 
 def _members(record: Any, what: str) -> dict[str, bytes]:

@@ -1,0 +1,176 @@
+"""A shard set in object storage (``s3://bucket/prefix``), each shard fetched whole into
+a per-node cache before its samples are read.
+
+A shard is downloaded by parallel ranged GETs into a temporary file, its SHA-256 checked
+against the index, and only then renamed into the cache; one that fails its hash after
+``attempts`` downloads is an error naming the shard and its URL. botocore retries
+throttling and 5xx responses with backoff (its adaptive mode). The S3 client is made in
+each process on first use (a client made before a fork is not safe to use in a
+forked worker), configured by the usual AWS variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...) and by ``options``, which go to
+``boto3.client("s3", ...)``. Processes on a node share the cache: a file lock per shard
+makes one of them download it. Past ``cache_limit`` bytes, the least recently used
+shards are removed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from fastload.shards.index import INDEX, Shard, ShardIndexError, parse_index
+
+__all__ = ["S3Shards", "is_remote"]
+
+CHUNK = 8 << 20  # bytes per ranged GET
+
+
+def is_remote(path: Any) -> bool:
+    return isinstance(path, str) and path.startswith("s3://")
+
+
+class S3Shards:
+    """The shard set at ``url``: its index, and each shard as a local file on demand."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
+        options: dict[str, Any] | None = None,
+        parallel: int = 4,
+        attempts: int = 3,
+    ) -> None:
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ValueError(f"{url}: not an s3://bucket/prefix URL")
+        self.url, self.bucket, self.prefix = url.rstrip("/"), parsed.netloc, parsed.path.strip("/")
+        self.options = dict(options or {})
+        self.parallel, self.attempts, self.cache_limit = parallel, attempts, cache_limit
+        default = Path.home() / ".cache" / "fastload" / "shards"
+        key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.cache = Path(cache_dir) if cache_dir is not None else default / key
+        self.cache.mkdir(parents=True, exist_ok=True)
+        self._client: Any = None
+        self._pid = -1
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def client(self) -> Any:
+        """This process's S3 client (a forked worker makes its own)."""
+        if self._pid != os.getpid():
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                retries={"mode": "adaptive", "max_attempts": 10},
+                max_pool_connections=max(10, 2 * self.parallel),
+            )
+            # a session of its own: boto3's default one caches what it found first
+            session = boto3.session.Session()
+            self._client = session.client("s3", config=config, **self.options)
+            self._pid = os.getpid()
+        return self._client
+
+    def index(self) -> tuple[list[Shard], dict[str, Any]]:
+        where = f"{self.url}/{INDEX}"
+        try:
+            data = self.client().get_object(Bucket=self.bucket, Key=self.key(INDEX))["Body"].read()
+        except Exception as error:
+            raise _explained(error, self, where) from None
+        return parse_index(data, where)
+
+    def local_path(self, shard: Shard) -> Path:
+        """The shard's file in the cache, downloaded and checked first if it is not there."""
+        path = self.cache / shard.name
+        with open(self.cache / f".{shard.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one process of the node downloads it
+            if not (path.exists() and path.stat().st_size == shard.size):
+                self._make_room(shard.size)
+                self._download(shard, path)
+            os.utime(path)  # its last use, for the eviction
+        return path
+
+    def _download(self, shard: Shard, path: Path) -> None:
+        url = f"{self.url}/{shard.name}"
+        part = path.with_name(f".{shard.name}.part")
+        for _attempt in range(self.attempts):
+            with open(part, "wb") as file:
+                file.truncate(shard.size)
+            ranges = [
+                (start, min(start + CHUNK, shard.size) - 1) for start in range(0, shard.size, CHUNK)
+            ]
+            with ThreadPoolExecutor(self.parallel) as pool:
+                list(pool.map(lambda span: self._fetch(shard, part, span, url), ranges))
+            if _sha256(part) == shard.sha256:
+                os.replace(part, path)
+                return
+        part.unlink(missing_ok=True)
+        raise ShardIndexError(
+            f"{url}: its SHA-256 differs from the index's after {self.attempts} downloads"
+        )
+
+    def _fetch(self, shard: Shard, part: Path, span: tuple[int, int], url: str) -> None:
+        first, last = span
+        try:
+            body = (
+                self.client()
+                .get_object(
+                    Bucket=self.bucket, Key=self.key(shard.name), Range=f"bytes={first}-{last}"
+                )["Body"]
+                .read()
+            )
+        except Exception as error:
+            raise _explained(error, self, url) from None
+        with open(part, "r+b") as file:  # a body cut short leaves zeros: the hash sees it
+            file.seek(first)
+            file.write(body[: last - first + 1])
+
+    def _make_room(self, incoming: int) -> None:
+        if self.cache_limit is None:
+            return
+        cached = sorted(
+            (entry.stat().st_mtime, entry)
+            for entry in self.cache.iterdir()
+            if entry.is_file() and not entry.name.startswith(".")
+        )
+        total = sum(entry.stat().st_size for _, entry in cached) + incoming
+        for _, entry in cached:
+            if total <= self.cache_limit:
+                break
+            total -= entry.stat().st_size
+            entry.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _explained(error: Exception, shards: S3Shards, where: str) -> Exception:
+    """botocore's error as one a user can act on, naming the URL."""
+    code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+    if code == "NoSuchBucket":
+        return FileNotFoundError(f"{where}: the bucket {shards.bucket!r} does not exist")
+    if code in ("NoSuchKey", "404") and where.endswith(INDEX):
+        return ShardIndexError(
+            f"{where}: no {INDEX}: not a fastload shard set, or its conversion did not finish"
+        )
+    if code in ("NoSuchKey", "404"):
+        return FileNotFoundError(f"{where}: no such object")
+    if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "403"):
+        return PermissionError(
+            f"{where}: the endpoint refused the credentials ({code}): check "
+            "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the options given"
+        )
+    return OSError(f"{where}: {type(error).__name__}: {error}")

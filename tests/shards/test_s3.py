@@ -1,0 +1,109 @@
+"""Shard sets in object storage, against a real S3 server on 127.0.0.1 (OpenStack Swift's
+S3 API, started and stopped by these tests): written to a bucket, read back through the
+cache, with the errors a user meets named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fastload import FastLoader, ImageFolder, make_image_folder
+from fastload.shards import ShardedDataset, ShardShuffle, write_shards
+from fastload.shards.index import ShardIndexError
+from fastload.tools.s3server import LocalS3, swift_installed
+
+boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
+if not swift_installed():
+    pytest.skip("the local S3 server needs OpenStack Swift: pip install swift",
+                allow_module_level=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LocalS3() as running:
+        boto3.client("s3", **running.client_options()).create_bucket(Bucket="data")
+        yield running
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_image_folder(
+        tmp_path_factory.mktemp("images"), num_classes=3, images_per_class=8, size=(64, 48)
+    )
+
+
+@pytest.fixture(scope="module")
+def url(server, folder):
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in server.environment().items():
+            patch.setenv(name, value)
+        write_shards(folder, "s3://data/train", shard_size=30_000)
+    return "s3://data/train"
+
+
+@pytest.fixture
+def aws(server, monkeypatch):
+    for name, value in server.environment().items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_bucket_reads_back_as_the_folder_does(url, folder, aws, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path)
+    reference = ImageFolder(folder)
+    assert len(dataset) == 24 and dataset.classes == reference.classes
+    for index in range(len(dataset)):
+        image, label = dataset[index]
+        assert label == reference[index][1] and np.array_equal(image, reference[index][0])
+    dataset.verify()
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == [s.name for s in dataset.shards]
+
+
+def test_the_client_comes_from_arguments_as_well_as_the_environment(url, server, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=server.client_options())
+    assert dataset[0][1] == 0
+
+
+def test_workers_fetch_the_shards_they_read(url, aws, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")
+    sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
+    loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=2)
+    labels = torch.cat([labels for _, labels in loader]).tolist()
+    assert labels == [dataset[index][1] for index in sampler]
+
+
+def test_the_cache_stays_under_its_budget(url, aws, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, cache_limit=70_000)
+    largest = max(shard.size for shard in dataset.shards)
+    for index in range(len(dataset)):
+        dataset[index]
+        cached = sum(path.stat().st_size for path in tmp_path.glob("*.tar"))
+        assert cached <= 70_000 + largest  # the one being read may push it past, briefly
+
+
+def test_a_shard_that_fails_its_hash_is_named_with_its_url(url, aws, tmp_path, server):
+    dataset = ShardedDataset(url, cache_dir=tmp_path)
+    shard = dataset.shards[0]
+    client = boto3.client("s3", **server.client_options())
+    original = client.get_object(Bucket="data", Key=f"train/{shard.name}")["Body"].read()
+    client.put_object(Bucket="data", Key=f"train/{shard.name}", Body=b"\0" * len(original))
+    try:
+        with pytest.raises(
+            ShardIndexError, match=f"s3://data/train/{shard.name}: its SHA-256 differs"
+        ):
+            dataset[0]
+        assert not list(tmp_path.glob(f"{shard.name}*"))  # nothing unchecked entered the cache
+    finally:
+        client.put_object(Bucket="data", Key=f"train/{shard.name}", Body=original)
+
+
+def test_a_missing_index_bucket_or_credential_is_said_plainly(
+    url, aws, server, tmp_path, monkeypatch
+):
+    with pytest.raises(ShardIndexError, match=r"s3://data/nothing/index\.json: no index\.json"):
+        ShardedDataset("s3://data/nothing", cache_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="the bucket 'absent' does not exist"):
+        ShardedDataset("s3://absent/train", cache_dir=tmp_path)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(PermissionError, match="the endpoint refused the credentials"):
+        ShardedDataset(url, cache_dir=tmp_path)
