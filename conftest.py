@@ -25,10 +25,12 @@ from docs_context import (  # noqa: F401  (fixtures the blocks name on their fen
     coco_lmdb,
     docs_directory,
     fragment_names,
+    s3_bucket,
     seg_lmdb,
     shard_set,
     torchrun,
     train_lmdb,
+    world_size,
 )
 
 

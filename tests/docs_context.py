@@ -5,7 +5,8 @@ A block that is a whole script (the before/after) imports everything itself. A f
 script above it: `fragment_names()` gives each block those, built fresh, in a temporary
 directory that holds the script's `data/train`. Options on a block's fence add what it
 reads from disk: `fixture:train_lmdb`, `fixture:coco_lmdb` (detection targets),
-`fixture:seg_lmdb` (class masks), `fixture:shard_set`, and
+`fixture:seg_lmdb` (class masks), `fixture:shard_set`, `fixture:s3_bucket` (a local
+S3 server), `fixture:world_size`, and
 `fixture:torchrun` (the environment torchrun sets, for one process).
 """
 
@@ -123,6 +124,30 @@ def shard_set(docs_directory: Path) -> Path:
 
     write_shards(DATA, "shards", shard_size=200_000)
     return docs_directory / "shards"
+
+
+@pytest.fixture
+def s3_bucket(docs_directory: Path, monkeypatch: pytest.MonkeyPatch):
+    """`s3://my-bucket/train`: the script's images as shards on a local S3 server (Swift's
+    S3 API on 127.0.0.1), the AWS variables pointing at it."""
+    boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
+    from fastload.shards import write_shards
+    from fastload.tools.s3server import LocalS3, swift_installed
+
+    if not swift_installed():
+        pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
+    with LocalS3() as server:
+        for name, value in server.environment().items():
+            monkeypatch.setenv(name, value)
+        boto3.client("s3", **server.client_options()).create_bucket(Bucket="my-bucket")
+        write_shards(DATA, "s3://my-bucket/train", shard_size=200_000)
+        yield "s3://my-bucket/train"
+
+
+@pytest.fixture
+def world_size() -> int:
+    """The world a block's script runs in: one process."""
+    return 1
 
 
 @pytest.fixture
