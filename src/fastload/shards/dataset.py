@@ -17,8 +17,9 @@ from fastload.datasets.decode import DecodeMode
 from fastload.lmdb.dataset import decoded_size
 from fastload.lmdb.format import RecordFormatError, unpack_record
 from fastload.lmdb.targets import fields_target
-from fastload.shards.index import Member, ShardIndexError, load_index
+from fastload.shards.index import INDEX, Member, ShardIndexError, load_index
 from fastload.shards.remote import S3Shards, is_remote
+from fastload.shards.scan import index_webdataset
 
 __all__ = ["ShardedDataset"]
 
@@ -77,6 +78,8 @@ class ShardedDataset(ImageDataset):
             self.path = Path(path)
             if not self.path.is_dir():
                 raise FileNotFoundError(f"{self.path}: no such shard folder")
+            if not (self.path / INDEX).exists() and any(self.path.glob("*.tar")):
+                index_webdataset(self.path)  # WebDataset shards: indexed once, beside them
             self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
         self._starts = np.cumsum([0] + [len(shard.samples) for shard in self.shards]).tolist()

@@ -28,7 +28,7 @@ __all__ = [
 INDEX = "index.json"
 VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # a file beside the index: no path, no traversal
-_EXTENSION = re.compile(r"^[a-z0-9]+$")
+_EXTENSION = re.compile(r"^[a-z0-9_]+$")
 
 
 class ShardIndexError(ValueError):

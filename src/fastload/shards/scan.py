@@ -1,0 +1,81 @@
+"""Indexing a shard set that has no index: public WebDataset shards (``*.tar`` whose
+members are grouped by key, ``dir/000123.jpg`` with ``dir/000123.cls``), scanned once and
+the index written beside them, so the next open reads it directly."""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from fastload.shards.index import Member, ShardIndexError, shard_entry, write_index
+
+__all__ = ["index_webdataset"]
+
+
+def _split(name: str) -> tuple[str, str]:
+    """WebDataset's rule: the key is the member's path up to the first dot of its last
+    part, the extension what follows it (``a/b.seg.png``: ``a/b``, ``seg.png``)."""
+    folder, _, base = name.rpartition("/")
+    stem, dot, extension = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), extension if dot else ""
+
+
+def index_webdataset(folder: Path) -> Path:
+    """Scan every ``*.tar`` of ``folder`` (sorted by name) and write its index.
+
+    Raises:
+        ShardIndexError: No tar files, one that is not a readable tar, or one with a
+            sample spread over non-adjacent members.
+    """
+    tars = sorted(path for path in folder.glob("*.tar"))
+    if not tars:
+        raise ShardIndexError(f"{folder}: no index.json and no *.tar shards to index")
+    shards = [_scan(path) for path in tars]
+    samples = sum(len(shard["samples"]) for shard in shards)
+    return write_index(
+        folder,
+        shards,
+        {
+            "source": f"WebDataset shards scanned in {folder}",
+            "samples": samples,
+            "classes": None,
+            "fields": None,
+        },
+    )
+
+
+def _scan(path: Path) -> dict[str, Any]:
+    samples: list[tuple[str, dict[str, Member]]] = []
+    seen: set[str] = set()
+    try:
+        with tarfile.open(path, "r:") as archive:
+            for info in archive:
+                if not info.isfile():
+                    continue
+                key, extension = _split(info.name)
+                extension = extension.lower()
+                if not extension.replace(".", "").isalnum():
+                    continue  # no extension, or one a member name cannot be read by
+                extension = extension.replace(".", "_")
+                if not samples or samples[-1][0] != key:
+                    if key in seen:
+                        raise ShardIndexError(
+                            f"{path}: the members of sample {key!r} are not adjacent"
+                        )
+                    seen.add(key)
+                    samples.append((key, {}))
+                samples[-1][1][extension] = Member(extension, info.offset_data, info.size)
+    except (tarfile.TarError, EOFError) as error:
+        raise ShardIndexError(f"{path}: not a readable tar ({error})") from None
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    size = path.stat().st_size
+    for key, members in samples:
+        for member in members.values():
+            if member.offset + member.size > size:
+                raise ShardIndexError(f"{path}: member {key}.{member.extension} runs past the end")
+    return shard_entry(path.name, size, digest.hexdigest(), samples)

@@ -1,0 +1,68 @@
+"""Public WebDataset shards, without our index: scanned once, the index written beside
+them; a tar that cannot be indexed is refused naming it."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import cv2
+import numpy as np
+import pytest
+
+from fastload.shards import ShardedDataset
+from fastload.shards.index import INDEX, ShardIndexError
+from fastload.tools.synthetic import photo_like_image
+
+
+def jpeg(seed: int) -> bytes:
+    return cv2.imencode(".jpg", photo_like_image(np.random.default_rng(seed), 24, 32))[1].tobytes()
+
+
+def write_tar(path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def test_webdataset_shards_are_indexed_once_and_read(tmp_path):
+    write_tar(tmp_path / "train-000000.tar", [
+        ("part/000000.jpg", jpeg(0)), ("part/000000.cls", b"2"), ("part/000000.json", b"{}"),
+        ("part/000001.jpg", jpeg(1)), ("part/000001.cls", b"0"),
+    ])  # fmt: skip
+    write_tar(tmp_path / "train-000001.tar", [("000002.jpg", jpeg(2)), ("000002.cls", b"1")])
+    dataset = ShardedDataset(tmp_path)
+    assert (tmp_path / INDEX).exists() and len(dataset) == 3
+    assert [dataset[i][1] for i in range(3)] == [2, 0, 1]
+    assert dataset[0][0].shape == (24, 32, 3)
+    assert dataset.shards[0].samples[0][0] == "part/000000"
+    dataset.verify()
+    before = (tmp_path / INDEX).stat().st_mtime_ns
+    assert len(ShardedDataset(tmp_path)) == 3  # the index is read, not rebuilt
+    assert (tmp_path / INDEX).stat().st_mtime_ns == before
+
+
+def test_a_sample_spread_over_the_tar_is_refused(tmp_path):
+    write_tar(tmp_path / "a.tar", [("1.jpg", jpeg(0)), ("2.jpg", jpeg(1)), ("1.cls", b"0")])
+    with pytest.raises(
+        ShardIndexError, match=r"a\.tar: the members of sample '1' are not adjacent"
+    ):
+        ShardedDataset(tmp_path)
+
+
+def test_a_truncated_tar_is_refused_naming_it(tmp_path):
+    write_tar(tmp_path / "a.tar", [("1.jpg", jpeg(0)), ("1.cls", b"0")])
+    data = (tmp_path / "a.tar").read_bytes()
+    (tmp_path / "a.tar").write_bytes(data[:700])  # cut inside the first member
+    with pytest.raises(ShardIndexError, match=r"a\.tar"):
+        ShardedDataset(tmp_path)
+    assert not (tmp_path / INDEX).exists()
+
+
+def test_member_names_that_climb_out_are_only_keys(tmp_path):
+    # nothing is ever extracted: a name with "../" is a key, read by its offset
+    write_tar(tmp_path / "a.tar", [("../../etc/0.jpg", jpeg(0)), ("../../etc/0.cls", b"4")])
+    dataset = ShardedDataset(tmp_path)
+    assert dataset[0][1] == 4 and not (tmp_path.parent.parent / "etc" / "0.jpg").exists()
