@@ -107,3 +107,30 @@ def test_a_missing_index_bucket_or_credential_is_said_plainly(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     with pytest.raises(PermissionError, match="the endpoint refused the credentials"):
         ShardedDataset(url, cache_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
+    url, server, folder, tmp_path, monkeypatch
+):
+    from botocore.config import Config
+
+    from fastload.shards import remote
+    from fastload.tools.s3server import FaultyProxy
+
+    monkeypatch.setattr(remote, "CHUNK", 4096)  # many ranged GETs a shard: many faults
+
+    # every 4th request a 503 SlowDown, every 5th body cut in half, every 7th stalled
+    # past the read timeout: botocore retries the requests, fastload the bodies
+    with FaultyProxy(server.endpoint, slow_down=4, truncate=5, stall=7, stall_s=1.5) as proxy:
+        options = {**server.client_options(), "endpoint_url": proxy.endpoint,
+                   "config": Config(read_timeout=1, connect_timeout=1)}  # fmt: skip
+        dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=options)
+        reference = ImageFolder(folder)
+        order = list(ShardShuffle(dataset, global_batch_size=4, seed=3, window=2))
+        for index in order:
+            image, label = dataset[index]
+            assert label == reference[index][1] and np.array_equal(image, reference[index][0])
+    assert len(order) == 24 and sorted(order) == list(range(24))
+    assert proxy.counts["slow_down"] and proxy.counts["truncate"] and proxy.counts["stall"]
+    dataset.verify()  # what entered the cache is what was written

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from fastload.shards.index import INDEX, Shard, ShardIndexError, parse_index
 __all__ = ["S3Shards", "is_remote"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
+_BODY_ATTEMPTS = 5
 
 
 def is_remote(path: Any) -> bool:
@@ -73,9 +75,12 @@ class S3Shards:
                 retries={"mode": "adaptive", "max_attempts": 10},
                 max_pool_connections=max(10, 2 * self.parallel),
             )
+            options = dict(self.options)
+            if "config" in options:  # the caller's settings (timeouts, ...) win
+                config = config.merge(options.pop("config"))
             # a session of its own: boto3's default one caches what it found first
             session = boto3.session.Session()
-            self._client = session.client("s3", config=config, **self.options)
+            self._client = session.client("s3", config=config, **options)
             self._pid = os.getpid()
         return self._client
 
@@ -118,18 +123,35 @@ class S3Shards:
         )
 
     def _fetch(self, shard: Shard, part: Path, span: tuple[int, int], url: str) -> None:
+        """One ranged GET into its place in ``part``. botocore retries a request that
+        fails (throttling, 5xx, a timeout); a body cut short while it is read is retried
+        here, with the same backoff doubling from 0.1 s."""
+        from botocore.exceptions import (
+            IncompleteReadError,
+            ReadTimeoutError,
+            ResponseStreamingError,
+        )
+
         first, last = span
-        try:
-            body = (
-                self.client()
-                .get_object(
-                    Bucket=self.bucket, Key=self.key(shard.name), Range=f"bytes={first}-{last}"
-                )["Body"]
-                .read()
-            )
-        except Exception as error:
-            raise _explained(error, self, url) from None
-        with open(part, "r+b") as file:  # a body cut short leaves zeros: the hash sees it
+        for attempt in range(_BODY_ATTEMPTS):
+            try:
+                body = (
+                    self.client()
+                    .get_object(
+                        Bucket=self.bucket, Key=self.key(shard.name), Range=f"bytes={first}-{last}"
+                    )["Body"]
+                    .read()
+                )
+                break
+            except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError):
+                if attempt == _BODY_ATTEMPTS - 1:
+                    raise OSError(
+                        f"{url}: bytes {first}-{last} cut short {_BODY_ATTEMPTS} times"
+                    ) from None
+                time.sleep(0.1 * 2**attempt)
+            except Exception as error:
+                raise _explained(error, self, url) from None
+        with open(part, "r+b") as file:  # a body still short leaves zeros: the hash sees it
             file.seek(first)
             file.write(body[: last - first + 1])
 

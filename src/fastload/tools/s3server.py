@@ -178,3 +178,85 @@ class LocalS3:
                 process.wait()
         self._processes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class FaultyProxy:
+    """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that misbehaves as object
+    stores do under load, on a fixed schedule (request numbers, from 1): ``slow_down``
+    every n-th request answered ``503 SlowDown``; ``truncate`` every n-th body cut in
+    half (the connection closed early); ``stall`` every n-th answered only after
+    ``stall_s`` seconds. ``endpoint`` replaces the server's."""
+
+    def __init__(
+        self, upstream: str, *, slow_down: int = 0, truncate: int = 0, stall: int = 0,
+        stall_s: float = 0.0,
+    ) -> None:  # fmt: skip
+        import http.server
+        import threading
+        import urllib.parse
+
+        target = urllib.parse.urlparse(upstream)
+        self.counts = {"requests": 0, "slow_down": 0, "truncate": 0, "stall": 0}
+        lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                return
+
+            def _forward(self) -> None:
+                import http.client
+
+                with lock:
+                    proxy.counts["requests"] += 1
+                    number = proxy.counts["requests"]
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if slow_down and number % slow_down == 0:
+                    proxy.counts["slow_down"] += 1
+                    message = b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(message)))
+                    self.end_headers()
+                    self.wfile.write(message)
+                    return
+                if stall and number % stall == 0:
+                    proxy.counts["stall"] += 1
+                    time.sleep(stall_s)
+                host = target.hostname or "127.0.0.1"
+                connection = http.client.HTTPConnection(host, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                connection.request(self.command, self.path, body=body, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("connection", "transfer-encoding"):
+                        self.send_header(name, value)
+                self.end_headers()
+                cut = (
+                    truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1
+                )
+                if cut:
+                    proxy.counts["truncate"] += 1
+                    self.wfile.write(data[: len(data) // 2])
+                    self.close_connection = True
+                else:
+                    self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultyProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
