@@ -293,3 +293,25 @@ def test_a_state_from_another_global_batch_size_is_refused(many):
     other = FastLoader(dataset, batch_size=3, sampler=sampler, seed=9, num_workers=0)
     with pytest.raises(ValueError, match="batch_size"):
         other.load_state_dict(state)
+
+
+@pytest.mark.slow
+def test_the_command_line_converts_describes_and_verifies_a_shard_set(folder, tmp_path):
+    fastload = [sys.executable, "-m", "fastload.tools.cli"]
+    run = lambda *args: subprocess.run([*fastload, *map(str, args)], capture_output=True,  # noqa: E731
+                                       text=True, timeout=300)  # fmt: skip
+    converted = run("convert", folder, tmp_path / "s", "--shards", "--shard-size", "30kB")
+    assert (
+        converted.returncode == 0
+        and converted.stdout == f"{tmp_path / 's'}: 18 samples in shards\n"
+    )
+    info = json.loads(run("info", tmp_path / "s").stdout)
+    assert info["samples"] == 18 and info["shards"] > 1
+    assert run("verify", tmp_path / "s").stdout.endswith("18 samples verified\n")
+    first = ShardedDataset(tmp_path / "s").shards[0]
+    with open(tmp_path / "s" / first.name, "r+b") as file:
+        file.write(b"\xff" * 600)  # the first member's header and data
+    broken = run("verify", tmp_path / "s")
+    assert broken.returncode == 1 and f"{first.name}: its SHA-256 differs" in broken.stdout
+    refused = run("convert", folder, tmp_path / "s", "--shards", "--workers", "2")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1

@@ -77,9 +77,20 @@ def _byte_size(value: str) -> int:
     return size
 
 
+def _is_shard_set(path: Path) -> bool:
+    return path.is_dir()
+
+
 def _info(args: argparse.Namespace) -> None:
     from fastload.lmdb import LMDBDataset
 
+    if _is_shard_set(args.database):
+        from fastload.shards import ShardedDataset
+
+        dataset = ShardedDataset(args.database)
+        sizes = sum(shard.size for shard in dataset.shards)
+        print(json.dumps(dataset.meta | {"shards": len(dataset.shards), "bytes": sizes}, indent=2))
+        return
     meta = LMDBDataset(args.database).meta
     size = args.database.stat().st_size
     print(json.dumps(meta | {"file_bytes": size}, indent=2))
@@ -88,6 +99,21 @@ def _info(args: argparse.Namespace) -> None:
 def _verify(args: argparse.Namespace) -> None:
     from fastload.lmdb.verify import verify_lmdb
 
+    if _is_shard_set(args.database):
+        from fastload.datasets.decode import ImageDecodeError
+        from fastload.shards import ShardedDataset
+        from fastload.shards.index import ShardIndexError
+
+        dataset = ShardedDataset(args.database)
+        try:
+            dataset.verify()  # every shard's SHA-256
+            for index in range(len(dataset)):
+                dataset[index]  # every sample decodes
+        except (ShardIndexError, ImageDecodeError) as error:
+            print(error)
+            sys.exit(1)
+        print(f"{args.database}: {len(dataset.shards)} shards, {len(dataset)} samples verified")
+        return
     report = verify_lmdb(args.database)
     for problem in report.problems:
         print(problem)
@@ -333,11 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     convert.set_defaults(run=_convert)
 
-    info = commands.add_parser("info", help="print a database's metadata")
+    info = commands.add_parser("info", help="print a database's or shard set's metadata")
     info.add_argument("database", type=Path)
     info.set_defaults(run=_info)
 
-    verify = commands.add_parser("verify", help="read, check and decode every record")
+    verify = commands.add_parser(
+        "verify", help="read, check and decode every record (shard sets: hashes and samples)"
+    )
     verify.add_argument("database", type=Path)
     verify.set_defaults(run=_verify)
 
