@@ -1,7 +1,8 @@
 """A real S3-compatible server on 127.0.0.1 for tests and benchmarks: OpenStack Swift
 (``pip install swift``) with its S3 API (``s3api`` and ``tempauth`` in the proxy's
-pipeline), every server in one process (``workers = 0``), its data in a temporary
-folder. It checks request signatures and serves range reads, as S3 does.
+pipeline, ``slo`` for multipart uploads), every server in one process (``workers = 0``),
+its data in a temporary folder. It checks request signatures and serves range reads, as
+S3 does.
 
 Example::
 
@@ -68,7 +69,8 @@ workers = 0
 swift_dir = {root / "etc"}
 log_level = ERROR
 [pipeline:main]
-pipeline = catch_errors proxy-logging cache s3api tempauth proxy-logging proxy-server
+pipeline = catch_errors proxy-logging cache listing_formats s3api tempauth copy slo dlo
+    proxy-logging proxy-server
 [app:proxy-server]
 use = egg:swift#proxy
 account_autocreate = true
@@ -80,6 +82,14 @@ use = egg:swift#proxy_logging
 use = egg:swift#memcache
 [filter:s3api]
 use = egg:swift#s3api
+[filter:listing_formats]
+use = egg:swift#listing_formats
+[filter:copy]
+use = egg:swift#copy
+[filter:slo]
+use = egg:swift#slo
+[filter:dlo]
+use = egg:swift#dlo
 [filter:tempauth]
 use = egg:swift#tempauth
 user_test_tester = {SECRET_KEY} .admin
