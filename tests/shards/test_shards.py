@@ -19,8 +19,7 @@ import torch
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
 from fastload.datasets.decode import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.index import INDEX, ShardIndexError
-from fastload.shards.writer import PROGRESS
+from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
 from fastload.tools.shapes import ShapesDetection
 
 
@@ -315,3 +314,41 @@ def test_the_command_line_converts_describes_and_verifies_a_shard_set(folder, tm
     assert broken.returncode == 1 and f"{first.name}: its SHA-256 differs" in broken.stdout
     refused = run("convert", folder, tmp_path / "s", "--shards", "--workers", "2")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+
+
+class Fetches:
+    """A remote dataset's interface, recording the shards fetched ahead."""
+
+    remote = True
+
+    def __init__(self, dataset: ShardedDataset) -> None:
+        self.dataset, self.fetched = dataset, []
+        self.shards, self._starts = dataset.shards, dataset._starts
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def shard_of(self, index: int) -> int:
+        return self.dataset.shard_of(index)
+
+    def fetch(self, shard: int) -> None:
+        self.fetched.append(shard)
+
+
+def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
+    import time
+
+    remote = Fetches(ShardedDataset(many))
+    sampler = ShardShuffle(remote, global_batch_size=12, seed=1, window=2, prefetch=2)
+    expected = list(dict.fromkeys(remote.shard_of(i) for i in sampler.rank_order()))
+    iterator = iter(sampler)
+    next(iterator)  # the reader is in the first shard
+    deadline = time.monotonic() + 10  # a bound on the wait, not a measurement
+    while len(remote.fetched) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    # the shard being read and 2 ahead, no more (fetched 2 at a time: in any order)
+    assert sorted(remote.fetched) == sorted(expected[:3])
+    list(iterator)  # the reader at the end: the thread stops where it is
+    fetched = remote.fetched
+    assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])

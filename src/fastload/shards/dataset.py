@@ -17,7 +17,7 @@ from fastload.datasets.decode import DecodeMode
 from fastload.lmdb.dataset import decoded_size
 from fastload.lmdb.format import RecordFormatError, unpack_record
 from fastload.lmdb.targets import fields_target
-from fastload.shards.index import INDEX, Member, ShardIndexError, load_index
+from fastload.shards.index import INDEX, PROGRESS, Member, ShardIndexError, load_index
 from fastload.shards.remote import S3Shards, is_remote
 from fastload.shards.scan import index_webdataset
 
@@ -78,7 +78,8 @@ class ShardedDataset(ImageDataset):
             self.path = Path(path)
             if not self.path.is_dir():
                 raise FileNotFoundError(f"{self.path}: no such shard folder")
-            if not (self.path / INDEX).exists() and any(self.path.glob("*.tar")):
+            unfinished = (self.path / PROGRESS).exists()
+            if not (self.path / INDEX).exists() and not unfinished and any(self.path.glob("*.tar")):
                 index_webdataset(self.path)  # WebDataset shards: indexed once, beside them
             self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
@@ -112,6 +113,17 @@ class ShardedDataset(ImageDataset):
                 f"({len(data)} of {member.size} bytes at {member.offset})"
             )
         return data
+
+    @property
+    def remote(self) -> bool:
+        """Whether the shards come from object storage (and a read may download one)."""
+        return self._remote is not None
+
+    def fetch(self, shard: int) -> None:
+        """Bring shard number ``shard`` into the local cache now (a prefetch); nothing to
+        do for a local folder."""
+        if self._remote is not None:
+            self._remote.local_path(self.shards[shard])
 
     def _local_file(self, shard: int) -> Path:
         if self._remote is not None:  # fetched into the cache first, its hash checked

@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 INDEX = "index.json"
+PROGRESS = ".fastload-progress.json"  # an unfinished conversion: not a shard set yet
 VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # a file beside the index: no path, no traversal
 _EXTENSION = re.compile(r"^[a-z0-9_]+$")

@@ -3,7 +3,10 @@ only: never on the number of nodes, GPUs or workers."""
 
 from __future__ import annotations
 
+import bisect
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.distributed as dist
@@ -41,6 +44,7 @@ class ShardShuffle(Sampler[int]):
         window: int = 8,
         rank: int | None = None,
         world_size: int | None = None,
+        prefetch: int = 8,
     ) -> None:
         check_int(global_batch_size, "global_batch_size", low=1)
         check_int(window, "window", low=1)
@@ -58,6 +62,7 @@ class ShardShuffle(Sampler[int]):
             raise ValueError(f"rank {self.rank} is outside a world of {self.world_size}")
         self.dataset, self.global_batch_size = dataset, global_batch_size
         self.seed, self.window, self.epoch = seed, window, 0
+        self.prefetch = check_int(prefetch, "prefetch", low=0)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -80,13 +85,90 @@ class ShardShuffle(Sampler[int]):
             order.extend(indices[i] for i in shuffled)
         return order
 
-    def __iter__(self) -> Iterator[int]:
+    def rank_order(self) -> list[int]:
+        """This rank's sample indices of the epoch, in the order it reads them."""
         order = self.global_order()
         share = self.global_batch_size // self.world_size
+        mine: list[int] = []
         for start in range(0, len(order) - self.global_batch_size + 1, self.global_batch_size):
             first = start + self.rank * share
-            yield from order[first : first + share]
+            mine.extend(order[first : first + share])
+        return mine
+
+    def __iter__(self) -> Iterator[int]:
+        mine = self.rank_order()
+        if not (self.prefetch and self.dataset.remote):
+            yield from mine
+            return
+        # The order is known here, in the loader's process: a thread brings the next
+        # ``prefetch`` shards into the node's cache before the workers ask for them.
+        prefetcher = ShardPrefetcher(self.dataset, [self.dataset.shard_of(i) for i in mine],
+                                     ahead=self.prefetch)  # fmt: skip
+        try:
+            for position, index in enumerate(mine):
+                prefetcher.reached(position)
+                yield index
+        finally:
+            prefetcher.stop()
 
     def __len__(self) -> int:
         batches = len(self.dataset) // self.global_batch_size
         return batches * (self.global_batch_size // self.world_size)
+
+
+class ShardPrefetcher:
+    """Fetches the shards of a sequence of samples into the cache, in order of first use,
+    at most ``ahead`` shards past the one the reader has reached."""
+
+    def __init__(
+        self, dataset: ShardedDataset, shards_of_samples: list[int], *, ahead: int
+    ) -> None:
+        self.dataset, self.ahead = dataset, ahead
+        self.first_use: list[tuple[int, int]] = []  # (position, shard), in order
+        seen: set[int] = set()
+        for position, shard in enumerate(shards_of_samples):
+            if shard not in seen:
+                seen.add(shard)
+                self.first_use.append((position, shard))
+        self.starts = [position for position, _ in self.first_use]
+        self.position = 0
+        self.condition = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(
+            target=self._run, name="fastload-shard-prefetch", daemon=True
+        )
+        self.thread.start()
+
+    def reached(self, position: int) -> None:
+        with self.condition:
+            self.position = position
+            self.condition.notify()
+
+    def stop(self) -> None:
+        with self.condition:
+            self.stopped = True
+            self.condition.notify()
+        self.thread.join()
+
+    def _run(self) -> None:
+        # up to ``ahead`` downloads at once: the readers of a window want all its shards
+        with ThreadPoolExecutor(self.ahead, thread_name_prefix="fastload-shard-fetch") as pool:
+            for number, (_, shard) in enumerate(self.first_use):
+                with self.condition:
+                    # shard ``number`` may be fetched once the reader is within ``ahead``
+                    # shards of it
+                    while not self.stopped and self._reached_shard() + self.ahead < number:
+                        self.condition.wait()
+                    if self.stopped:
+                        return
+                pool.submit(self._fetch, shard)
+
+    def _fetch(self, shard: int) -> None:
+        try:
+            self.dataset.fetch(shard)
+        except Exception:  # the worker that reads it fetches it again and says why
+            return
+
+    def _reached_shard(self) -> int:
+        """The number (in order of first use) of the shard the reader is in."""
+        return max(0, bisect.bisect_right(self.starts, self.position) - 1)

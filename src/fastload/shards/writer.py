@@ -25,12 +25,11 @@ from fastload.datasets.decode import ImageDecodeError, is_jpeg
 from fastload.lmdb.format import pack_record, unpack_record
 from fastload.lmdb.sources import Encoding
 from fastload.lmdb.writer import make_source
-from fastload.shards.index import INDEX, Member, shard_entry, write_index
+from fastload.shards.index import INDEX, PROGRESS, Member, shard_entry, write_index
 from fastload.shards.remote import S3Shards, is_remote
 
 __all__ = ["write_shards"]
 
-PROGRESS = ".fastload-progress.json"
 _PNG = b"\x89PNG"
 
 
