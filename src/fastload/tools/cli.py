@@ -78,7 +78,12 @@ def _byte_size(value: str) -> int:
 
 
 def _is_shard_set(path: Path) -> bool:
-    return path.is_dir()
+    """A folder of shards (indexed, scannable or being written); LMDB's otherwise."""
+    from fastload.shards.index import INDEX, PROGRESS
+
+    return path.is_dir() and (
+        (path / INDEX).exists() or (path / PROGRESS).exists() or any(path.glob("*.tar"))
+    )
 
 
 def _info(args: argparse.Namespace) -> None:
