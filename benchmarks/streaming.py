@@ -84,12 +84,12 @@ def epoch_of(dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
 
 
 def cold(dataset: ShardedDataset, cache: Path, args) -> Callable[[], dict[str, float]]:
-    warm = epoch_of(dataset, args)
+    read_all = epoch_of(dataset, args)
 
     def run() -> dict[str, float]:
         shutil.rmtree(cache, ignore_errors=True)
         cache.mkdir(parents=True)
-        return warm()
+        return read_all()
 
     return run
 

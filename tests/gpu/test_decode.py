@@ -311,3 +311,15 @@ def test_a_finishing_decoder_is_torchvisions_normalize_of_its_uint8_output():
 def test_bad_finishing_arguments_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error, match=message):
         GPUDecoder(24, device="cpu", **kwargs)
+
+
+def test_statistics_on_the_255_scale_finish_as_the_0_1_ones():
+    batch = [encode(48, 64, seed=8)]
+    params = GPUDecoder(24, device="cpu").sample_params(torch.tensor([[48.0, 64.0]]))
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    unit = GPUDecoder(24, device="cpu", mean=mean, std=std, dtype=torch.float32)
+    apex = GPUDecoder(24, device="cpu", mean=[255 * m for m in mean],
+                      std=[255 * s for s in std], dtype=torch.float32)  # fmt: skip
+    assert torch.allclose(unit(batch, params=params), apex(batch, params=params), atol=1e-5)
+    with pytest.raises(ValueError, match="mean and std need 3 values"):
+        GPUDecoder(24, device="cpu", mean=(0.5,), std=(0.2,), dtype=torch.float32)

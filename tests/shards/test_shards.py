@@ -323,7 +323,7 @@ class Fetches:
 
     def __init__(self, dataset: ShardedDataset) -> None:
         self.dataset, self.fetched = dataset, []
-        self.shards, self._starts = dataset.shards, dataset._starts
+        self.shards, self.shard_range = dataset.shards, dataset.shard_range
 
     def __len__(self) -> int:
         return len(self.dataset)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import bisect
-import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,14 @@ from fastload.datasets.decode import DecodeMode
 from fastload.lmdb.dataset import decoded_size
 from fastload.lmdb.format import RecordFormatError, unpack_record
 from fastload.lmdb.targets import fields_target
-from fastload.shards.index import INDEX, PROGRESS, Member, ShardIndexError, load_index
+from fastload.shards.index import (
+    INDEX,
+    PROGRESS,
+    Member,
+    ShardIndexError,
+    file_sha256,
+    load_index,
+)
 from fastload.shards.remote import S3Shards, is_remote
 from fastload.shards.scan import index_webdataset
 
@@ -98,6 +104,10 @@ class ShardedDataset(ImageDataset):
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 
+    def shard_range(self, shard: int) -> range:
+        """The sample indices shard number ``shard`` holds."""
+        return range(self._starts[shard], self._starts[shard + 1])
+
     def shard_of(self, index: int) -> int:
         return self.locate(index)[0]
 
@@ -157,11 +167,7 @@ class ShardedDataset(ImageDataset):
         """Check every shard's SHA-256 against the index; raise naming the first that
         differs."""
         for number, shard in enumerate(self.shards):
-            digest = hashlib.sha256()
-            with open(self._local_file(number), "rb") as file:
-                for block in iter(lambda: file.read(1 << 20), b""):
-                    digest.update(block)
-            if digest.hexdigest() != shard.sha256:
+            if file_sha256(self._local_file(number)) != shard.sha256:
                 raise ShardIndexError(
                     f"{self._where(number)}: its SHA-256 differs from the index's"
                 )

@@ -8,6 +8,7 @@ Read with :func:`load_index`, which checks everything a hostile index could lie 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -49,6 +50,15 @@ class Shard:
     size: int
     sha256: str
     samples: list[tuple[str, dict[str, Member]]]
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read 1 MiB at a time: what the index records per shard."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def shard_entry(

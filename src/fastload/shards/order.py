@@ -72,14 +72,13 @@ class ShardShuffle(Sampler[int]):
         epoch = self.epoch if epoch is None else epoch
         key = splitmix64(splitmix64(self.seed) ^ epoch) & (2**63 - 1)
         generator = torch.Generator().manual_seed(key)
-        starts = self.dataset._starts
         shards = torch.randperm(len(self.dataset.shards), generator=generator).tolist()
         order: list[int] = []
         for first in range(0, len(shards), self.window):
             indices = [
                 index
                 for shard in shards[first : first + self.window]
-                for index in range(starts[shard], starts[shard + 1])
+                for index in self.dataset.shard_range(shard)
             ]
             shuffled = torch.randperm(len(indices), generator=generator).tolist()
             order.extend(indices[i] for i in shuffled)

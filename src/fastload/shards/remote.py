@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.index import INDEX, Shard, ShardIndexError, parse_index
+from fastload.shards.index import INDEX, Shard, ShardIndexError, file_sha256, parse_index
 
 __all__ = ["S3Shards", "is_remote"]
 
@@ -114,7 +114,7 @@ class S3Shards:
             ]
             with ThreadPoolExecutor(self.parallel) as pool:
                 list(pool.map(lambda span: self._fetch(shard, part, span, url), ranges))
-            if _sha256(part) == shard.sha256:
+            if file_sha256(part) == shard.sha256:
                 os.replace(part, path)
                 return
         part.unlink(missing_ok=True)
@@ -169,14 +169,6 @@ class S3Shards:
                 break
             total -= entry.stat().st_size
             entry.unlink(missing_ok=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _explained(error: Exception, shards: S3Shards, where: str) -> Exception:

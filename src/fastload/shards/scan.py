@@ -4,12 +4,11 @@ the index written beside them, so the next open reads it directly."""
 
 from __future__ import annotations
 
-import hashlib
 import tarfile
 from pathlib import Path
 from typing import Any
 
-from fastload.shards.index import Member, ShardIndexError, shard_entry, write_index
+from fastload.shards.index import Member, ShardIndexError, file_sha256, shard_entry, write_index
 
 __all__ = ["index_webdataset"]
 
@@ -69,13 +68,9 @@ def _scan(path: Path) -> dict[str, Any]:
                 samples[-1][1][extension] = Member(extension, info.offset_data, info.size)
     except (tarfile.TarError, EOFError) as error:
         raise ShardIndexError(f"{path}: not a readable tar ({error})") from None
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
     size = path.stat().st_size
     for key, members in samples:
         for member in members.values():
             if member.offset + member.size > size:
                 raise ShardIndexError(f"{path}: member {key}.{member.extension} runs past the end")
-    return shard_entry(path.name, size, digest.hexdigest(), samples)
+    return shard_entry(path.name, size, file_sha256(path), samples)

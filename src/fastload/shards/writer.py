@@ -9,7 +9,6 @@ them and goes on from the first unfinished sample, re-encoding nothing finished.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -25,7 +24,7 @@ from fastload.datasets.decode import ImageDecodeError, is_jpeg
 from fastload.lmdb.format import pack_record, unpack_record
 from fastload.lmdb.sources import Encoding
 from fastload.lmdb.writer import make_source
-from fastload.shards.index import INDEX, PROGRESS, Member, shard_entry, write_index
+from fastload.shards.index import INDEX, PROGRESS, Member, file_sha256, shard_entry, write_index
 from fastload.shards.remote import S3Shards, is_remote
 
 __all__ = ["write_shards"]
@@ -194,10 +193,7 @@ class _ShardWriter:
 
     def close(self) -> dict[str, Any]:
         self.tar.close()
-        digest = hashlib.sha256()
-        with open(self.temporary, "rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
+        digest = file_sha256(self.temporary)
         os.replace(self.temporary, self.folder / self.name)
         size = (self.folder / self.name).stat().st_size
-        return shard_entry(self.name, size, digest.hexdigest(), self.samples)
+        return shard_entry(self.name, size, digest, self.samples)

@@ -52,13 +52,18 @@ class Finish:
         dtype: torch.dtype = torch.float32,
         channels_last: bool = False,
     ) -> Finish:
-        """0..1 floats (``mean``/``std`` None), or normalised ones (0..1 scale statistics)."""
+        """0..1 floats (``mean``/``std`` None), or normalised ones: statistics on the 0..1
+        scale or on the 0..255 one, as ``DataPrefetcher`` takes them."""
         if mean is None or std is None:
             return cls((1 / 255,) * 3, (0.0,) * 3, dtype, channels_last)
-        return cls(
-            [1 / (255 * s) for s in std], [-m / s for m, s in zip(mean, std, strict=True)],
-            dtype, channels_last,
-        )  # fmt: skip
+        from fastload.gpu.color import Normalize  # the package's one reading of statistics
+
+        scale, shift = Normalize.from_statistics(mean, std).affine(
+            torch.device("cpu"), torch.float32, uint8=True
+        )
+        if scale.numel() != 3:
+            raise ValueError(f"mean and std need 3 values (RGB), got {scale.numel()}")
+        return cls(scale.flatten().tolist(), shift.flatten().tolist(), dtype, channels_last)
 
     def empty(self, n: int, size: tuple[int, int], device: torch.device) -> Tensor:
         layout = torch.channels_last if self.channels_last else torch.contiguous_format
@@ -110,7 +115,8 @@ def crop_resize_finish_reference(
     mirrored where ``flip[i]``, finished. The CPU path, and what the fused kernel is
     checked against."""
     device = images[0].device if len(images) else boxes.device
-    out = finish.empty(len(images), size, device)
+    # the resampled values of the batch, finished once (one statistics copy, one cast)
+    pixels = torch.empty((len(images), 3, *size), dtype=torch.float32, device=device)
     for index, image in enumerate(images):
         top, left, height, width = (float(v) for v in boxes[index])
         image_h, image_w = image_size(image, hwc)
@@ -123,12 +129,11 @@ def crop_resize_finish_reference(
         if hwc:  # (h, w, 3): rows over h as one matmul, then columns over w
             region = image[y0:y1, x0:x1].to(torch.float32)
             tall = (rows @ region.reshape(region.shape[0], -1)).view(size[0], -1, 3)
-            pixels = torch.einsum("xw,ywc->cyx", columns, tall)
+            pixels[index] = torch.einsum("xw,ywc->cyx", columns, tall)
         else:
             region = image[:, y0:y1, x0:x1].to(torch.float32)
-            pixels = rows @ region @ columns.T
-        out[index] = finish.apply(pixels)
-    return out
+            pixels[index] = rows @ region @ columns.T
+    return finish.empty(len(images), size, device).copy_(finish.apply(pixels))
 
 
 def pack_images(images: Sequence[Tensor], *, hwc: bool = False) -> tuple[Tensor, Tensor, Tensor]:
