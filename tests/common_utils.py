@@ -7,6 +7,7 @@ import io
 import runpy
 import signal
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,3 +52,24 @@ def run_script(path: Path, *args: str) -> str:
     finally:
         sys.argv = argv
     return out.getvalue()
+
+
+#: ``python -c KILLED_CONVERSION FOLDER DESTINATION``: write_shards of the image folder,
+#: the process killed with SIGKILL when it reads image 11 (after a few finished shards).
+KILLED_CONVERSION = textwrap.dedent(
+    """
+    import os, signal, sys
+    from fastload import ImageFolder
+    from fastload.shards import write_shards
+
+    read = ImageFolder.__getitem__
+
+    def killed_at_11(self, index):  # the same class as the resume's: the same source
+        if index == 11:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return read(self, index)
+
+    ImageFolder.__getitem__ = killed_at_11
+    write_shards(ImageFolder(sys.argv[1], decode="numpy"), sys.argv[2], shard_size=20_000)
+    """
+)

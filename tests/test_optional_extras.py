@@ -22,6 +22,7 @@ OPTIONAL = (
     "nvidia",
     "boto3",
     "swift",
+    "ray",
 )
 
 

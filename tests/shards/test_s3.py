@@ -4,13 +4,18 @@ cache, with the errors a user meets named."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 import torch
 
+from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.index import ShardIndexError
+from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
 from fastload.tools.s3server import LocalS3, swift_installed
 
 boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
@@ -134,3 +139,41 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
     assert len(order) == 24 and sorted(order) == list(range(24))
     assert proxy.counts["slow_down"] and proxy.counts["truncate"] and proxy.counts["stall"]
     dataset.verify()  # what entered the cache is what was written
+
+
+def objects(server, prefix: str) -> dict[str, tuple[str, object]]:
+    """``name -> (ETag, LastModified)`` of the objects under ``prefix``."""
+    listing = boto3.client("s3", **server.client_options()).list_objects_v2(
+        Bucket="data", Prefix=f"{prefix}/"
+    )
+    return {
+        entry["Key"].removeprefix(f"{prefix}/"): (entry["ETag"], entry["LastModified"])
+        for entry in listing.get("Contents", [])
+    }
+
+
+def test_a_killed_upload_resumes_without_uploading_finished_shards_again(
+    folder, server, aws, tmp_path
+):
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_CONVERSION, str(folder), "s3://data/killed"],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -9
+    uploaded = objects(server, "killed")
+    finished = {name: stamp for name, stamp in uploaded.items() if name.endswith(".tar")}
+    assert finished and PROGRESS in uploaded and INDEX not in uploaded
+    with pytest.raises(ShardIndexError, match="conversion did not finish"):
+        ShardedDataset("s3://data/killed", cache_dir=tmp_path)
+    with pytest.raises(FileExistsError, match="pass resume=True"):
+        write_shards(ImageFolder(folder, decode="numpy"), "s3://data/killed")
+    time.sleep(1.1)  # the server's LastModified counts seconds: a new upload would differ
+    write_shards(ImageFolder(folder, decode="numpy"), "s3://data/killed", shard_size=20_000,
+                 resume=True)  # fmt: skip
+    after = objects(server, "killed")
+    assert {name: after[name] for name in finished} == finished
+    assert PROGRESS not in after and INDEX in after
+    write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "whole", shard_size=20_000)
+    resumed = ShardedDataset("s3://data/killed", cache_dir=tmp_path / "cache")
+    whole = ShardedDataset(tmp_path / "whole")
+    assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]

@@ -9,13 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
 from fastload.datasets.decode import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
@@ -72,25 +72,6 @@ def test_detection_targets_read_back_as_from_lmdb(tmp_path):
 def test_a_destination_with_a_shard_set_is_refused(shards, folder):
     with pytest.raises(FileExistsError, match="already holds a shard set"):
         write_shards(folder, shards)
-
-
-KILLED_CONVERSION = textwrap.dedent(
-    """
-    import os, signal, sys
-    from fastload import ImageFolder
-    from fastload.shards import write_shards
-
-    read = ImageFolder.__getitem__
-
-    def killed_at_11(self, index):  # the same class as the resume's: the same source
-        if index == 11:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return read(self, index)
-
-    ImageFolder.__getitem__ = killed_at_11
-    write_shards(ImageFolder(sys.argv[1], decode="numpy"), sys.argv[2], shard_size=20_000)
-    """
-)
 
 
 def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, tmp_path):

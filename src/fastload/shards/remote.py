@@ -58,7 +58,6 @@ class S3Shards:
         default = Path.home() / ".cache" / "fastload" / "shards"
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.cache = Path(cache_dir) if cache_dir is not None else default / key
-        self.cache.mkdir(parents=True, exist_ok=True)
         self._client: Any = None
         self._pid = -1
 
@@ -89,12 +88,13 @@ class S3Shards:
         try:
             data = self.client().get_object(Bucket=self.bucket, Key=self.key(INDEX))["Body"].read()
         except Exception as error:
-            raise _explained(error, self, where) from None
+            raise self.explained(error, where) from None
         return parse_index(data, where)
 
     def local_path(self, shard: Shard) -> Path:
         """The shard's file in the cache, downloaded and checked first if it is not there."""
         path = self.cache / shard.name
+        self.cache.mkdir(parents=True, exist_ok=True)
         with open(self.cache / f".{shard.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one process of the node downloads it
             if not (path.exists() and path.stat().st_size == shard.size):
@@ -150,7 +150,7 @@ class S3Shards:
                     ) from None
                 time.sleep(0.1 * 2**attempt)
             except Exception as error:
-                raise _explained(error, self, url) from None
+                raise self.explained(error, url) from None
         with open(part, "r+b") as file:  # a body still short leaves zeros: the hash sees it
             file.seek(first)
             file.write(body[: last - first + 1])
@@ -170,21 +170,20 @@ class S3Shards:
             total -= entry.stat().st_size
             entry.unlink(missing_ok=True)
 
-
-def _explained(error: Exception, shards: S3Shards, where: str) -> Exception:
-    """botocore's error as one a user can act on, naming the URL."""
-    code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
-    if code == "NoSuchBucket":
-        return FileNotFoundError(f"{where}: the bucket {shards.bucket!r} does not exist")
-    if code in ("NoSuchKey", "404") and where.endswith(INDEX):
-        return ShardIndexError(
-            f"{where}: no {INDEX}: not a fastload shard set, or its conversion did not finish"
-        )
-    if code in ("NoSuchKey", "404"):
-        return FileNotFoundError(f"{where}: no such object")
-    if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "403"):
-        return PermissionError(
-            f"{where}: the endpoint refused the credentials ({code}): check "
-            "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the options given"
-        )
-    return OSError(f"{where}: {type(error).__name__}: {error}")
+    def explained(self, error: Exception, where: str) -> Exception:
+        """botocore's error as one a user can act on, naming the URL."""
+        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+        if code == "NoSuchBucket":
+            return FileNotFoundError(f"{where}: the bucket {self.bucket!r} does not exist")
+        if code in ("NoSuchKey", "404") and where.endswith(INDEX):
+            return ShardIndexError(
+                f"{where}: no {INDEX}: not a fastload shard set, or its conversion did not finish"
+            )
+        if code in ("NoSuchKey", "404"):
+            return FileNotFoundError(f"{where}: no such object")
+        if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "403"):
+            return PermissionError(
+                f"{where}: the endpoint refused the credentials ({code}): check "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the options given"
+            )
+        return OSError(f"{where}: {type(error).__name__}: {error}")

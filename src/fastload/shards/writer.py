@@ -2,18 +2,19 @@
 ``000000123.cls``, and ``000000123.fastload`` for targets, in the pickle-free record
 encoding of the LMDB files), shards of about ``shard_size`` bytes, the index last.
 
-A shard is written to a temporary name and renamed when complete; a progress file lists
-the finished ones, so ``resume=True`` after an interruption (even ``kill -9``) keeps
-them and goes on from the first unfinished sample, re-encoding nothing finished.
+A shard is written to a temporary name and put into the destination when complete
+(:mod:`fastload.shards.destination`); the progress lists the finished ones, so
+``resume=True`` after an interruption (even ``kill -9``) keeps them and goes on from the
+first unfinished sample, re-encoding nothing finished.
 """
 
 from __future__ import annotations
 
 import io
-import json
+import itertools
 import os
 import tarfile
-import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,11 @@ import numpy as np
 
 from fastload.datasets.decode import ImageDecodeError, is_jpeg
 from fastload.lmdb.format import pack_record, unpack_record
-from fastload.lmdb.sources import Encoding
+from fastload.lmdb.sources import Encoding, Source
 from fastload.lmdb.writer import make_source
-from fastload.shards.index import INDEX, PROGRESS, Member, file_sha256, shard_entry, write_index
-from fastload.shards.remote import S3Shards, is_remote
+from fastload.shards.destination import Destination, destination
+from fastload.shards.index import INDEX, Member, file_sha256, shard_entry
+from fastload.shards.remote import S3Shards
 
 __all__ = ["write_shards"]
 
@@ -44,16 +46,26 @@ def write_shards(
     annotations: str | os.PathLike | None = None,
     instance_masks: bool = False,
     masks: str | os.PathLike | None = None,
+    storage_options: dict[str, Any] | None = None,
+    ray: bool = False,
+    parts: int | None = None,
 ) -> dict[str, Any]:
     """Write ``source`` (an image folder, a list of ``(path, label)``, any Dataset, a COCO
     folder with ``annotations``, a segmentation folder with ``masks``: what
     :func:`fastload.write_lmdb` reads) as tar shards into the folder ``destination``, or
-    to ``s3://bucket/prefix`` (written locally, then uploaded, the index last; the AWS
-    variables configure the client);
+    to ``s3://bucket/prefix`` (each shard uploaded when complete, the index last; the AWS
+    variables and ``storage_options`` configure the client);
     ``resize`` (longest side) and ``quality`` re-encode as JPEG, as for LMDB.
 
+    ``ray=True`` spreads the conversion over a Ray cluster (``ray.init()``'s: the one
+    ``RAY_ADDRESS`` names, or a local one): ``parts`` contiguous ranges of samples
+    (default: four per CPU of the cluster), each written as whole shards by one task,
+    the index committed by this process after all. The source must be readable by
+    every worker (a shared folder, a bucket, a Dataset that pickles).
+
     Returns the index's metadata. Raises ``FileExistsError`` for a destination that
-    holds a shard set or a conversion in progress (pass ``resume=True`` for the latter).
+    holds a shard set or a conversion in progress (pass ``resume=True`` for the latter:
+    finished shards are kept, neither re-encoded nor re-uploaded).
 
     Example:
         >>> from fastload.tools.shapes import ShapesDetection
@@ -64,40 +76,109 @@ def write_shards(
     """
     if shard_size < 1:
         raise ValueError(f"shard_size must be positive, got {shard_size}")
-    if is_remote(destination):  # written here, then uploaded: shards first, the index last
-        with tempfile.TemporaryDirectory(prefix="fastload-shards-") as staging:
-            meta = write_shards(
-                source, staging, shard_size=shard_size, skip_bad=skip_bad, resize=resize,
-                quality=quality, annotations=annotations, instance_masks=instance_masks,
-                masks=masks,
+    target = _destination(destination, storage_options)
+    try:
+        items = make_source(source, annotations, instance_masks, masks)
+        progress = _progress(target, items.description, resume)
+        encoding = Encoding(resize, quality)
+        if ray:
+            from fastload.shards.on_ray import convert_on_ray
+
+            shards, skipped = convert_on_ray(
+                items, target, progress, encoding=encoding, shard_size=shard_size,
+                skip_bad=skip_bad, parts=parts, options=storage_options,
             )  # fmt: skip
-            upload(Path(staging), str(destination))
-        return meta
-    folder = Path(destination)
-    folder.mkdir(parents=True, exist_ok=True)
-    if (folder / INDEX).exists():
-        raise FileExistsError(f"{folder}: already holds a shard set ({INDEX})")
-    progress_path = folder / PROGRESS
-    if progress_path.exists() and not resume:
+        else:
+            shards, skipped = _convert(items, target, progress, encoding, shard_size, skip_bad)
+        meta = {
+            "source": items.description,
+            "samples": sum(len(shard["samples"]) for shard in shards),
+            "classes": items.classes,
+            "fields": items.fields,
+            "skipped": skipped,
+        }
+        target.commit(shards, meta)
+    finally:
+        target.close()
+    return meta
+
+
+def _destination(where: str | os.PathLike, options: dict[str, Any] | None) -> Destination:
+    target = destination(where, options)
+    if target.has_index():
+        target.close()
+        raise FileExistsError(f"{target}: already holds a shard set ({INDEX})")
+    return target
+
+
+def _progress(target: Destination, description: str, resume: bool) -> dict[str, Any]:
+    """The unfinished conversion's progress (empty for a new one), checked to be of the
+    same source."""
+    progress = target.progress()
+    if progress is None:
+        return {"description": description}
+    if not resume:
         raise FileExistsError(
-            f"{folder}: holds an unfinished conversion: pass resume=True (--resume) to finish it"
+            f"{target}: holds an unfinished conversion: pass resume=True (--resume) to finish it"
         )
-    items = make_source(source, annotations, instance_masks, masks)
-    progress = json.loads(progress_path.read_text()) if resume and progress_path.exists() else {}
-    if progress and progress.get("description") != items.description:
+    if progress.get("description") != description:
         raise ValueError(
-            f"{folder}: the unfinished conversion is of {progress.get('description')}, "
-            f"not of {items.description}"
+            f"{target}: the unfinished conversion is of {progress.get('description')}, "
+            f"not of {description}"
         )
+    return progress
+
+
+def _convert(
+    items: Source,
+    target: Destination,
+    progress: dict[str, Any],
+    encoding: Encoding,
+    shard_size: int,
+    skip_bad: bool,
+) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """In this process, shard after shard, the progress saved after each."""
+    if "parts" in progress:
+        raise ValueError(f"{target}: the unfinished conversion ran on Ray: resume it with ray=True")
     shards: list[dict[str, Any]] = progress.get("shards", [])
     skipped: list[list[str]] = progress.get("skipped", [])
-    position = progress.get("next", 0)
-    encoding = Encoding(resize, quality)
+
+    def finished(entry: dict[str, Any], position: int, bad: list[list[str]]) -> None:
+        shards.append(entry)
+        skipped.extend(bad)
+        target.save_progress({**progress, "next": position, "shards": shards, "skipped": skipped})
+
+    names = (f"shard-{number:06d}.tar" for number in itertools.count(len(shards)))
+    rest = write_range(items, progress.get("next", 0), len(items), target, names,
+                       encoding=encoding, shard_size=shard_size, skip_bad=skip_bad,
+                       on_shard=finished)  # fmt: skip
+    skipped.extend(rest)
+    return shards, skipped
+
+
+def write_range(
+    items: Source,
+    start: int,
+    stop: int,
+    target: Destination,
+    names: Iterator[str],
+    *,
+    encoding: Encoding,
+    shard_size: int,
+    skip_bad: bool,
+    on_shard: Callable[[dict[str, Any], int, list[list[str]]], None],
+) -> list[list[str]]:
+    """Samples ``start`` to ``stop`` of ``items`` as shards of about ``shard_size`` bytes
+    named from ``names``, each put into ``target`` when complete, then announced by
+    ``on_shard(index entry, next position, samples skipped in it)``. Returns the
+    samples skipped after the last shard (a range ending in bad images)."""
     writer: _ShardWriter | None = None
+    skipped: list[list[str]] = []
+    position = start
     try:
-        while position < len(items):
+        while position < stop:
             if writer is None:
-                writer = _ShardWriter(folder, f"shard-{len(shards):06d}.tar")
+                writer = _ShardWriter(target.staging, next(names))
             try:
                 record = unpack_record(items.record(position, encoding), what=items.name(position))
             except (ImageDecodeError, OSError) as error:
@@ -107,27 +188,19 @@ def write_shards(
             else:
                 writer.add(f"{position:09d}", _members(record, items.name(position)))
             position += 1
-            if writer.size >= shard_size or position == len(items):
-                shards.append(writer.close())
+            if writer.samples and (writer.size >= shard_size or position == stop):
+                entry, finished = writer.close()
+                target.put(finished, writer.name)
                 writer = None
-                progress_path.write_text(json.dumps({
-                    "description": items.description, "next": position, "shards": shards,
-                    "skipped": skipped,
-                }))  # fmt: skip
+                on_shard(entry, position, skipped)
+                skipped = []
     except BaseException:
         if writer is not None:
             writer.abandon()
         raise
-    meta = {
-        "source": items.description,
-        "samples": sum(len(shard["samples"]) for shard in shards),
-        "classes": items.classes,
-        "fields": items.fields,
-        "skipped": skipped,
-    }
-    write_index(folder, shards, meta)
-    progress_path.unlink(missing_ok=True)
-    return meta
+    if writer is not None:  # only bad images since the last shard
+        writer.abandon()
+    return skipped
 
 
 def upload(folder: Path, url: str, options: dict[str, Any] | None = None) -> None:
@@ -191,9 +264,11 @@ class _ShardWriter:
         self.tar.close()
         self.temporary.unlink(missing_ok=True)
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> tuple[dict[str, Any], Path]:
+        """The shard's index entry, and its complete file (still under the temporary
+        name: the destination puts it)."""
         self.tar.close()
-        digest = file_sha256(self.temporary)
-        os.replace(self.temporary, self.folder / self.name)
-        size = (self.folder / self.name).stat().st_size
-        return shard_entry(self.name, size, digest, self.samples)
+        entry = shard_entry(
+            self.name, self.temporary.stat().st_size, file_sha256(self.temporary), self.samples
+        )
+        return entry, self.temporary

@@ -32,6 +32,11 @@ def _convert(args: argparse.Namespace) -> None:
     if args.shards:
         _convert_to_shards(args)
         return
+    if args.ray:
+        raise ValueError("--ray writes shards: add --shards")
+    if "://" in args.destination:
+        raise ValueError(f"{args.destination}: an LMDB file is written locally; --shards writes "
+                         "to a bucket")  # fmt: skip
     meta = write_lmdb(
         args.source,
         args.destination,
@@ -52,11 +57,12 @@ def _convert_to_shards(args: argparse.Namespace) -> None:
     from fastload.shards import write_shards
 
     if args.workers is not None:
-        raise ValueError("--workers: shards are written by one process")
+        raise ValueError("--workers: shards are written by one process, or by --ray's cluster")
     meta = write_shards(
         args.source, args.destination, shard_size=args.shard_size, resume=args.resume,
         skip_bad=args.skip_bad, resize=args.resize, quality=args.quality,
         annotations=args.annotations, instance_masks=args.instance_masks, masks=args.masks,
+        ray=args.ray,
     )  # fmt: skip
     skipped = f", {len(meta['skipped'])} skipped" if meta["skipped"] else ""
     print(f"{args.destination}: {meta['samples']} samples in shards{skipped}")
@@ -327,7 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
         "source", type=Path,
         help="image folder: one sub-folder per class, or the images of --annotations/--masks",
     )  # fmt: skip
-    convert.add_argument("destination", type=Path, help="database file to create")
+    convert.add_argument(
+        "destination",
+        help="database file to create (with --shards: a folder or s3://bucket/prefix)",
+    )
     convert.add_argument("--resume", action="store_true", help="finish an interrupted conversion")
     convert.add_argument(
         "--skip-bad", action="store_true", help="skip (and list) unreadable images"
@@ -361,6 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--shard-size", type=_byte_size, default=256 << 20, metavar="SIZE",
         help="with --shards: bytes per shard (default 256MB)",
+    )  # fmt: skip
+    convert.add_argument(
+        "--ray", action="store_true",
+        help="with --shards: spread the conversion over a Ray cluster (RAY_ADDRESS, or local)",
     )  # fmt: skip
     convert.set_defaults(run=_convert)
 

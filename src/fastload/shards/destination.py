@@ -1,0 +1,134 @@
+"""Where a conversion writes its shards: a local folder, or ``s3://bucket/prefix``.
+
+Shards are written under a temporary name in a local staging folder and *put* once
+complete: renamed into the folder, or uploaded (and the local copy removed, so a
+conversion to a bucket needs room for one shard, not the set). The conversion's
+progress (the finished shards) lives beside them, as a file or an object, so a
+conversion killed with ``kill -9`` resumes on any machine without re-encoding or
+re-uploading a finished shard. The index is written last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fastload.shards.index import INDEX, PROGRESS, write_index
+from fastload.shards.remote import S3Shards, is_remote
+
+__all__ = ["Destination", "destination"]
+
+
+class Destination:
+    """A local folder receiving a shard set."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.staging = self.folder
+
+    def __str__(self) -> str:
+        return str(self.folder)
+
+    def has_index(self) -> bool:
+        return (self.folder / INDEX).exists()
+
+    def progress(self) -> dict[str, Any] | None:
+        path = self.folder / PROGRESS
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def save_progress(self, progress: dict[str, Any]) -> None:
+        temporary = self.folder / f"{PROGRESS}.tmp"  # whole or not at all
+        temporary.write_text(json.dumps(progress))
+        temporary.replace(self.folder / PROGRESS)
+
+    def put(self, finished: Path, name: str) -> None:
+        """The complete shard ``finished`` (in ``staging``) under its name."""
+        os.replace(finished, self.folder / name)
+
+    def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        """The index, which makes the shard set whole; the progress goes."""
+        write_index(self.folder, shards, meta)
+        (self.folder / PROGRESS).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Nothing to release for a folder."""
+
+
+class S3Destination(Destination):
+    """``s3://bucket/prefix``: each shard uploaded when complete, the index after all."""
+
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+        self.remote = S3Shards(url, options=options, cache_dir=tempfile.gettempdir())
+        self.url = self.remote.url
+        self.staging = Path(tempfile.mkdtemp(prefix="fastload-shards-"))
+
+    def __str__(self) -> str:
+        return self.url
+
+    def _exists(self, name: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.remote.client().head_object(Bucket=self.remote.bucket, Key=self.remote.key(name))
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                return False
+            raise self.remote.explained(error, f"{self.url}/{name}") from None
+        return True
+
+    def has_index(self) -> bool:
+        return self._exists(INDEX)
+
+    def progress(self) -> dict[str, Any] | None:
+        if not self._exists(PROGRESS):
+            return None
+        return json.loads(self._get(PROGRESS))
+
+    def _get(self, name: str) -> bytes:
+        response = self.remote.client().get_object(
+            Bucket=self.remote.bucket, Key=self.remote.key(name)
+        )
+        return bytes(response["Body"].read())
+
+    def save_progress(self, progress: dict[str, Any]) -> None:
+        self._upload_bytes(json.dumps(progress).encode(), PROGRESS)
+
+    def _upload_bytes(self, data: bytes, name: str) -> None:
+        try:
+            self.remote.client().put_object(
+                Bucket=self.remote.bucket, Key=self.remote.key(name), Body=data
+            )
+        except Exception as error:
+            raise self.remote.explained(error, f"{self.url}/{name}") from None
+
+    def put(self, finished: Path, name: str) -> None:
+        try:
+            self.remote.client().upload_file(
+                str(finished), self.remote.bucket, self.remote.key(name)
+            )
+        except Exception as error:
+            raise self.remote.explained(error, f"{self.url}/{name}") from None
+        finished.unlink()
+
+    def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        index = write_index(self.staging, shards, meta)
+        self.put(index, INDEX)
+        self.remote.client().delete_object(Bucket=self.remote.bucket, Key=self.remote.key(PROGRESS))
+
+    def close(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def destination(target: str | os.PathLike, options: dict[str, Any] | None = None) -> Destination:
+    """The :class:`Destination` for a folder or an ``s3://`` URL (``options`` go to
+    ``boto3.client("s3", ...)``)."""
+    if is_remote(target):
+        return S3Destination(str(target), options)
+    if options:
+        raise ValueError("storage options are for an s3:// destination")
+    return Destination(target)
