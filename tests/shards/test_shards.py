@@ -312,8 +312,15 @@ class Fetches:
     def shard_of(self, index: int) -> int:
         return self.dataset.shard_of(index)
 
-    def fetch(self, shard: int) -> None:
+    def fetch(self, shard: int, use: int = 0) -> bool:
         self.fetched.append(shard)
+        return True
+
+    def plan(self, shards: list[int]) -> None:
+        self.planned = shards
+
+    def forget_plan(self) -> None:
+        self.planned = None
 
 
 def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
@@ -333,3 +340,34 @@ def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
     list(iterator)  # the reader at the end: the thread stops where it is
     fetched = remote.fetched
     assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])
+
+
+def test_the_cache_evicts_what_no_plan_reads_then_what_is_read_last(tmp_path):
+    from fastload.shards.remote import S3Shards
+
+    cache = S3Shards("s3://bucket/set", cache_dir=tmp_path, cache_limit=400)
+    for age, name in enumerate(["a.tar", "b.tar", "c.tar", "d.tar"]):
+        (tmp_path / name).write_bytes(b"x" * 100)
+        os.utime(tmp_path / name, (1000 + age, 1000 + age))
+    cache.plan(["c.tar", "a.tar", "e.tar", "b.tar"])  # d is read by no one: it goes first
+    assert cache._make_room(100)
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["a.tar", "b.tar", "c.tar"]
+    assert cache._make_room(200)  # then b, read last
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["a.tar", "c.tar"]
+    # a prefetch read third (e) evicts nothing needed sooner (c, a): it is not made
+    assert not cache._make_room(300, use=2)
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["a.tar", "c.tar"]
+    cache.forget_plan()
+    assert cache.next_uses() == {}
+
+
+def test_a_dead_readers_plan_is_dropped(tmp_path):
+    from fastload.shards.remote import S3Shards
+
+    cache = S3Shards("s3://bucket/set", cache_dir=tmp_path, cache_limit=400)
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    (tmp_path / f".plan-{int(child.stdout)}.json").write_text('["x.tar"]')
+    cache.plan(["y.tar", "z.tar"])
+    assert cache.next_uses() == {"y.tar": 0, "z.tar": 1}
+    assert not (tmp_path / f".plan-{int(child.stdout)}.json").exists()

@@ -129,11 +129,23 @@ class ShardedDataset(ImageDataset):
         """Whether the shards come from object storage (and a read may download one)."""
         return self._remote is not None
 
-    def fetch(self, shard: int) -> None:
-        """Bring shard number ``shard`` into the local cache now (a prefetch); nothing to
-        do for a local folder."""
+    def fetch(self, shard: int, use: int = 0) -> bool:
+        """Bring shard number ``shard`` into the local cache now, for a read ``use`` places
+        down the last :meth:`plan` (a prefetch); not when that would evict a shard needed
+        sooner (returns False). Nothing to do for a local folder."""
+        if self._remote is None:
+            return True
+        return self._remote.prefetch(self.shards[shard], use)
+
+    def plan(self, shards: list[int]) -> None:
+        """The shard numbers this process reads next, soonest first: the cache, shared by
+        the node's processes, evicts what no plan needs, or needs last."""
         if self._remote is not None:
-            self._remote.local_path(self.shards[shard])
+            self._remote.plan([self.shards[shard].name for shard in shards])
+
+    def forget_plan(self) -> None:
+        if self._remote is not None:
+            self._remote.forget_plan()
 
     def _local_file(self, shard: int) -> Path:
         if self._remote is not None:  # fetched into the cache first, its hash checked

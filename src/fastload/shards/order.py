@@ -117,19 +117,18 @@ class ShardShuffle(Sampler[int]):
 
 class ShardPrefetcher:
     """Fetches the shards of a sequence of samples into the cache, in order of first use,
-    at most ``ahead`` shards past the one the reader has reached."""
+    at most ``ahead`` shards past the one the reader has reached, and keeps the cache's
+    plan (the shards read now, then the next ones) up to date for its eviction."""
 
     def __init__(
         self, dataset: ShardedDataset, shards_of_samples: list[int], *, ahead: int
     ) -> None:
         self.dataset, self.ahead = dataset, ahead
-        self.first_use: list[tuple[int, int]] = []  # (position, shard), in order
-        seen: set[int] = set()
+        self.spans: dict[int, list[int]] = {}  # shard -> [first, last] position of use
         for position, shard in enumerate(shards_of_samples):
-            if shard not in seen:
-                seen.add(shard)
-                self.first_use.append((position, shard))
-        self.starts = [position for position, _ in self.first_use]
+            self.spans.setdefault(shard, [position, position])[1] = position
+        self.first_use = sorted(self.spans, key=lambda shard: self.spans[shard][0])
+        self.starts = [self.spans[shard][0] for shard in self.first_use]
         self.position = 0
         self.condition = threading.Condition()
         self.stopped = False
@@ -148,11 +147,19 @@ class ShardPrefetcher:
             self.stopped = True
             self.condition.notify()
         self.thread.join()
+        self.dataset.forget_plan()
+
+    def plan(self) -> list[int]:
+        """The shards still to be read: those being read now, then by first use."""
+        position = self.position
+        now = [s for s in self.first_use if self.spans[s][0] <= position <= self.spans[s][1]]
+        later = [s for s in self.first_use if self.spans[s][0] > position]
+        return now + later
 
     def _run(self) -> None:
         # up to ``ahead`` downloads at once: the readers of a window want all its shards
         with ThreadPoolExecutor(self.ahead, thread_name_prefix="fastload-shard-fetch") as pool:
-            for number, (_, shard) in enumerate(self.first_use):
+            for number, shard in enumerate(self.first_use):
                 with self.condition:
                     # shard ``number`` may be fetched once the reader is within ``ahead``
                     # shards of it
@@ -160,11 +167,13 @@ class ShardPrefetcher:
                         self.condition.wait()
                     if self.stopped:
                         return
-                pool.submit(self._fetch, shard)
+                    plan = self.plan()
+                self.dataset.plan(plan)
+                pool.submit(self._fetch, shard, plan.index(shard) if shard in plan else 0)
 
-    def _fetch(self, shard: int) -> None:
+    def _fetch(self, shard: int, use: int) -> None:
         try:
-            self.dataset.fetch(shard)
+            self.dataset.fetch(shard, use)
         except Exception:  # the worker that reads it fetches it again and says why
             return
 

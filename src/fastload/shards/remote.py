@@ -9,14 +9,17 @@ each process on first use (a client made before a fork is not safe to use in a
 forked worker), configured by the usual AWS variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...) and by ``options``, which go to
 ``boto3.client("s3", ...)``. Processes on a node share the cache: a file lock per shard
-makes one of them download it. Past ``cache_limit`` bytes, the least recently used
-shards are removed.
+makes one of them download it. Past ``cache_limit`` bytes, shards are evicted by next
+use: each reading process announces the shards it reads next (:meth:`S3Shards.plan`,
+which :class:`~fastload.shards.ShardShuffle` calls), and the shard no plan needs, or
+needs last, goes first.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +33,17 @@ __all__ = ["S3Shards", "is_remote"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
 _BODY_ATTEMPTS = 5
+_PLAN = ".plan-"  # + pid: the shards a process of the node reads next
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def is_remote(path: Any) -> bool:
@@ -93,12 +107,23 @@ class S3Shards:
 
     def local_path(self, shard: Shard) -> Path:
         """The shard's file in the cache, downloaded and checked first if it is not there."""
+        path = self._cached(shard, use=None)
+        assert path is not None  # a read makes room whatever the plans say
+        return path
+
+    def prefetch(self, shard: Shard, use: int) -> bool:
+        """Download the shard now, for a read ``use`` places down this process's plan;
+        not when it would evict a shard needed sooner (returns False)."""
+        return self._cached(shard, use=use) is not None
+
+    def _cached(self, shard: Shard, *, use: int | None) -> Path | None:
         path = self.cache / shard.name
         self.cache.mkdir(parents=True, exist_ok=True)
         with open(self.cache / f".{shard.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one process of the node downloads it
             if not (path.exists() and path.stat().st_size == shard.size):
-                self._make_room(shard.size)
+                if not self._make_room(shard.size, use):
+                    return None
                 self._download(shard, path)
             os.utime(path)  # its last use, for the eviction
         return path
@@ -155,20 +180,66 @@ class S3Shards:
             file.seek(first)
             file.write(body[: last - first + 1])
 
-    def _make_room(self, incoming: int) -> None:
+    def plan(self, upcoming: list[str]) -> None:
+        """Announce the shards this process reads next, soonest first, to every process
+        sharing the cache: its eviction keeps the ones needed soonest."""
+        self.cache.mkdir(parents=True, exist_ok=True)
+        path = self.cache / f"{_PLAN}{os.getpid()}.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(upcoming))
+        temporary.replace(path)
+
+    def forget_plan(self) -> None:
+        (self.cache / f"{_PLAN}{os.getpid()}.json").unlink(missing_ok=True)
+
+    def next_uses(self) -> dict[str, int]:
+        """Shard name -> how soon a process of the node reads it (0: now), from the plans
+        of the processes still alive."""
+        uses: dict[str, int] = {}
+        for path in self.cache.glob(f"{_PLAN}*.json"):
+            if not _alive(int(path.stem.removeprefix(_PLAN))):
+                path.unlink(missing_ok=True)  # a killed reader's plan
+                continue
+            try:
+                names = json.loads(path.read_text())
+            except (OSError, ValueError):  # replaced while read: the next call sees it
+                continue
+            for position, name in enumerate(names):
+                uses[name] = min(position, uses.get(name, position))
+        return uses
+
+    def _make_room(self, incoming: int, use: int | None = None) -> bool:
+        """Evict until ``incoming`` more bytes fit under ``cache_limit``: first shards no
+        plan reads again (least recently used first), then those read furthest ahead
+        (Belady's rule). A shard read at ``use`` (a prefetch) evicts none needed sooner;
+        returns False when it cannot fit without that. Downloads in flight count."""
         if self.cache_limit is None:
-            return
-        cached = sorted(
-            (entry.stat().st_mtime, entry)
-            for entry in self.cache.iterdir()
-            if entry.is_file() and not entry.name.startswith(".")
-        )
-        total = sum(entry.stat().st_size for _, entry in cached) + incoming
-        for _, entry in cached:
+            return True
+        uses = self.next_uses()
+        cached, in_flight = [], 0
+        for entry in self.cache.iterdir():
+            if entry.name.endswith(".part"):
+                in_flight += entry.stat().st_size
+            elif entry.is_file() and not entry.name.startswith("."):
+                cached.append((entry, entry.stat()))
+        never = len(uses) + 1  # after any planned use
+
+        def evicted_first(item: tuple[Path, os.stat_result]) -> tuple[int, float]:
+            entry, stat = item
+            return -uses.get(entry.name, never), stat.st_mtime
+
+        total = incoming + in_flight + sum(stat.st_size for _, stat in cached)
+        victims = []
+        for entry, stat in sorted(cached, key=evicted_first):
             if total <= self.cache_limit:
                 break
-            total -= entry.stat().st_size
+            if use is not None and uses.get(entry.name, never) <= use:
+                return False  # everything left is needed before the prefetched shard
+            victims.append(entry)
+            total -= stat.st_size
+        for entry in victims:
             entry.unlink(missing_ok=True)
+        return True
 
     def explained(self, error: Exception, where: str) -> Exception:
         """botocore's error as one a user can act on, naming the URL."""
