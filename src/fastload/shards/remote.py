@@ -19,21 +19,36 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.index import INDEX, Shard, ShardIndexError, file_sha256, parse_index
+from fastload.shards.index import INDEX, Shard, ShardIndexError, parse_index
 
 __all__ = ["S3Shards", "is_remote"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
 _BODY_ATTEMPTS = 5
 _PLAN = ".plan-"  # + pid: the shards a process of the node reads next
+
+
+def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
+    """``(first, last)`` byte ranges of about ``chunk`` bytes each covering ``size`` bytes,
+    of equal sizes (no small tail costing a request of its own).
+
+    Example:
+        >>> byte_spans(10, 4)  # ~4: two ranges of 5, not 4 + 4 + 2
+        [(0, 4), (5, 9)]
+    """
+    count = max(1, round(size / chunk))
+    edges = [size * part // count for part in range(count + 1)]
+    return [(first, after - 1) for first, after in itertools.pairwise(edges)]
 
 
 def _alive(pid: int) -> bool:
@@ -74,6 +89,12 @@ class S3Shards:
         self.cache = Path(cache_dir) if cache_dir is not None else default / key
         self._client: Any = None
         self._pid = -1
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a client and threads stay in their process: a spawned worker makes its own
+        return {**self.__dict__, "_client": None, "_pid": -1, "_pool": None, "_pool_pid": -1}
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -129,17 +150,17 @@ class S3Shards:
         return path
 
     def _download(self, shard: Shard, path: Path) -> None:
+        """Ranged GETs, ``parallel`` at once, written and hashed in order as they come."""
         url = f"{self.url}/{shard.name}"
         part = path.with_name(f".{shard.name}.part")
+        spans = byte_spans(shard.size, CHUNK)
         for _attempt in range(self.attempts):
+            digest = hashlib.sha256()
             with open(part, "wb") as file:
-                file.truncate(shard.size)
-            ranges = [
-                (start, min(start + CHUNK, shard.size) - 1) for start in range(0, shard.size, CHUNK)
-            ]
-            with ThreadPoolExecutor(self.parallel) as pool:
-                list(pool.map(lambda span: self._fetch(shard, part, span, url), ranges))
-            if file_sha256(part) == shard.sha256:
+                for body in self._bodies(shard, spans, url):
+                    digest.update(body)  # a body cut short changes the hash: retried below
+                    file.write(body)
+            if digest.hexdigest() == shard.sha256:
                 os.replace(part, path)
                 return
         part.unlink(missing_ok=True)
@@ -147,10 +168,19 @@ class S3Shards:
             f"{url}: its SHA-256 differs from the index's after {self.attempts} downloads"
         )
 
-    def _fetch(self, shard: Shard, part: Path, span: tuple[int, int], url: str) -> None:
-        """One ranged GET into its place in ``part``. botocore retries a request that
-        fails (throttling, 5xx, a timeout); a body cut short while it is read is retried
-        here, with the same backoff doubling from 0.1 s."""
+    def _bodies(self, shard: Shard, spans: list[tuple[int, int]], url: str) -> Iterator[bytes]:
+        if len(spans) == 1:  # one request: no thread
+            yield self._fetch(shard, spans[0], url)
+            return
+        if self._pool is None or self._pool_pid != os.getpid():  # a fork's threads: its own
+            self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="fastload-get")
+            self._pool_pid = os.getpid()
+        yield from self._pool.map(lambda span: self._fetch(shard, span, url), spans)
+
+    def _fetch(self, shard: Shard, span: tuple[int, int], url: str) -> bytes:
+        """One ranged GET. botocore retries a request that fails (throttling, 5xx, a
+        timeout); a body cut short while it is read is retried here, with the same
+        backoff doubling from 0.1 s."""
         from botocore.exceptions import (
             IncompleteReadError,
             ReadTimeoutError,
@@ -160,14 +190,10 @@ class S3Shards:
         first, last = span
         for attempt in range(_BODY_ATTEMPTS):
             try:
-                body = (
-                    self.client()
-                    .get_object(
-                        Bucket=self.bucket, Key=self.key(shard.name), Range=f"bytes={first}-{last}"
-                    )["Body"]
-                    .read()
+                response = self.client().get_object(
+                    Bucket=self.bucket, Key=self.key(shard.name), Range=f"bytes={first}-{last}"
                 )
-                break
+                return bytes(response["Body"].read())
             except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError):
                 if attempt == _BODY_ATTEMPTS - 1:
                     raise OSError(
@@ -176,9 +202,7 @@ class S3Shards:
                 time.sleep(0.1 * 2**attempt)
             except Exception as error:
                 raise self.explained(error, url) from None
-        with open(part, "r+b") as file:  # a body still short leaves zeros: the hash sees it
-            file.seek(first)
-            file.write(body[: last - first + 1])
+        raise AssertionError("unreachable")
 
     def plan(self, upcoming: list[str]) -> None:
         """Announce the shards this process reads next, soonest first, to every process
