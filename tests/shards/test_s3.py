@@ -126,8 +126,10 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
     monkeypatch.setattr(remote, "CHUNK", 4096)  # many ranged GETs a shard: many faults
 
     # every 4th request a 503 SlowDown, every 5th body cut in half, every 7th stalled
-    # past the read timeout: botocore retries the requests, fastload the bodies
-    with FaultyProxy(server.endpoint, slow_down=4, truncate=5, stall=7, stall_s=1.5) as proxy:
+    # past the read timeout, every 31st with a byte changed: botocore retries the
+    # requests, fastload the bodies, and the shards that fail their hash
+    with FaultyProxy(server.endpoint, slow_down=4, truncate=5, stall=7, stall_s=1.5,
+                     corrupt=31) as proxy:  # fmt: skip
         options = {**server.client_options(), "endpoint_url": proxy.endpoint,
                    "config": Config(read_timeout=1, connect_timeout=1)}  # fmt: skip
         dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=options)
@@ -137,7 +139,7 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
             image, label = dataset[index]
             assert label == reference[index][1] and np.array_equal(image, reference[index][0])
     assert len(order) == 24 and sorted(order) == list(range(24))
-    assert proxy.counts["slow_down"] and proxy.counts["truncate"] and proxy.counts["stall"]
+    assert all(proxy.counts[fault] for fault in ("slow_down", "truncate", "stall", "corrupt"))
     dataset.verify()  # what entered the cache is what was written
 
 

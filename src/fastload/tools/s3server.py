@@ -194,19 +194,20 @@ class FaultyProxy:
     """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that misbehaves as object
     stores do under load, on a fixed schedule (request numbers, from 1): ``slow_down``
     every n-th request answered ``503 SlowDown``; ``truncate`` every n-th body cut in
-    half (the connection closed early); ``stall`` every n-th answered only after
-    ``stall_s`` seconds. ``endpoint`` replaces the server's."""
+    half (the connection closed early); ``corrupt`` every n-th body with one byte
+    changed (its length right: only a checksum sees it); ``stall`` every n-th answered
+    only after ``stall_s`` seconds. ``endpoint`` replaces the server's."""
 
     def __init__(
-        self, upstream: str, *, slow_down: int = 0, truncate: int = 0, stall: int = 0,
-        stall_s: float = 0.0,
+        self, upstream: str, *, slow_down: int = 0, truncate: int = 0, corrupt: int = 0,
+        stall: int = 0, stall_s: float = 0.0,
     ) -> None:  # fmt: skip
         import http.server
         import threading
         import urllib.parse
 
         target = urllib.parse.urlparse(upstream)
-        self.counts = {"requests": 0, "slow_down": 0, "truncate": 0, "stall": 0}
+        self.counts = {"requests": 0, "slow_down": 0, "truncate": 0, "corrupt": 0, "stall": 0}
         lock = threading.Lock()
         proxy = self
 
@@ -249,6 +250,9 @@ class FaultyProxy:
                 cut = (
                     truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1
                 )
+                if corrupt and number % corrupt == 0 and self.command == "GET" and data:
+                    proxy.counts["corrupt"] += 1
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
                 if cut:
                     proxy.counts["truncate"] += 1
                     self.wfile.write(data[: len(data) // 2])
