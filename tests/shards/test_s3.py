@@ -179,3 +179,36 @@ def test_a_killed_upload_resumes_without_uploading_finished_shards_again(
     resumed = ShardedDataset("s3://data/killed", cache_dir=tmp_path / "cache")
     whole = ShardedDataset(tmp_path / "whole")
     assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]
+
+
+def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
+    folder, server, aws, tmp_path
+):
+    import io
+    import tarfile
+
+    client = boto3.client("s3", **server.client_options())
+    classes = sorted(path.name for path in folder.iterdir())
+    reference = [(path.read_bytes(), classes.index(path.parent.name))
+                 for path in sorted(folder.rglob("*.jpg"))][:10]  # fmt: skip
+    for number in range(2):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for index in range(5 * number, 5 * number + 5):
+                image, label = reference[index]
+                for extension, data in (("jpg", image), ("cls", str(label).encode())):
+                    info = tarfile.TarInfo(f"{index:06d}.{extension}")
+                    info.size = len(data)
+                    archive.addfile(info, io.BytesIO(data))
+        client.put_object(Bucket="data", Key=f"wds/train-{number}.tar", Body=buffer.getvalue())
+    dataset = ShardedDataset("s3://data/wds", cache_dir=tmp_path, decode=None)
+    assert len(dataset) == 10 and [shard.name for shard in dataset.shards] == [
+        "train-0.tar", "train-1.tar"]  # fmt: skip
+    assert [(dataset[i][0].numpy().tobytes(), dataset[i][1]) for i in range(10)] == reference
+    assert (tmp_path / INDEX).exists()
+    scanned = (tmp_path / INDEX).stat().st_mtime_ns
+    again = ShardedDataset("s3://data/wds", cache_dir=tmp_path, decode=None)
+    assert len(again) == 10 and (tmp_path / INDEX).stat().st_mtime_ns == scanned
+    again.verify()
+    with pytest.raises(ShardIndexError, match=r"no index\.json"):  # no tar either
+        ShardedDataset("s3://data/nothing-here", cache_dir=tmp_path / "empty")

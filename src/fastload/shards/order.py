@@ -4,6 +4,7 @@ only: never on the number of nodes, GPUs or workers."""
 from __future__ import annotations
 
 import bisect
+import heapq
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +31,46 @@ class ShardShuffle(Sampler[int]):
     Pass it as ``sampler=`` with ``batch_size=global_batch_size // world_size``; call
     ``set_epoch`` each epoch (FastLoader does, as for ``DistributedSampler``).
 
+    Several nodes: ``groups``. With one group, each node's slice of a global batch holds
+    samples of every shard of the window, so every node downloads every shard: the whole
+    data set per node and epoch. With ``groups=G``, each epoch deals the shuffled shards
+    into ``G`` groups of about equal sample counts (each shard, in the shuffled order,
+    to the group with the fewest samples so far). Each group is its own stream, read
+    ``window`` of its shards at a time, the samples of each window shuffled. Global batch
+    ``k`` is the ``k``-th ``global_batch_size // G`` samples of group 0's stream, then
+    group 1's, and so on. Rank ``r`` of ``N`` ranks (``N`` a multiple of ``G``) reads
+    only group ``r * G // N``'s shards, so with ``G`` = the number of nodes, each node
+    downloads its own group's shards only: the data set about once in all.
+
+    - Choose ``G`` = the number of nodes and keep it for the run, as MosaicML's
+      ``num_canonical_nodes``: the global batches depend on ``(seed, epoch, data set,
+      window, groups, global_batch_size)`` and never on the world size, so a run resumes
+      on another number of GPUs with the same batches. On fewer nodes than groups, a node
+      reads several groups, and needs their windows in its cache together.
+    - A node's cache must hold ``window`` of its shards (``window`` x the shard size),
+      and a few more for the prefetch: a smaller cache downloads a shard again.
+    - Groups differ by up to a shard's samples. The epoch has ``len(dataset) //
+      global_batch_size`` global batches, ``global_batch_size // G`` samples from each
+      group's slot in each. A group with more samples than its slots lends its last
+      shard's extra samples (kept out of its own windows) to the groups with fewer,
+      which read them, shuffled, in their slots' last global batches: a short tail of
+      at most about ``G`` shards' samples that reads across groups. Only the final
+      incomplete global batch's samples are left out, as with one group (from the ends
+      of the longer groups' streams). ``groups=1`` is the order described first.
+
     Example:
-        >>> # world size 2: rank 0 and rank 1 read the halves of each global batch of 8
-        >>> # ShardShuffle(dataset, global_batch_size=8, rank=0, world_size=2)
+        >>> import tempfile
+        >>> from fastload.shards import ShardedDataset, write_shards
+        >>> from fastload.tools.shapes import ShapesDetection
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = write_shards(ShapesDetection(16, size=(16, 16)), folder, shard_size=1)
+        >>> dataset = ShardedDataset(folder)  # 16 shards of one sample each
+        >>> # 2 nodes of 4 GPUs: GPU 6 is on node 1, and reads group 1's shards only
+        >>> sampler = ShardShuffle(dataset, global_batch_size=8, groups=2, rank=6,
+        ...                        world_size=8)
+        >>> mine = set(sampler.shard_groups()[1])
+        >>> all(dataset.shard_of(index) in mine for index in sampler.rank_order())
+        True
     """
 
     def __init__(
@@ -42,12 +80,19 @@ class ShardShuffle(Sampler[int]):
         global_batch_size: int,
         seed: int = 0,
         window: int = 8,
+        groups: int = 1,
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = 8,
     ) -> None:
         check_int(global_batch_size, "global_batch_size", low=1)
         check_int(window, "window", low=1)
+        check_int(groups, "groups", low=1)
+        if global_batch_size % groups:
+            raise ValueError(
+                f"global_batch_size {global_batch_size} is not a multiple of groups {groups}: "
+                f"each global batch takes the same number of samples from every group"
+            )
         initialised = dist.is_available() and dist.is_initialized()
         self.world_size = (
             world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
@@ -61,28 +106,101 @@ class ShardShuffle(Sampler[int]):
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside a world of {self.world_size}")
         self.dataset, self.global_batch_size = dataset, global_batch_size
-        self.seed, self.window, self.epoch = seed, window, 0
+        self.seed, self.window, self.groups, self.epoch = seed, window, groups, 0
         self.prefetch = check_int(prefetch, "prefetch", low=0)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def order_identity(self) -> dict[str, int]:
+        """What the global batches depend on besides the data set and the epoch: a state
+        saved under other values would resume on other batches."""
+        return {
+            "global_batch_size": self.global_batch_size,
+            "seed": self.seed,
+            "window": self.window,
+            "groups": self.groups,
+        }
+
+    def shard_groups(self, epoch: int | None = None) -> list[list[int]]:
+        """Each group's shards in the epoch, in the order the group reads them."""
+        return self._deal(self._generator(epoch))
+
     def global_order(self, epoch: int | None = None) -> list[int]:
-        """Every sample index of the epoch, in the order all ranks share."""
+        """Every sample index of the epoch, in the order all ranks share: the global
+        batches, then the samples of the final incomplete one."""
+        generator = self._generator(epoch)
+        groups = self._deal(generator)
+        share = self.global_batch_size // self.groups
+        batches = len(self.dataset) // self.global_batch_size
+        need = batches * share  # each group's samples in the global batches
+        sizes = [sum(len(self.dataset.shard_range(s)) for s in group) for group in groups]
+        surplus = [max(size - need, 0) for size in sizes]
+        # the final incomplete global batch: from the ends of the longer groups, last first
+        left = len(self.dataset) - batches * self.global_batch_size
+        dropped = [0] * self.groups
+        for group in reversed(range(self.groups)):
+            dropped[group] = min(surplus[group], left)
+            left -= dropped[group]
+        streams, lent = [], []
+        for group, shards in enumerate(groups):
+            lends = surplus[group] - dropped[group]
+            stream, extra = self._window_shuffle(shards, sizes[group] - lends, generator)
+            streams.append(stream)
+            lent.extend(extra)
+        taken = 0
+        for stream in streams:  # the shorter groups read the longer ones' extra samples
+            borrowed = lent[taken : taken + max(need - len(stream), 0)]
+            taken += len(borrowed)
+            if borrowed:
+                shuffled = torch.randperm(len(borrowed), generator=generator).tolist()
+                stream.extend(borrowed[i] for i in shuffled)
+        order = [
+            index
+            for first in range(0, need, share)
+            for stream in streams
+            for index in stream[first : first + share]
+        ]
+        order.extend(index for stream in streams for index in stream[need:])
+        return order
+
+    def _generator(self, epoch: int | None) -> torch.Generator:
         epoch = self.epoch if epoch is None else epoch
         key = splitmix64(splitmix64(self.seed) ^ epoch) & (2**63 - 1)
-        generator = torch.Generator().manual_seed(key)
+        return torch.Generator().manual_seed(key)
+
+    def _deal(self, generator: torch.Generator) -> list[list[int]]:
+        """The shards in a random order (the generator's first draw), each dealt in turn
+        to the group with the fewest samples so far (the first such group on a tie)."""
         shards = torch.randperm(len(self.dataset.shards), generator=generator).tolist()
-        order: list[int] = []
+        groups: list[list[int]] = [[] for _ in range(self.groups)]
+        loads = [(0, group) for group in range(self.groups)]  # a heap of (samples, group)
+        for shard in shards:
+            samples, group = heapq.heappop(loads)
+            groups[group].append(shard)
+            heapq.heappush(loads, (samples + len(self.dataset.shard_range(shard)), group))
+        return groups
+
+    def _window_shuffle(
+        self, shards: list[int], keep: int, generator: torch.Generator
+    ) -> tuple[list[int], list[int]]:
+        """The first ``keep`` samples of ``shards`` (in that order) read ``window`` shards
+        at a time, the samples of each window shuffled; and the samples after them, in
+        order (those a group lends)."""
+        stream: list[int] = []
+        rest: list[int] = []
         for first in range(0, len(shards), self.window):
             indices = [
                 index
                 for shard in shards[first : first + self.window]
                 for index in self.dataset.shard_range(shard)
             ]
-            shuffled = torch.randperm(len(indices), generator=generator).tolist()
-            order.extend(indices[i] for i in shuffled)
-        return order
+            mine = indices[: keep - len(stream)]
+            rest.extend(indices[len(mine) :])
+            if mine:
+                shuffled = torch.randperm(len(mine), generator=generator).tolist()
+                stream.extend(mine[i] for i in shuffled)
+        return stream, rest
 
     def rank_order(self) -> list[int]:
         """This rank's sample indices of the epoch, in the order it reads them."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.index import INDEX, Shard, ShardIndexError, parse_index
+from fastload.shards.index import INDEX, PROGRESS, Shard, ShardIndexError, parse_index
 
 __all__ = ["S3Shards", "is_remote"]
 
@@ -119,12 +119,47 @@ class S3Shards:
         return self._client
 
     def index(self) -> tuple[list[Shard], dict[str, Any]]:
+        """The shard set's index; for public WebDataset shards without one, the index
+        made by one scan of them (each downloaded into the cache) and kept there."""
         where = f"{self.url}/{INDEX}"
         try:
             data = self.client().get_object(Bucket=self.bucket, Key=self.key(INDEX))["Body"].read()
         except Exception as error:
-            raise self.explained(error, where) from None
+            explained = self.explained(error, where)
+            if not isinstance(explained, ShardIndexError):  # not a missing index
+                raise explained from None
+            scanned = self._scanned_index(explained)
+            return parse_index(scanned.read_bytes(), str(scanned))
         return parse_index(data, where)
+
+    def _scanned_index(self, missing: ShardIndexError) -> Path:
+        from fastload.shards.scan import scan_tar, write_scanned_index
+
+        path = self.cache / INDEX
+        if path.exists():  # scanned before
+            return path
+        listing = self._listing()
+        tars = sorted((name, size) for name, size in listing.items() if name.endswith(".tar"))
+        if not tars or PROGRESS in listing:  # none, or a conversion of ours unfinished
+            raise missing
+        self.cache.mkdir(parents=True, exist_ok=True)
+        entries = []
+        for name, size in tars:  # no hash to check yet: this scan records it
+            entries.append(scan_tar(self.local_path(Shard(name, size, "", []))))
+        return write_scanned_index(self.cache, entries, self.url)
+
+    def _listing(self) -> dict[str, int]:
+        """Name -> size of the objects right under the prefix."""
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        pages = self.client().get_paginator("list_objects_v2")
+        try:
+            return {
+                entry["Key"][len(prefix) :]: int(entry["Size"])
+                for page in pages.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/")
+                for entry in page.get("Contents", [])
+            }
+        except Exception as error:
+            raise self.explained(error, self.url) from None
 
     def local_path(self, shard: Shard) -> Path:
         """The shard's file in the cache, downloaded and checked first if it is not there."""
@@ -160,7 +195,7 @@ class S3Shards:
                 for body in self._bodies(shard, spans, url):
                     digest.update(body)  # a body cut short changes the hash: retried below
                     file.write(body)
-            if digest.hexdigest() == shard.sha256:
+            if digest.hexdigest() == shard.sha256 or not shard.sha256:  # "": being indexed
                 os.replace(part, path)
                 return
         part.unlink(missing_ok=True)

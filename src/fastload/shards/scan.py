@@ -31,21 +31,19 @@ def index_webdataset(folder: Path) -> Path:
     tars = sorted(path for path in folder.glob("*.tar"))
     if not tars:
         raise ShardIndexError(f"{folder}: no index.json and no *.tar shards to index")
-    shards = [_scan(path) for path in tars]
+    return write_scanned_index(folder, [scan_tar(path) for path in tars], str(folder))
+
+
+def write_scanned_index(folder: Path, shards: list[dict[str, Any]], where: str) -> Path:
+    """The index of scanned shards, written into ``folder``."""
     samples = sum(len(shard["samples"]) for shard in shards)
-    return write_index(
-        folder,
-        shards,
-        {
-            "source": f"WebDataset shards scanned in {folder}",
-            "samples": samples,
-            "classes": None,
-            "fields": None,
-        },
-    )
+    meta = {"source": f"WebDataset shards scanned in {where}", "samples": samples,
+            "classes": None, "fields": None}  # fmt: skip
+    return write_index(folder, shards, meta)
 
 
-def _scan(path: Path) -> dict[str, Any]:
+def scan_tar(path: Path) -> dict[str, Any]:
+    """The index entry of one tar: its samples' members grouped by key, its SHA-256."""
     samples: list[tuple[str, dict[str, Member]]] = []
     seen: set[str] = set()
     try:
