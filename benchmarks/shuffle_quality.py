@@ -1,8 +1,9 @@
 """Shuffle quality on a data set written in label order: fastload's ShardShuffle at several
-windows against a true permutation, WebDataset's usual pipeline and MosaicML Streaming's
-default (py1e), at several world sizes. No data is read: every order is computed from
-sample indices (the real ShardShuffle, WebDataset's and Streaming's own shuffle and
-partition functions), then measured with numpy (about 20 s on one core at full size).
+windows, alone and with a group of shards per node, against a true permutation,
+WebDataset's usual pipeline and MosaicML Streaming's default (py1e), at several world
+sizes. No data is read: every order is computed from sample indices (the real
+ShardShuffle, WebDataset's and Streaming's own shuffle and partition functions), then
+measured with numpy (about 20 s on one core at full size).
 
 The data set: ``--classes`` x ``--per-class`` samples of ``--sample-kb`` KB, written in
 label order into shards of ``--shard-mb`` MiB (ImageNet-1k in 256 MiB shards by default).
@@ -29,14 +30,16 @@ The goals (an issue's): distinct shards >= 80% of the permutation's per device b
 >= 95% per global batch, with <= 1.05x bytes downloaded, and label distance within 1.1x
 of the permutation's.
 
-Rows marked "model" are not in fastload: a proposed ShardShuffle whose global batches are
-stratified over shard groups (one group per node), so that each node reads only its own
-group's shards.
+Rows "fastload groups=G window=W", on several nodes, are ShardShuffle with ``groups`` = the
+world's number of nodes: each global batch takes ``global batch / G`` samples from each
+group's stream, so each node reads only its own group's shards (but for a short tail);
+``window`` is then shards per node. On one node, ``groups=1``: the "fastload window=W" rows.
 
 Usage:
     python benchmarks/shuffle_quality.py [--classes 1000] [--per-class 1281]
         [--sample-kb 110] [--shard-mb 256] [--cache-gib 16] [--worlds 1,8,64]
-        [--windows 4,8,16,32,64,128] [--out DIR] [--plot] [--smoke]
+        [--windows 4,8,16,32,64,128] [--group-windows 16,32,64] [--out DIR] [--plot]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -148,39 +152,26 @@ def permutation(data: LabelOrdered, world: World, seed: int, epoch: int) -> np.n
     return global_batches(order, world)
 
 
-def fastload_order(data: LabelOrdered, window: int, seed: int, epoch: int) -> np.ndarray:
+def fastload_order(
+    data: LabelOrdered,
+    window: int,
+    seed: int,
+    epoch: int,
+    *,
+    groups: int = 1,
+    global_batch: int = 1,
+) -> np.ndarray:
     """fastload's ShardShuffle, the real class: the global order is the same for every
-    world size."""
-    sampler = ShardShuffle(data, global_batch_size=1, seed=seed, window=window)  # type: ignore[arg-type]
+    world size (with ``groups``, for every world size with this global batch)."""
+    sampler = ShardShuffle(
+        data,
+        global_batch_size=global_batch,
+        seed=seed,
+        window=window,
+        groups=groups,
+    )
     order = sampler.global_order(epoch)
     return np.fromiter(order, np.int64, len(order))
-
-
-def node_affine(data: LabelOrdered, world: World, window: int, seed: int, epoch: int) -> np.ndarray:
-    """A model of a proposed ShardShuffle (not in fastload): the epoch's shards in a random
-    order, taken ``window * groups`` at a time (``groups`` = the number of nodes), dealt
-    round-robin into the groups; the samples of each group's part of the window
-    shuffled; every global batch takes ``global_batch / groups`` samples from each group,
-    laid out group by group, so each node's slice comes from its own group's shards and
-    its cache holds one group's window."""
-    groups = world.nodes
-    if world.size % groups:
-        raise ValueError(f"a world of {world.size} is not {groups} nodes of equal size")
-    rng = np.random.default_rng([seed, epoch, 0xA11])
-    shards = rng.permutation(len(data.shards))
-    span = window * groups
-    streams: list[list[np.ndarray]] = [[] for _ in range(groups)]
-    for first in range(0, len(shards), span):
-        part = shards[first : first + span]
-        for group in range(groups):
-            members = part[group::groups]
-            indices = [np.arange(data.starts[s], data.starts[s + 1]) for s in members]
-            streams[group].append(rng.permutation(np.concatenate([np.empty(0, int), *indices])))
-    joined = [np.concatenate(stream) for stream in streams]
-    share = world.global_batch // groups
-    steps = min(len(stream) for stream in joined) // share
-    layout = np.stack([s[: steps * share].reshape(steps, share) for s in joined], axis=1)
-    return layout.reshape(steps, world.size, world.batch)
 
 
 def webdataset_order(
@@ -207,7 +198,7 @@ def webdataset_order(
             stream = np.fromiter(filters.shuffle(buffer, rng=rng)(samples), np.int64)
             full = len(stream) // world.batch
             batches_of_workers.append(stream[: full * world.batch].reshape(full, world.batch))
-        turns = []  # the DataLoader's round robin, skipping workers that are done
+        turns: list[np.ndarray] = []  # the DataLoader's round robin, skipping workers that are done
         for step in range(max(len(b) for b in batches_of_workers)):
             turns.extend(b[step] for b in batches_of_workers if step < len(b))
         ranks.append(np.array(turns).reshape(-1, world.batch))
@@ -357,16 +348,23 @@ def measure(
 
 
 def variants(
-    data: LabelOrdered, world: World, args: argparse.Namespace, orders: dict[int, np.ndarray]
+    data: LabelOrdered,
+    world: World,
+    args: argparse.Namespace,
+    orders: dict[tuple[int, int, int], np.ndarray],
 ) -> dict[str, Callable[[], np.ndarray]]:
-    """Each variant's batches for ``world``; ``orders`` keeps fastload's global orders,
-    which are the same for every world size."""
+    """Each variant's batches for ``world``; ``orders`` keeps fastload's global orders by
+    (window, groups, global batch): one group's are the same for every world size."""
     seed, epoch = args.seed, args.epoch
 
-    def fastload(window: int) -> np.ndarray:
-        if window not in orders:
-            orders[window] = fastload_order(data, window, seed, epoch)
-        return global_batches(orders[window], world)
+    def fastload(window: int, groups: int = 1) -> np.ndarray:
+        if world.size % groups:
+            raise ValueError(f"a world of {world.size} is not {groups} nodes of equal size")
+        key = (window, groups, world.global_batch if groups > 1 else 1)
+        if key not in orders:
+            orders[key] = fastload_order(data, window, seed, epoch, groups=groups,
+                                         global_batch=key[2])  # fmt: skip
+        return global_batches(orders[key], world)
 
     runs: dict[str, Callable[[], np.ndarray]] = {
         "permutation": lambda: permutation(data, world, seed, epoch)
@@ -374,10 +372,10 @@ def variants(
     for window in [*args.windows, len(data.shards)]:
         name = f"fastload window={window}" if window < len(data.shards) else (
             f"fastload window=all ({window})")  # fmt: skip
-        runs[name] = lambda w=window: fastload(w)
-    for window in args.node_windows:
-        runs[f"model: node-affine window={window}/node"] = lambda w=window: node_affine(
-            data, world, w, seed, epoch
+        runs[name] = partial(fastload, window)
+    for window in args.group_windows if world.nodes > 1 else ():  # one node: the rows above
+        runs[f"fastload groups={world.nodes} window={window}"] = partial(
+            fastload, window, world.nodes
         )
     runs[f"WebDataset shuffle({args.wds_buffer})"] = lambda: webdataset_order(
         data, world, seed, epoch, args.wds_buffer, args.wds_shardshuffle
@@ -412,7 +410,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=8, help="per rank: WebDataset, Streaming")
     parser.add_argument("--cache-gib", type=float, default=16, help="shard cache per node")
     parser.add_argument("--windows", default="4,8,16,32,64,128")
-    parser.add_argument("--node-windows", default="64", help="the model's shards per node")
+    parser.add_argument(
+        "--group-windows", default="16,32,64", help="windows with groups = nodes (per node)"
+    )
     parser.add_argument(
         "--streaming-block", type=int, default=None, help="py1e block in shards; 3/4 cache"
     )
@@ -428,10 +428,10 @@ def main(argv: list[str] | None = None) -> None:
         args.classes, args.per_class, args.batch_size, args.workers = 100, 200, 8, 2
         args.shard_mb = 50 * args.sample_kb * 1000 / 2**20  # 50 samples a shard, 400 shards
         args.cache_gib = 16 * args.shard_mb / 1024  # 16 shards
-        args.windows, args.node_windows = "2,4,8,16,32", "16"
+        args.windows, args.group_windows = "2,4,8,16,32", "4,8,16"
     args.worlds = [int(w) for w in args.worlds.split(",")]
     args.windows = [int(w) for w in args.windows.split(",")]
-    args.node_windows = [int(w) for w in args.node_windows.split(",") if w]
+    args.group_windows = [int(w) for w in args.group_windows.split(",") if w]
     sample_bytes = round(args.sample_kb * 1000)
     per_shard = max(1, int(args.shard_mb * 2**20 // sample_bytes))
     data = LabelOrdered(args.classes, args.per_class, per_shard, sample_bytes)
@@ -470,7 +470,7 @@ def evaluate(data: LabelOrdered, args: argparse.Namespace, capacity: int) -> lis
     """A row per world size and variant: its measures, their ratios to the permutation's,
     the goals it meets; or a note saying why it has none."""
     rows: list[dict[str, Any]] = []
-    orders: dict[int, np.ndarray] = {}
+    orders: dict[tuple[int, int, int], np.ndarray] = {}
     for size in args.worlds:
         world = World(size, args.batch_size, args.gpus_per_node, args.workers)
         results: dict[str, dict[str, Any]] = {}
@@ -563,13 +563,17 @@ def plot(result: Path) -> Path:
         for line, what in enumerate(("device", "global")):
             ax, metric, goal = axes[line][column], f"{what}_ratio", GOALS[what]
             ax.fill_between([0.8, GOALS["bytes"]], goal, 1.08, color="#c9e6c0", zorder=0)
-            fast = [row for row in mine if row["name"].startswith("fastload")]
-            ax.plot([r["bytes"] for r in fast], [r[metric] for r in fast], "o-",
-                    color="#2a7ab0", label="fastload ShardShuffle, by window")  # fmt: skip
-            for row in fast:
-                window = row["name"].split("=")[1].split(" ")[0]
-                ax.annotate(window, (row["bytes"], row[metric]), fontsize=7,
-                            xytext=(5, -3), textcoords="offset points")  # fmt: skip
+            for prefix, look, label in (
+                ("fastload window=", "o-", "fastload ShardShuffle, by window"),
+                ("fastload groups=", "*--", "fastload, groups = nodes, by window per node"),
+            ):
+                fast = [row for row in mine if row["name"].startswith(prefix)]
+                ax.plot([r["bytes"] for r in fast], [r[metric] for r in fast], look,
+                        color=FASTLOAD[prefix], label=label, markersize=9)  # fmt: skip
+                for row in fast:
+                    window = row["name"].split("window=")[1].split(" ")[0]
+                    ax.annotate(window, (row["bytes"], row[metric]), fontsize=7,
+                                xytext=(5, -3), textcoords="offset points")  # fmt: skip
             for row in mine:
                 if not row["name"].startswith("fastload"):
                     marker, colour = STYLES[next(k for k in STYLES if row["name"].startswith(k))]
@@ -591,9 +595,9 @@ def plot(result: Path) -> Path:
     return save_figure(fig, result)
 
 
+FASTLOAD = {"fastload window=": "#2a7ab0", "fastload groups=": "#d9534f"}
 STYLES = {  # name prefix -> marker, colour
     "permutation": ("X", "#333333"),
-    "model": ("*", "#d9534f"),
     "WebDataset": ("s", "#f0ad4e"),
     "Streaming py1e (": ("^", "#5cb85c"),
     "Streaming py1e,": ("D", "#2d6a2d"),

@@ -22,16 +22,19 @@ import shuffle_quality as sq  # noqa: E402
 
 WORLDS = (1, 8, 64)
 WINDOWS = (2, 4, 8, 16, 32)  # the smoke run's, below its 400 shards
+GROUP_WINDOWS = (4, 8, 16)  # the smoke run's with groups = nodes: within its 16-shard cache
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 6])
-def test_each_rank_gets_the_batches_shard_shuffle_gives_it(world_size: int):
+@pytest.mark.parametrize("world_size, groups", [(1, 1), (2, 1), (6, 1), (4, 2), (6, 3)])
+def test_each_rank_gets_the_batches_shard_shuffle_gives_it(world_size: int, groups: int):
     data = sq.LabelOrdered(classes=10, per_class=31, per_shard=7, sample_bytes=1000)
     world = sq.World(world_size, batch=3, gpus_per_node=2, workers=1)
-    batches = sq.global_batches(sq.fastload_order(data, 3, seed=5, epoch=2), world)
+    order = sq.fastload_order(data, 3, seed=5, epoch=2, groups=groups,
+                              global_batch=world.global_batch)  # fmt: skip
+    batches = sq.global_batches(order, world)
     for rank in range(world_size):
         sampler = ShardShuffle(data, global_batch_size=world.global_batch, seed=5, window=3,
-                               rank=rank, world_size=world_size)  # fmt: skip
+                               groups=groups, rank=rank, world_size=world_size)  # fmt: skip
         sampler.set_epoch(2)
         assert batches[:, rank].ravel().tolist() == sampler.rank_order()
 
@@ -73,7 +76,10 @@ def test_a_smoke_run_measures_what_a_shuffle_must_have(tmp_path: Path):
     for world in WORLDS:
         names = [name for w, name in rows if w == world]
         assert names[: len(fastload) + 1] == ["permutation", *fastload]
-        assert any(name.startswith("model: node-affine") for name in names)
+        nodes = rows[world, "permutation"]["nodes"]
+        windows = GROUP_WINDOWS if nodes > 1 else ()  # one node: the rows without groups
+        grouped = [f"fastload groups={nodes} window={w}" for w in windows]
+        assert [name for name in names if "groups=" in name] == grouped
         assert sum(name.startswith("WebDataset") for name in names) == 1
         assert sum(name.startswith("Streaming") for name in names) == 2
 
@@ -106,6 +112,14 @@ def test_a_smoke_run_measures_what_a_shuffle_must_have(tmp_path: Path):
             assert row["goals"]["global"] == (row["global_ratio"] >= 0.95)
             assert row["goals"]["bytes"] == (row["bytes"] <= 1.05)
             assert row["goals"]["label"] == (row["device_tv_ratio"] <= 1.1)
+        for window, name in zip(windows, grouped, strict=True):
+            # a group per node: each node reads its own shards (a window that fits in its
+            # cache), so the data set is fetched about once, and a global batch reads
+            # from every node's window
+            row, plain = rows[world, name], rows[world, f"fastload window={window}"]
+            assert row["bytes"] <= 1.05 and row["goals"]["bytes"]
+            assert row["global_ratio"] > 1.4 * plain["global_ratio"]
+            assert row["device_ratio"] == pytest.approx(plain["device_ratio"], abs=0.03)
         if world < 16:  # one node: a window that fits in its cache is fetched once
             for window in (w for w in WINDOWS if w <= settings["cache_shards_per_node"]):
                 assert rows[world, f"fastload window={window}"]["bytes"] <= 1 + 1e-9

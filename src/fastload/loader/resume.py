@@ -197,7 +197,8 @@ def loader_identity(loader: DataLoader[Any]) -> dict[str, Any]:
     if isinstance(loader.sampler, GlobalBatchOrder):
         # Its global batches do not depend on the world size: a rank's batches handed
         # out are the global batches done, whatever the number of ranks that resumes.
-        identity.update(batch_size=loader.sampler.global_batch_size, world_size="any", rank="any")
+        identity.update(batch_size=loader.sampler.global_batch_size, world_size="any", rank="any",
+                        order=loader.sampler.order_identity())  # fmt: skip
     return identity
 
 

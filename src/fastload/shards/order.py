@@ -48,15 +48,17 @@ class ShardShuffle(Sampler[int]):
       on another number of GPUs with the same batches. On fewer nodes than groups, a node
       reads several groups, and needs their windows in its cache together.
     - A node's cache must hold ``window`` of its shards (``window`` x the shard size),
-      and a few more for the prefetch: a smaller cache downloads a shard again.
-    - Groups differ by up to a shard's samples. The epoch has ``len(dataset) //
-      global_batch_size`` global batches, ``global_batch_size // G`` samples from each
-      group's slot in each. A group with more samples than its slots lends its last
-      shard's extra samples (kept out of its own windows) to the groups with fewer,
-      which read them, shuffled, in their slots' last global batches: a short tail of
-      at most about ``G`` shards' samples that reads across groups. Only the final
-      incomplete global batch's samples are left out, as with one group (from the ends
-      of the longer groups' streams). ``groups=1`` is the order described first.
+      and a few more for the prefetch: a smaller cache downloads a shard again. A
+      group's last window holds the shards left over: with one or two (66 shards a
+      group, ``window=64``), every node's last few global batches read one or two.
+    - Groups differ by up to a shard's samples, and the epoch has ``len(dataset) //
+      global_batch_size`` global batches all the same. A group with more samples than
+      its part of them lends the extra ones, from the end of its last shards (kept out
+      of its own windows), to the groups with fewer, which read them, shuffled, in their
+      part of the last global batches: a tail of at most ``G - 1`` shards' samples that
+      reads across groups (a node downloads a few shards more). Only the final incomplete
+      global batch's samples are left out, as with one group: from the ends of the
+      longer groups' streams. ``groups=1`` is the order described first.
 
     Example:
         >>> import tempfile
