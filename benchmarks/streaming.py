@@ -1,66 +1,55 @@
 """Streaming a shard set from object storage: fastload's ShardedDataset against the raw
-rate of parallel GETs and against the same samples on local disk, on a real S3 server
-started here on 127.0.0.1 (OpenStack Swift's S3 API).
+rate of parallel GETs, against the same samples on local disk, and against the streaming
+loaders people use, on a real S3 server started here on 127.0.0.1 (OpenStack Swift's S3
+API).
 
 The data: ``--images`` photo-like 500x375 JPEGs in shards of ``--shard-size`` bytes,
-uploaded to a bucket. Each timed pass reads every sample's encoded bytes (no decoding:
-the question is the I/O), in ShardShuffle's order, through FastLoader with ``--workers``:
+uploaded to a bucket. Each timed pass reads every sample's encoded bytes and label (no
+decoding: the question is the I/O), with ``--workers`` DataLoader workers or the peer's
+equivalent:
 
 - raw parallel GETs: every shard fetched whole by ``--parallel`` boto3 GETs at once,
   nothing else (the ceiling a reader of this server reaches here);
-- fastload, cold: ShardedDataset on the bucket, its cache emptied before each pass;
+- fastload, cold: ShardedDataset on the bucket in ShardShuffle's order through
+  FastLoader, its cache emptied before each pass;
 - fastload, warm: the same, the cache filled by the pass before;
-- fastload, local disk: ShardedDataset on the shard folder.
+- fastload, local disk: ShardedDataset on the shard folder;
+- MosaicML Streaming, litdata, WebDataset, Ray Data: each reads the same samples from the
+  same server, cold, in its own format where it has one (written and uploaded before the
+  rounds, untimed) and its own usual way; see streaming_peers.py. A peer that is not
+  installed, or fails, says why in its row; one that reads other samples than the shards
+  hold says so in its note.
 
-MosaicML Streaming, litdata, WebDataset and Ray Data are to read the same samples; for
-now each row says whether the peer is installed, and none is measured yet. Rounds are
-interleaved after a warm-up round; medians; CPU ms per sample (this process and its
-workers).
+Rounds are interleaved after a warm-up round; medians; CPU ms per sample (this process
+and its workers; for the peers, every process under this one, as Ray's workers are its
+raylet's children; every row counts the local S3 server's processes, and Ray's runtime,
+up through all rounds, while it idles).
 
 Usage:
     python benchmarks/streaming.py [--images 2000] [--shard-size 8MB] [--workers 2]
-        [--parallel 4] [--rounds 3] [--out DIR] [--plot]
+        [--parallel 4] [--rounds 3] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import shutil
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
-from common import RESULTS, Row, interleaved, plot, report
+from common import RESULTS, Row, describe, interleaved, plot, report
 from data import DATA, jpeg_folder
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
-from fastload.tools.s3server import LocalS3, swift_installed
-
-#: Peer -> (module, a name it has, how to install it).
-PEERS = {
-    "MosaicML Streaming": ("streaming", "StreamingDataset", "pip install mosaicml-streaming"),
-    "litdata": ("litdata", "StreamingDataset", "pip install litdata"),
-    "WebDataset": ("webdataset", "WebDataset", "pip install webdataset"),
-    "Ray Data": ("ray.data", "read_images", "pip install 'ray[data]'"),
-}
-
-
-def installed(module: str, name: str) -> bool:
-    """Whether ``module`` imports and has ``name`` (a folder of the same name is not it)."""
-    try:
-        return hasattr(importlib.import_module(module), name)
-    except ImportError:
-        return False
-
-
-def identity(batch):
-    return batch
+from fastload.tools.s3server import FaultyProxy, LocalS3, swift_installed
+from streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 
 
 def epoch_of(dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
@@ -70,17 +59,10 @@ def epoch_of(dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
         batch_size=args.batch_size,
         sampler=sampler,
         num_workers=args.workers,
-        collate_fn=identity,
+        collate_fn=sizes,
         persistent_workers=False,
     )  # fmt: skip  (a cold pass starts cold)
-
-    def run() -> dict[str, float]:
-        cpu, start = cpu_seconds_with_workers(), time.perf_counter()
-        samples = sum(len(batch) for batch in loader)
-        return {"seconds": time.perf_counter() - start,
-                "cpu": cpu_seconds_with_workers() - cpu, "samples": samples}  # fmt: skip
-
-    return run
+    return lambda: timed(lambda: loader)
 
 
 def cold(dataset: ShardedDataset, cache: Path, args) -> Callable[[], dict[str, float]]:
@@ -94,6 +76,50 @@ def cold(dataset: ShardedDataset, cache: Path, args) -> Callable[[], dict[str, f
     return run
 
 
+def proxied(
+    server: LocalS3, cache: Path, args, stack: ExitStack, **faults: float
+) -> Callable[[], dict[str, float]]:
+    """The cold pass through a loopback proxy (``FaultyProxy``, injecting ``faults``), with
+    ranged GETs of ``--fault-chunk`` bytes (enough requests for 1 % to happen) and a
+    1 s read timeout."""
+    from botocore.config import Config
+
+    from fastload.shards import remote
+
+    proxy = stack.enter_context(FaultyProxy(server.endpoint, **faults))  # type: ignore[arg-type]
+    options = {**server.client_options(), "endpoint_url": proxy.endpoint,
+               "config": Config(read_timeout=1, connect_timeout=1)}  # fmt: skip
+    dataset = ShardedDataset("s3://bench/shards", decode=None, cache_dir=cache,
+                             storage_options=options)  # fmt: skip
+    read_all = cold(dataset, cache, args)
+
+    def run() -> dict[str, float]:
+        chunk, remote.CHUNK = remote.CHUNK, args.fault_chunk  # the workers fork with it
+        try:
+            return read_all()
+        finally:
+            remote.CHUNK = chunk
+
+    run.proxy = proxy  # type: ignore[attr-defined]
+    return run
+
+
+#: 10 % of requests answered 503 SlowDown, 1 % of bodies cut short, 1 % with a byte
+#: changed, 1 % stalled 30 s (every n-th request: n not multiples of one another)
+FAULTS = {"slow_down": 10, "truncate": 99, "corrupt": 101, "stall": 103, "stall_s": 30.0}
+
+
+def cold_runs(dataset: ShardedDataset, cache: Path, args, truth: dict[str, int]) -> dict:
+    """``--cold-runs`` cold passes in a row, forked workers each time: the longest wait
+    for a batch and the passes that read other bytes or labels than the shards hold."""
+    passes = [cold(dataset, cache, args)() for _ in range(args.cold_runs)]
+    return {
+        "runs": len(passes),
+        "longest_wait_s": max(run["longest_wait"] for run in passes),
+        "wrong": sum(any(run[key] != truth[key] for key in truth) for run in passes),
+    }
+
+
 def raw_gets(server: LocalS3, dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
     import boto3
 
@@ -103,29 +129,68 @@ def raw_gets(server: LocalS3, dataset: ShardedDataset, args) -> Callable[[], dic
         return len(client.get_object(Bucket="bench", Key=f"shards/{name}")["Body"].read())
 
     def run() -> dict[str, float]:
-        cpu, start = cpu_seconds_with_workers(), time.perf_counter()
+        cpu, start = cpu_seconds_of_tree(), time.perf_counter()
         with ThreadPoolExecutor(args.parallel) as pool:
             list(pool.map(fetch, [shard.name for shard in dataset.shards]))
         return {"seconds": time.perf_counter() - start,
-                "cpu": cpu_seconds_with_workers() - cpu, "samples": len(dataset)}  # fmt: skip
+                "cpu": cpu_seconds_of_tree() - cpu, "samples": len(dataset)}  # fmt: skip
 
     return run
+
+
+def peer_passes(
+    server: LocalS3, shards: Path, work: Path, args, stack: ExitStack
+) -> tuple[dict[str, Callable[[], dict[str, float]]], dict[str, str]]:
+    """Each peer's pass, set up (its data written and uploaded), or why it has none."""
+    passes, notes = {}, {}
+    for name, peer in PEERS.items():
+        if (why := peer.unavailable()) is not None:
+            notes[name] = why
+            continue
+        folder = work / peer.module.replace(".", "-")
+        folder.mkdir(parents=True)
+        bench = Bench(server, shards, folder, args.batch_size, args.workers, args.shard_size,
+                      stack)  # fmt: skip
+        try:
+            passes[name] = peer.reader(bench)
+        except Exception as error:  # one peer's failure must not cost the others
+            traceback.print_exc()
+            notes[name] = f"setup failed: {describe(error)}"
+    return passes, notes
+
+
+def row_of(name: str, runs: list[dict[str, float]], truth: dict[str, int] | None = None) -> Row:
+    """A measured row; with ``truth``, a note where a pass read other samples than that."""
+    seconds = Measurement(tuple(run["seconds"] for run in runs))
+    cpu = sorted(run["cpu"] for run in runs)[len(runs) // 2]
+    wrong = [f"{run[key]:g} {key}" for run in runs for key in truth or {}
+             if run[key] != truth[key]]  # fmt: skip
+    note = f"read {', '.join(wrong)}; the shards hold {truth}" if wrong else None
+    versus = ("fastload, local disk" if "warm" in name
+              else "fastload, cold cache, via the proxy" if "faults" in name else None)  # fmt: skip
+    return Row(name, seconds, int(runs[0]["samples"]),
+               {"CPU ms/sample": f"{1000 * cpu / runs[0]['samples']:.3f}"},
+               versus=versus, note=note)  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--shard-size", type=int, default=8 << 20)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=40)  # 2000 samples: 50 batches
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=4, help="GETs at once, raw")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true")
+    parser.add_argument("--fault-chunk", type=int, default=1 << 20,
+                        help="bytes per ranged GET in the faults pass")  # fmt: skip
+    parser.add_argument("--cold-runs", type=int, default=20)
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
         args.images, args.shard_size, args.rounds, args.batch_size = 40, 200_000, 1, 8
+        args.fault_chunk, args.cold_runs = 50_000, 2
     if not swift_installed() or importlib.util.find_spec("boto3") is None:
         raise SystemExit("streaming.py needs OpenStack Swift and boto3: pip install swift boto3")
 
@@ -145,37 +210,42 @@ def main() -> None:
             remote = ShardedDataset("s3://bench/shards", decode=None, cache_dir=work / "cache",
                                     storage_options=options)  # fmt: skip
             on_disk = ShardedDataset(local, decode=None)
-            variants = {
-                f"raw parallel GETs ({args.parallel} at once)": raw_gets(server, on_disk, args),
-                "fastload, cold cache": cold(remote, work / "cache", args),
-                "fastload, warm cache": epoch_of(remote, args),
-                "fastload, local disk": epoch_of(on_disk, args),
-            }
-            results = interleaved(variants, rounds=args.rounds)
+            truth = expected(local)
+            with ExitStack() as stack:  # what a peer started (Ray) stops before the server
+                faults = proxied(server, work / "faulty-cache", args, stack, **FAULTS)
+                variants = {
+                    f"raw parallel GETs ({args.parallel} at once)": raw_gets(server, on_disk, args),
+                    "fastload, cold cache": cold(remote, work / "cache", args),
+                    "fastload, warm cache": epoch_of(remote, args),
+                    "fastload, local disk": epoch_of(on_disk, args),
+                    "fastload, cold cache, via the proxy": proxied(
+                        server, work / "proxied-cache", args, stack
+                    ),
+                    "fastload, cold cache, via the proxy, faults injected": faults,
+                }  # fmt: skip
+                passes, notes = peer_passes(server, local, work / "peers", args, stack)
+                results = interleaved(variants | passes, rounds=args.rounds)
+                summary = {
+                    "faults injected": FAULTS | dict(faults.proxy.counts),  # type: ignore[attr-defined]
+                    "cold runs": cold_runs(remote, work / "cache", args, truth),
+                }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = []
     for name, runs in results.items():
         if isinstance(runs, str):
             rows.append(Row(name, None, args.images, note=runs))
-            continue
-        seconds = Measurement(tuple(run["seconds"] for run in runs))
-        cpu = sorted(run["cpu"] for run in runs)[len(runs) // 2]
-        versus = "fastload, local disk" if "warm" in name else None
-        rows.append(Row(name, seconds, int(runs[0]["samples"]),
-                        {"CPU ms/sample": f"{1000 * cpu / runs[0]['samples']:.3f}"},
-                        versus=versus))  # fmt: skip
-    for peer, (module, name, install) in PEERS.items():
-        if not installed(module, name):
-            rows.append(Row(peer, None, args.images, note=f"not installed here ({install})"))
-        else:  # installed, but its reader of this bucket is not written yet
-            rows.append(Row(peer, None, args.images, note="installed; not measured yet"))
+        else:
+            rows.append(row_of(name, runs, None if name.startswith("raw") else truth))
+    rows += [Row(name, None, args.images, note=note) for name, note in notes.items()]
+    rows.sort(key=lambda row: list(variants | PEERS).index(row.name))
     result = report(
         "streaming", rows, baseline=f"raw parallel GETs ({args.parallel} at once)",
         unit="samples",
         settings={key: value for key, value in vars(args).items() if key != "out"}
-        | {"server": "OpenStack Swift s3api on 127.0.0.1", "data": "500x375 JPEG, bytes only"},
-        out=args.out,
+        | {"server": "OpenStack Swift s3api on 127.0.0.1", "data": "500x375 JPEG, bytes only",
+           "peers": {name: peer.version() for name, peer in PEERS.items()}},
+        out=args.out, summary=summary,
     )  # fmt: skip
     if args.plot:
         plot(result)

@@ -1,5 +1,7 @@
 """benchmarks/streaming.py: a small run against the local S3 server measures every
-fastload variant and the raw GETs, and says for each peer why it has no figure."""
+fastload variant and the raw GETs, and every peer installed here, reading as many samples
+as fastload (the same bytes and labels, or a note says otherwise); a peer that is not
+installed says why in its row."""
 
 from __future__ import annotations
 
@@ -13,10 +15,36 @@ import pytest
 from fastload.tools.s3server import swift_installed
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+#: Peer -> (module, a name it has): whether it is installed here, asked outside the run.
+PEERS = {
+    "MosaicML Streaming": ("streaming", "StreamingDataset"),
+    "litdata": ("litdata", "StreamingDataset"),
+    "WebDataset": ("webdataset", "WebDataset"),
+    "Ray Data": ("ray.data", "read_webdataset"),
+}
+INSTALLED = """
+import importlib, json, sys
+def importable(module, name):
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
+print(json.dumps({peer: importable(*names) for peer, names in json.loads(sys.argv[1]).items()}))
+"""
+
+
+def installed_peers(folder: Path) -> dict[str, bool]:
+    """Which peers import, in a fresh process run from ``folder`` (here, MosaicML's
+    ``streaming`` package would meet neither this process's modules nor the script)."""
+    completed = subprocess.run(
+        [sys.executable, "-c", INSTALLED, json.dumps(PEERS)],
+        capture_output=True, text=True, timeout=300, cwd=folder, check=True,
+    )  # fmt: skip
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
-def test_a_small_run_measures_every_variant_or_says_why_not(tmp_path: Path):
+def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(tmp_path: Path):
     pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
     if not swift_installed():
         pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
@@ -29,8 +57,21 @@ def test_a_small_run_measures_every_variant_or_says_why_not(tmp_path: Path):
         row["name"]: row for row in json.loads((tmp_path / "streaming.json").read_text())["rows"]
     }
     measured = ["raw parallel GETs (4 at once)", "fastload, cold cache", "fastload, warm cache",
-                "fastload, local disk"]  # fmt: skip
-    assert all(rows[name]["per_second"] > 0 for name in measured)
+                "fastload, local disk", "fastload, cold cache, via the proxy",
+                "fastload, cold cache, via the proxy, faults injected"]  # fmt: skip
+    assert all(rows[name]["per_second"] > 0 and rows[name]["note"] is None for name in measured)
+    summary = json.loads((tmp_path / "streaming.json").read_text())["summary"]
+    assert summary["faults injected"]["slow_down"] > 0  # and the pass read the right bytes
+    assert summary["cold runs"]["runs"] == 2 and summary["cold runs"]["wrong"] == 0
     peers = [name for name in rows if name not in measured]
-    assert peers == ["MosaicML Streaming", "litdata", "WebDataset", "Ray Data"]
-    assert all(rows[name]["note"] for name in peers)
+    assert peers == list(PEERS)
+    samples = rows["fastload, cold cache"]["items"]
+    assert samples == 40
+    for name, here in installed_peers(tmp_path).items():
+        row = rows[name]
+        if here:
+            assert row["per_second"] and row["per_second"] > 0, f"{name}: {row['note']}"
+            assert row["items"] == samples, f"{name}: {row['items']} samples, fastload {samples}"
+            assert row["note"] is None, f"{name}: {row['note']}"  # other bytes or labels
+        else:
+            assert row["per_second"] is None and row["note"], name

@@ -4,7 +4,9 @@ a per-node cache before its samples are read.
 A shard is downloaded by parallel ranged GETs into a temporary file, its SHA-256 checked
 against the index, and only then renamed into the cache; one that fails its hash after
 ``attempts`` downloads is an error naming the shard and its URL. botocore retries
-throttling and 5xx responses with backoff (its adaptive mode). The S3 client is made in
+throttling and 5xx responses with backoff (its standard mode: exponential backoff with
+jitter per request, no client-wide rate limit that would slow every download after one
+SlowDown). The S3 client is made in
 each process on first use (a client made before a fork is not safe to use in a
 forked worker), configured by the usual AWS variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...) and by ``options``, which go to
@@ -106,7 +108,7 @@ class S3Shards:
             from botocore.config import Config
 
             config = Config(
-                retries={"mode": "adaptive", "max_attempts": 10},
+                retries={"mode": "standard", "max_attempts": 10},
                 max_pool_connections=max(10, 2 * self.parallel),
             )
             options = dict(self.options)
