@@ -280,3 +280,30 @@ def test_a_state_from_another_order_is_refused(shards, other):
     take(loaders, count=1)
     with pytest.raises(ValueError, match=next(iter(other))):
         world(shards, 2, loaders[0].state_dict(), **other)
+
+
+class Sized:
+    """A data set of ``count`` shards of ``size`` bytes, local or in a cache of ``limit``."""
+
+    def __init__(self, count: int, size: int, remote: bool, limit: int | None = None) -> None:
+        from types import SimpleNamespace
+
+        self.shards = [SimpleNamespace(size=size, samples=[None]) for _ in range(count)]
+        self.remote, self.cache_limit = remote, limit
+
+
+@pytest.mark.parametrize(
+    ("dataset", "groups", "window"),
+    [
+        (Sized(500, 1 << 28, remote=False), 1, 64),  # a folder: 64 shards open at once
+        (Sized(40, 1 << 28, remote=False), 1, 40),  # no wider than the shards
+        (Sized(500, 1 << 28, remote=False), 8, 63),  # nor than a group's (ceil(500 / 8))
+        (Sized(500, 1 << 28, remote=True), 1, 16),  # a bucket, no cache limit
+        (Sized(500, 1 << 28, remote=True, limit=12 << 28), 1, 4),  # 12 fit, 8 prefetched
+        (Sized(500, 1 << 28, remote=True, limit=1 << 28), 1, 1),  # at least one
+    ],
+)
+def test_the_default_window_fits_open_files_and_the_cache(dataset, groups, window):
+    from fastload.shards.order import default_window
+
+    assert default_window(dataset, groups, prefetch=8) == window

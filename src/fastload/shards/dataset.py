@@ -129,6 +129,11 @@ class ShardedDataset(ImageDataset):
         """Whether the shards come from object storage (and a read may download one)."""
         return self._remote is not None
 
+    @property
+    def cache_limit(self) -> int | None:
+        """The byte budget of the shard cache (None: no limit, or a local folder)."""
+        return None if self._remote is None else self._remote.cache_limit
+
     def fetch(self, shard: int, use: int = 0) -> bool:
         """Bring shard number ``shard`` into the local cache now, for a read ``use`` places
         down the last :meth:`plan` (a prefetch); not when that would evict a shard needed

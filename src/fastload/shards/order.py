@@ -31,6 +31,12 @@ class ShardShuffle(Sampler[int]):
     Pass it as ``sampler=`` with ``batch_size=global_batch_size // world_size``; call
     ``set_epoch`` each epoch (FastLoader does, as for ``DistributedSampler``).
 
+    ``window`` by default (:func:`default_window`): up to 64 shards from a folder, up to
+    16 from object storage (fewer when ``cache_limit`` holds fewer, less the
+    ``prefetch``). A wider window mixes more shards into each batch (64 shards reach
+    0.80 of a permutation's distinct shards per batch of 32; ``benchmarks/
+    shuffle_quality.py``); every shard of it is open, or in the cache, at once.
+
     Several nodes: ``groups``. With one group, each node's slice of a global batch holds
     samples of every shard of the window, so every node downloads every shard: the whole
     data set per node and epoch. With ``groups=G``, each epoch deals the shuffled shards
@@ -81,15 +87,18 @@ class ShardShuffle(Sampler[int]):
         *,
         global_batch_size: int,
         seed: int = 0,
-        window: int = 8,
+        window: int | None = None,
         groups: int = 1,
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = 8,
     ) -> None:
         check_int(global_batch_size, "global_batch_size", low=1)
-        check_int(window, "window", low=1)
         check_int(groups, "groups", low=1)
+        self.prefetch = check_int(prefetch, "prefetch", low=0)
+        if window is None:
+            window = default_window(dataset, groups, self.prefetch)
+        check_int(window, "window", low=1)
         if global_batch_size % groups:
             raise ValueError(
                 f"global_batch_size {global_batch_size} is not a multiple of groups {groups}: "
@@ -109,7 +118,6 @@ class ShardShuffle(Sampler[int]):
             raise ValueError(f"rank {self.rank} is outside a world of {self.world_size}")
         self.dataset, self.global_batch_size = dataset, global_batch_size
         self.seed, self.window, self.groups, self.epoch = seed, window, groups, 0
-        self.prefetch = check_int(prefetch, "prefetch", low=0)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -233,6 +241,20 @@ class ShardShuffle(Sampler[int]):
     def __len__(self) -> int:
         batches = len(self.dataset) // self.global_batch_size
         return batches * (self.global_batch_size // self.world_size)
+
+
+def default_window(dataset: ShardedDataset, groups: int, prefetch: int) -> int:
+    """``ShardShuffle``'s window when none is given: as wide as the shards a process
+    keeps open at once allow (64 from a folder), or the cache holds (from object
+    storage: 16, or what ``cache_limit`` holds less ``prefetch`` shards, if fewer), and
+    no wider than a group's shards."""
+    per_group = max(1, -(-len(dataset.shards) // groups))
+    if not dataset.remote:
+        return min(per_group, 64)
+    limit = dataset.cache_limit
+    largest = max((shard.size for shard in dataset.shards), default=1)
+    fits = 16 if limit is None else max(1, limit // max(1, largest) - prefetch)
+    return max(1, min(per_group, 16, fits))
 
 
 class ShardPrefetcher:
