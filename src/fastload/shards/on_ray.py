@@ -29,7 +29,7 @@ def split(samples: int, parts: int) -> list[list[int]]:
 
     Example:
         >>> split(10, 3)
-        [[0, 4], [4, 7], [7, 10]]
+        [[0, 3], [3, 6], [6, 10]]
     """
     parts = max(1, min(parts, samples))
     edges = [samples * part // parts for part in range(parts + 1)]

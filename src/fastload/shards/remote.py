@@ -6,7 +6,7 @@ against the index, and only then renamed into the cache; one that fails its hash
 ``attempts`` downloads is an error naming the shard and its URL. botocore retries
 throttling and 5xx responses with backoff (its standard mode: exponential backoff with
 jitter per request, no client-wide rate limit that would slow every download after one
-SlowDown). The S3 client is made in
+SlowDown), and gives up a stalled connection after 10 s. The S3 client is made in
 each process on first use (a client made before a fork is not safe to use in a
 forked worker), configured by the usual AWS variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...) and by ``options``, which go to
@@ -110,6 +110,9 @@ class S3Shards:
             config = Config(
                 retries={"mode": "standard", "max_attempts": 10},
                 max_pool_connections=max(10, 2 * self.parallel),
+                # a stalled connection is given up after 10 s, not botocore's 60
+                connect_timeout=10,
+                read_timeout=10,
             )
             options = dict(self.options)
             if "config" in options:  # the caller's settings (timeouts, ...) win
