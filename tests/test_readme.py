@@ -1,4 +1,5 @@
-"""The README's code is what a newcomer copies first: it must run as written."""
+"""The README's and the docs' code is what a newcomer copies first: it must run as
+written (their Python blocks run as tests too, through the root conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 
 from common_utils import run_script
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+CLI_PAGE = ROOT / "docs" / "guides" / "cli.md"
 
 
 def python_block(after_heading: str) -> str:
@@ -29,8 +33,9 @@ def test_the_before_and_after_script_runs_verbatim(tmp_path, monkeypatch):
 
 
 def bash_lines() -> list[str]:
-    """Every command of the README's bash blocks, comments dropped."""
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), re.DOTALL)
+    """Every command of the README's and the docs' bash blocks, comments dropped."""
+    fence = re.compile(r"```bash\n(.*?)```", re.DOTALL)
+    blocks = [block for page in PAGES for block in fence.findall(page.read_text())]
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
 
@@ -38,15 +43,15 @@ def bash_lines() -> list[str]:
 @pytest.mark.parametrize(
     "command", [line for line in bash_lines() if line.startswith("fastload ")], ids=str
 )
-def test_every_fastload_command_in_the_readme_parses(command, tmp_path, monkeypatch):
+def test_every_fastload_command_in_the_pages_parses(command, tmp_path, monkeypatch):
     from fastload.tools.cli import build_parser
 
     monkeypatch.chdir(tmp_path)  # where --plot files would go
     build_parser().parse_args(shlex.split(command)[1:])  # exits 2 on an unknown option
 
 
-def test_every_script_and_make_target_in_the_readme_exists():
-    root = README.parent
+def test_every_script_and_make_target_in_the_pages_exists():
+    root = ROOT
     targets = set(re.findall(r"^([\w-]+):", (root / "Makefile").read_text(), re.MULTILINE))
     for line in bash_lines():
         words = shlex.split(line)
@@ -59,10 +64,10 @@ def test_every_script_and_make_target_in_the_readme_exists():
 def test_the_command_line_table_names_every_option():
     from fastload.tools.cli import build_parser
 
-    table = README.read_text().split("### Command line", 1)[1].split("\n\n", 2)[1]
+    table = CLI_PAGE.read_text().split("## Commands", 1)[1].split("\n\n", 2)[1]
     rows = {row.split("`")[1].split()[1]: row for row in table.splitlines()[2:]}
     commands = build_parser()._subparsers._group_actions[0].choices
-    assert set(rows) == set(commands)
+    assert set(rows) == set(commands) and len(set(rows)) == 6
     for name, parser in commands.items():
         for action in parser._actions:
             flags = [flag for flag in action.option_strings if flag.startswith("--")]
