@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-gpu clean
+.PHONY: demo test lint bench bench-gpu docs docs-serve clean
 
 # TORCH_INDEX: where torch and torchvision come from, e.g. PyTorch's CPU-only wheels
 # (https://download.pytorch.org/whl/cpu) on a machine without a GPU: 4 GB less of CUDA.
@@ -13,7 +13,7 @@ $(BIN)/fastload: pyproject.toml constraints.txt
 	@echo "Installing fastload and its pinned dependencies into $(VENV) (a few minutes the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --progress-bar on -c constraints.txt --index-url $(TORCH_INDEX) torch torchvision)
-	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e '.[dev,docs]'
 	touch $@
 
 demo: $(BIN)/fastload
@@ -24,8 +24,8 @@ test: $(BIN)/fastload
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 lint: $(BIN)/fastload
-	$(BIN)/ruff check src tests benchmarks examples conftest.py
-	$(BIN)/ruff format --check src tests benchmarks examples conftest.py
+	$(BIN)/ruff check src tests benchmarks examples conftest.py mkdocs_hooks.py
+	$(BIN)/ruff format --check src tests benchmarks examples conftest.py mkdocs_hooks.py
 	$(BIN)/mypy
 
 bench: $(BIN)/fastload
@@ -36,6 +36,7 @@ bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/end_to_end.py --plot
 	$(BIN)/python benchmarks/crop_decode.py --plot
 	$(BIN)/python benchmarks/peers.py --plot  # peers missing from .venv are reported (benchmarks/install_peers.sh)
+	$(BIN)/python benchmarks/docs_page.py  # docs/benchmarks.md, from the results
 
 # The GPU suite (benchmarks/gpu_suite.py). On a GPU machine whose Python already has torch,
 # it runs the package from src/ with that Python, no venv: `make bench-gpu PYTHON=python3`.
@@ -44,7 +45,18 @@ BUDGET ?= 3600
 SUITE_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 bench-gpu:
 	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(SUITE_PYTHON) benchmarks/gpu_suite.py --parts $(PARTS) --budget-s $(BUDGET)
-	$(SUITE_PYTHON) benchmarks/gpu_readme.py
+	$(SUITE_PYTHON) benchmarks/docs_page.py
+
+# The documentation site (mkdocs.yml): built strictly (a warning or a broken link fails it)
+# into site/, after docs/benchmarks.md is rewritten from benchmarks/results/.
+docs: $(BIN)/fastload
+	$(BIN)/python benchmarks/docs_page.py
+	$(BIN)/mkdocs build --strict --site-dir site
+
+# The site on http://127.0.0.1:8000, rebuilt as you edit docs/ or a docstring.
+docs-serve: $(BIN)/fastload
+	$(BIN)/python benchmarks/docs_page.py
+	$(BIN)/mkdocs serve --watch src
 
 clean:
-	rm -rf $(VENV) benchmarks/.data
+	rm -rf $(VENV) benchmarks/.data site

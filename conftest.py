@@ -1,10 +1,10 @@
-"""Shared by every test, and the README's code blocks as tests.
+"""Shared by every test, and the code blocks of the README and docs/ as tests.
 
-Each Python block of a Markdown file under `testpaths` (the README) is a test, collected
-by pytest-markdown-docs' Markdown collector; its docstring collector is left off, since
-it would import every module a second time. A block runs in a fresh directory holding
-the README script's data, with the names a fragment takes from that script
-(`tests/docs_context.py`)."""
+Each Python block of a Markdown file under `testpaths` (README.md, and every page under
+docs/) is a test, collected by pytest-markdown-docs' Markdown collector; its docstring
+collector is left off, since it would import every module a second time. A block runs in
+a fresh directory holding the README script's data, with the names a fragment takes from
+that script (`tests/docs_context.py`)."""
 
 from __future__ import annotations
 

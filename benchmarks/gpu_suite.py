@@ -16,8 +16,8 @@ Parts, in the order they run (each compares with its baseline in the same run):
 A part that crashes or runs out of time is recorded as such in ``suite.json`` and the
 next one starts. ``--smoke`` runs every part at tiny sizes, one after another in this
 process (on a CPU in under a minute), into a scratch folder, so the suite cannot rot
-between GPU runs. After a real run,
-``python benchmarks/gpu_readme.py`` puts the tables into the README.
+between GPU runs. After a real run, ``python benchmarks/docs_page.py`` writes the tables
+into the docs' benchmarks page (docs/benchmarks.md).
 
 On the GPU machine (torch there; lmdb, albumentations and kornia as wheels in .whl):
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl

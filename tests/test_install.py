@@ -25,4 +25,4 @@ def test_the_first_install_shows_pips_progress():
 def test_torch_index_installs_torch_from_it_first_within_the_pins():
     torch_first, package = install_commands("TORCH_INDEX=https://download.pytorch.org/whl/cpu")
     assert "--index-url https://download.pytorch.org/whl/cpu torch torchvision" in torch_first
-    assert "-c constraints.txt" in torch_first and "-e '.[dev]'" in package
+    assert "-c constraints.txt" in torch_first and "-e '.[dev,docs]'" in package

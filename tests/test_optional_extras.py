@@ -23,6 +23,8 @@ OPTIONAL = (
     "boto3",
     "swift",
     "ray",
+    "mkdocs",
+    "selenium",
 )
 
 

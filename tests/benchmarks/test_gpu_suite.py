@@ -1,10 +1,11 @@
 """The GPU suite must work the first time it meets a GPU: its smoke run exercises every part
-here, on the CPU, and its plumbing (interleaving, time limits, the README block) is tested."""
+here, on the CPU, and its plumbing (interleaving, time limits, the docs page) is tested."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +13,11 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-README = BENCHMARKS.parent / "README.md"
 sys.path.insert(0, str(BENCHMARKS))
 
 import common  # noqa: E402
 import cuda_tests  # noqa: E402
-import gpu_readme  # noqa: E402
+import docs_page  # noqa: E402
 import gpu_suite  # noqa: E402
 
 MACHINE_KEYS = {"device", "driver", "cuda", "torch", "torchvision", "cpus"}
@@ -131,17 +131,18 @@ def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
 
 
 @pytest.mark.slow
-def test_readme_block_is_rebuilt_from_the_results(smoke_results: Path, tmp_path: Path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# title\n\n{gpu_readme.BEGIN}\nold text\n{gpu_readme.END}\n\nafter\n")
-    assert gpu_readme.rewrite(readme, smoke_results)
-    text = readme.read_text()
-    assert "old text" not in text and text.endswith("\n\nafter\n")
-    for name, (title, _) in gpu_readme.PARTS.items():
-        if name != "end_to_end_resnet18":  # a part the smoke run leaves to end_to_end
-            assert f"#### {title}" in text
+def test_the_docs_page_is_written_from_the_results(smoke_results: Path, tmp_path: Path):
+    results = tmp_path / "results"
+    shutil.copytree(smoke_results, results / "gpu")
+    page = tmp_path / "docs" / "benchmarks.md"
+    assert docs_page.write(results, page)
+    text = page.read_text()
+    for name, notes in docs_page.NOTES.items():
+        if name.startswith("gpu/") and (results / f"{name}.json").exists():
+            assert f"## {docs_page.heading(name)}" in text and notes.title in text, name
     assert json.loads((smoke_results / "prefetch.json").read_text())["table"] in text
-    assert not gpu_readme.rewrite(readme, smoke_results)  # a second run changes nothing
+    assert "![gpu/prefetch](../results/gpu/prefetch.png)" in text
+    assert not docs_page.write(results, page)  # a second run changes nothing
 
 
 def test_interleaved_runs_rounds_in_turn_and_isolates_a_failure():
@@ -200,27 +201,10 @@ def test_junit_outcomes_count_and_name_failures(tmp_path: Path):
     ]
 
 
-def test_without_results_the_block_says_nothing_was_measured(tmp_path: Path):
-    text = gpu_readme.block(tmp_path, README)
-    assert text.startswith("**No GPU run yet.**")
-
-
-def test_a_readme_without_markers_is_refused_in_one_line(tmp_path: Path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# no markers\n")
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "gpu_readme.py"), "--readme", str(readme)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert completed.returncode == 2
-    assert len(completed.stderr.strip().splitlines()) == 1 and "needs one" in completed.stderr
-    assert readme.read_text() == "# no markers\n"
-
-
-def test_the_readme_gpu_block_matches_the_committed_results():
-    text = README.read_text()
-    inside = text.split(gpu_readme.BEGIN)[1].split(gpu_readme.END)[0].strip()
-    assert inside == gpu_readme.block(common.RESULTS / "gpu", README)
+def test_without_gpu_results_the_page_says_nothing_was_measured(tmp_path: Path):
+    shutil.copy(common.RESULTS / "lmdb_vs_files.json", tmp_path)
+    text = docs_page.render(tmp_path, tmp_path / "benchmarks.md")
+    assert "**No GPU run yet.**" in text and "## lmdb_vs_files" in text
 
 
 def test_unknown_part_is_refused_in_one_line():

@@ -1,0 +1,70 @@
+"""The docs' benchmarks page is written from the result files and nothing else."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import docs_page  # noqa: E402
+
+RESULTS = BENCHMARKS / "results"
+COMMITTED = sorted([*RESULTS.glob("*.json"), *RESULTS.glob("*/*.json")])
+
+
+def test_the_committed_page_matches_the_committed_results():
+    assert docs_page.PAGE.read_text() == docs_page.render(), (
+        "docs/benchmarks.md is out of date: run python benchmarks/docs_page.py"
+    )
+
+
+def test_every_result_has_its_section_table_and_plot():
+    text = docs_page.PAGE.read_text()
+    sections = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    names = [docs_page.key(path, RESULTS) for path in docs_page.result_files(RESULTS)]
+    assert sorted(names) == [docs_page.key(path, RESULTS) for path in COMMITTED]
+    assert sections == [docs_page.heading(name) for name in names]
+    for path in COMMITTED:
+        data = json.loads(path.read_text())
+        if "table" in data:
+            assert data["table"] in text, path
+        if path.with_suffix(".png").exists():
+            assert f"../benchmarks/results/{path.relative_to(RESULTS).with_suffix('.png')})" in text
+
+
+def test_anchors_are_the_file_stem_or_folder_and_stem():
+    assert docs_page.heading("lmdb_vs_files") == "lmdb_vs_files"
+    assert docs_page.heading("gpu/prefetch") == "gpu: prefetch"
+    assert docs_page.anchor("gpu/prefetch") == "gpu-prefetch"
+
+
+def test_every_link_on_the_page_reaches_a_file():
+    for target in re.findall(r"\]\((\.\./[^)#]+)\)", docs_page.PAGE.read_text()):
+        assert (docs_page.PAGE.parent / target).is_file(), target
+
+
+def test_check_says_when_the_page_is_out_of_date(tmp_path: Path):
+    results = tmp_path / "benchmarks" / "results"
+    shutil.copytree(RESULTS / "gpu", results / "gpu")
+    page = tmp_path / "docs" / "benchmarks.md"
+    script = BENCHMARKS / "docs_page.py"
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(script), "--results", str(results), "--page", str(page),
+             "--check"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+
+    assert check().returncode == 1  # no page yet
+    assert docs_page.write(results, page)
+    assert check().returncode == 0
+    shutil.copy(RESULTS / "lmdb_vs_files.json", results)  # a new result
+    stale = check()
+    assert stale.returncode == 1 and "out of date" in stale.stdout

@@ -1,0 +1,267 @@
+"""The documentation site as a reader gets it: built as `make docs` builds it (strictly: a
+warning or a broken link fails), served over HTTP on 127.0.0.1 and opened in headless
+Chromium. Every page of the navigation loads with its title and no failed request, a
+click on the navigation moves to another page, the search finds an API name, and every
+benchmark plot is drawn. Skipped, saying why, without the docs' packages (the `docs`
+extra) or without Chromium and chromedriver (Debian: apt-get install chromium
+chromium-driver)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE_NAME = "fastload"
+
+#: The public API: every name in these modules' ``__all__`` has its entry in the reference.
+PUBLIC_MODULES = (
+    "fastload",
+    "fastload.loader",
+    "fastload.collate",
+    "fastload.datasets",
+    "fastload.datasets.decode",
+    "fastload.lmdb",
+    "fastload.shards",
+    "fastload.transforms",
+    "fastload.gpu",
+    "fastload.gpu.functional",
+    "fastload.tools.diagnostics",
+)
+
+
+def nav_pages() -> list[tuple[str | None, str]]:
+    """(title given in the nav or None, Markdown path) of every page of mkdocs.yml's nav."""
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+    def walk(entries: list[Any]) -> Iterator[tuple[str | None, str]]:
+        for entry in entries:
+            if isinstance(entry, str):
+                yield None, entry
+            else:
+                ((title, value),) = entry.items()
+                if isinstance(value, list):
+                    yield from walk(value)
+                else:
+                    yield title, value
+
+    return list(walk(config["nav"]))
+
+
+def url_path(page: str) -> str:
+    """Where MkDocs puts a page (directory URLs): ``guides/lmdb.md`` -> ``guides/lmdb/``."""
+    stem = page.removesuffix(".md")
+    if stem == "index":
+        return ""
+    return stem.removesuffix("/index") + "/"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built with ``mkdocs build --strict`` into a temporary folder."""
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+        pytest.importorskip(module, reason="the docs need the docs extra: pip install -e '.[docs]'")
+    out = tmp_path_factory.mktemp("site")
+    completed = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+         str(ROOT / "mkdocs.yml"), "--site-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    warnings = [line for line in completed.stderr.splitlines() if "WARNING" in line]
+    assert completed.returncode == 0, "\n".join(warnings) or completed.stderr[-5000:]
+    return out
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(site: Path) -> Iterator[str]:
+    """The site over HTTP on 127.0.0.1 (search loads its index with fetch, which a
+    file:// page may not)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=site))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium driven by Debian's chromedriver (no driver is downloaded)."""
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="the browser check needs selenium: pip install -e '.[docs]'"
+    )
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+    chromedriver = shutil.which("chromedriver") or (
+        "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
+    )
+    if chromium is None or chromedriver is None:
+        pytest.skip("the browser check needs Chromium: apt-get install chromium chromium-driver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1400,1000"):  # fmt: skip
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=chromedriver))
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def wait_for(browser: Any, condition: Any, timeout: float = 20) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout).until(condition)
+
+
+def failed_requests(browser: Any) -> list[str]:
+    """The console's errors since the last call (a resource that failed to load, a script
+    error)."""
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def test_the_site_builds_strictly_with_every_page_of_the_nav(site: Path):
+    for _, page in nav_pages():
+        assert (site / url_path(page) / "index.html").is_file(), page
+    assert (site / "search" / "search_index.json").is_file()
+
+
+def test_every_code_block_is_rendered_as_code(site: Path):
+    """A fence the highlighter does not take (say, an option it does not know) leaves its
+    backticks in the page and its code as prose."""
+    for page in site.rglob("*.html"):
+        prose = re.sub(r"<pre\b.*?</pre>", "", page.read_text(), flags=re.DOTALL)
+        assert "```" not in prose, page.relative_to(site)
+
+
+def test_the_reference_documents_every_public_name(site: Path):
+    """Each name of a public module's ``__all__`` has an entry (an anchor named by a
+    public path to the same object) in the reference, unless it is another library's
+    object that fastload re-exports."""
+    ids = set()
+    for page in (site / "reference").glob("*/index.html"):
+        ids |= set(re.findall(r'id="(fastload(?:\.\w+)+)"', page.read_text()))
+    documented = {id(found) for path in ids if (found := resolve(path)) is not None}
+    missing = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            value = getattr(module, name)
+            origin = getattr(value, "__module__", module_name) or module_name
+            if name == "__version__" or not origin.startswith("fastload"):
+                continue
+            if f"{module_name}.{name}" not in ids and id(value) not in documented:
+                missing.append(f"{module_name}.{name}")
+    assert not missing, f"not in docs/reference/: {missing}"
+
+
+def resolve(path: str) -> object | None:
+    """The object a dotted path names, or None (a method, a parameter's anchor)."""
+    parts = path.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            found = getattr(found, part, None)
+            if found is None:
+                return None
+        return found
+    return None
+
+
+def test_every_nav_page_loads_with_its_title(server: str, browser: Any):
+    from selenium.webdriver.common.by import By
+
+    failed_requests(browser)
+    for title, page in nav_pages():
+        with urllib.request.urlopen(server + url_path(page)) as response:  # a 404 raises
+            assert response.status == 200, page
+        browser.get(server + url_path(page))
+        heading = browser.find_element(By.CSS_SELECTOR, "article h1").text.strip()
+        assert heading and "404" not in heading, page
+        if page == "index.md":
+            assert browser.title == SITE_NAME
+        else:
+            assert browser.title == f"{title or heading} - {SITE_NAME}", page
+        assert not failed_requests(browser), page
+
+
+def test_a_click_on_the_navigation_opens_the_page(server: str, browser: Any):
+    from selenium.webdriver.common.by import By
+
+    def click(xpath: str) -> None:
+        link = wait_for(browser, lambda driver: driver.find_element(By.XPATH, xpath))
+        wait_for(browser, lambda driver: link.is_displayed())
+        link.click()
+
+    browser.get(server)
+    click("//a[contains(@class, 'md-tabs__link')][normalize-space()='Reference']")
+    wait_for(browser, lambda driver: driver.current_url == server + "reference/loader/")
+    click("//nav[contains(@class, 'md-nav--primary')]//a[normalize-space()='Datasets']")
+    wait_for(browser, lambda driver: driver.current_url == server + "reference/datasets/")
+    assert browser.find_element(By.CSS_SELECTOR, "article h1").text.strip() == "Datasets"
+
+
+def test_search_finds_an_api_name(server: str, browser: Any):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server)
+    box = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
+    if not box.is_displayed():  # a narrow window: the search opens from its button
+        browser.find_element(By.CSS_SELECTOR, "label[for='__search']").click()
+    box.click()
+    box.send_keys("DataPrefetcher")
+    results = wait_for(
+        browser, lambda driver: driver.find_elements(By.CSS_SELECTOR, ".md-search-result__item")
+    )
+    assert "DataPrefetcher" in results[0].text
+    link = results[0].find_element(By.CSS_SELECTOR, "a")
+    target = link.get_attribute("href")
+    link.click()
+    wait_for(browser, lambda driver: driver.current_url == target)
+    assert "DataPrefetcher" in browser.find_element(By.TAG_NAME, "article").text
+
+
+IMAGES = (
+    "return [...document.querySelectorAll('article img')]"
+    ".map(image => [image.src, image.complete, image.naturalWidth])"
+)
+
+
+def test_every_benchmark_plot_is_drawn(server: str, browser: Any):
+    browser.get(server + "benchmarks/")
+    plots = (ROOT / "docs" / "benchmarks.md").read_text().count(".png)")
+
+    def loaded(driver: Any) -> list[list[Any]] | bool:
+        images = driver.execute_script(IMAGES)
+        return images if all(complete for _, complete, _ in images) else False
+
+    images = wait_for(browser, loaded)
+    assert len(images) == plots > 0
+    not_drawn = [src for src, _, width in images if width == 0]
+    assert not not_drawn, f"plots that did not load: {not_drawn}"
