@@ -63,13 +63,38 @@ class _RandomAffineBase(ResamplingTransform):
 
 
 class RandomAffine(_RandomAffineBase):
-    """A random affine transformation of each image (rotation, translation, scale, shear),
-    with torchvision v2's arguments and sampling; each sample its own matrix.
+    """A random affine transformation of each image: rotation, translation, scale, shear.
+
+    torchvision v2's arguments and sampling; each sample its own matrix.
 
     ``degrees``, ``shear``: a number ``d`` for (-d, d) or a (min, max) range (``shear``
     also (x_min, x_max, y_min, y_max)); ``translate``: maximum fractions (a, b) of the
     width and height; ``scale``: a (min, max) range. ``fill`` is on the image's own
     scale (0..255 for uint8), one value or one per channel.
+
+    Args:
+        degrees: The rotation's range, counter-clockwise: ``d`` for (-d, d), or (min, max).
+        translate: The largest shifts, as fractions (a, b) of the width and height; None
+            for none.
+        scale: The (min, max) range of the scale factor; None keeps the size.
+        shear: Degrees: ``d`` for (-d, d) along x, (min, max) along x, or (x_min, x_max,
+            y_min, y_max); None for none.
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``).
+        fill: The value of pixels that come from outside the image.
+        center: The centre of the rotation (x, y) in pixels; None: the image's centre.
+        same_on_batch: One matrix for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A negative ``degrees`` number or a range with min > max, ``translate``
+            not two fractions in [0, 1], a ``scale`` that is not positive, a ``shear`` of
+            another length, an ``interpolation`` other than nearest or bilinear, or a
+            ``fill`` or ``center`` that is not finite.
+
+    Example:
+        >>> images = torch.arange(9, dtype=torch.uint8).view(1, 1, 3, 3)
+        >>> RandomAffine(degrees=(180, 180))(images)[0, 0].tolist()
+        [[8, 7, 6], [5, 4, 3], [2, 1, 0]]
     """
 
     def __init__(
@@ -142,9 +167,32 @@ class RandomAffine(_RandomAffineBase):
 
 
 class RandomRotation(_RandomAffineBase):
-    """Rotate each image by its own angle drawn from ``degrees`` (a number ``d`` for
-    (-d, d), or a range), counter-clockwise, about ``center`` (default: the image's).
-    ``expand`` would give each sample its own size, which a batch cannot hold."""
+    """Rotate each image by its own angle drawn from ``degrees``, counter-clockwise.
+
+    ``degrees`` is a number ``d`` for (-d, d), or a range; the rotation is about
+    ``center`` (default: the image's). ``expand`` would give each sample its own size,
+    which a batch cannot hold.
+
+    Args:
+        degrees: ``d`` for (-d, d), or a (min, max) range of angles.
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``).
+        expand: Only False: a batch holds one size.
+        center: The centre of the rotation (x, y) in pixels; None: the image's centre.
+        fill: The value of pixels that come from outside the image, on the image's own
+            scale: one value or one per channel.
+        same_on_batch: One angle for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: ``expand=True``, a negative ``degrees`` number or a range with
+            min > max, an ``interpolation`` other than nearest or bilinear, or a ``fill``
+            or ``center`` that is not finite.
+
+    Example:
+        >>> images = torch.arange(9, dtype=torch.uint8).view(1, 1, 3, 3)
+        >>> RandomRotation(degrees=(90, 90))(images)[0, 0].tolist()
+        [[2, 5, 8], [1, 4, 7], [0, 3, 6]]
+    """
 
     def __init__(
         self,

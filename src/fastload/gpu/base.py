@@ -81,6 +81,23 @@ class BatchTransform(nn.Module):
         p: Per-sample probability of applying the transform.
         same_on_batch: Draw one set of parameters for the whole batch.
         generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: ``p`` is not a probability in [0, 1]. On a call (every module):
+            images that are not 4-D, look channels-last (N, H, W, C) or, for a colour
+            module, do not have 3 channels; boxes or keypoints not one per image; masks of
+            another size.
+        TypeError: On a call, images that are not a uint8 or floating tensor, or masks,
+            boxes or keypoints beside the images of a module that cannot move them.
+
+    Example:
+        >>> class AddOne(BatchTransform):
+        ...     def sample_params(self, shape, device, generator=None):
+        ...         return {"apply": self._applies(shape[0], device, generator)}
+        ...     def apply_transform(self, images, params):
+        ...         return torch.where(params["apply"].view(-1, 1, 1, 1), images + 1, images)
+        >>> AddOne(p=1.0)(torch.zeros(2, 1, 1, 1)).flatten().tolist()
+        [1.0, 1.0]
     """
 
     rgb_only = False  # colour transforms need 3 channels

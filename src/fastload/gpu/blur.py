@@ -20,6 +20,24 @@ class GaussianBlur(BatchTransform):
     ``kernel_size`` (odd, an int or ``(kx, ky)``) and ``sigma`` mean what they mean in
     torchvision, reflect padding included. The per-sample kernels are applied as one
     depthwise (grouped) convolution per axis over all N x C channels.
+
+    Args:
+        kernel_size: The kernel's size, odd: an int, or ``(kx, ky)``.
+        sigma: A standard deviation, or the (min, max) range each sample draws it from.
+        p: Probability of blurring each image.
+        same_on_batch: One sigma for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A ``kernel_size`` that is not odd and positive, a ``sigma`` that is not
+            positive or a range with min > max, or ``p`` not a probability.
+
+    Example:
+        >>> point = torch.zeros(1, 1, 5, 5)
+        >>> point[..., 2, 2] = 1
+        >>> blurred = GaussianBlur(3, sigma=1.0)(point)
+        >>> round(float(blurred[0, 0, 2, 2]), 4), round(float(blurred.sum()), 4)
+        (0.2042, 1.0)
     """
 
     targets = "pass"  # masks, boxes and keypoints stay as they are

@@ -56,6 +56,30 @@ class ColorJitter(BatchTransform):
     factors; the order of the four operations is drawn once per batch (torchvision draws
     it once per call, which for a batch is the same), on the CPU so that applying it
     never waits for the GPU.
+
+    Args:
+        brightness: A number ``v`` for ``[max(0, 1 - v), 1 + v]``, or a (min, max) range
+            of factors; None leaves it.
+        contrast: As ``brightness``, for the contrast factor.
+        saturation: As ``brightness``, for the saturation factor.
+        hue: A number ``v`` for ``[-v, v]``, or a (min, max) range within [-0.5, 0.5].
+        p: Probability of changing each image.
+        same_on_batch: One set of factors for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A negative or non-finite number, a range with min > max, a negative
+            factor, a ``hue`` outside [-0.5, 0.5], or ``p`` not a probability; on a call,
+            images without 3 channels.
+
+    Example:
+        >>> images = torch.full((2, 3, 1, 1), 100, dtype=torch.uint8)
+        >>> ColorJitter(brightness=(2.0, 2.0))(images).flatten().tolist()
+        [200, 200, 200, 200, 200, 200]
+        >>> _ = torch.manual_seed(0)
+        >>> jittered = ColorJitter(brightness=0.5)(torch.full((4, 3, 2, 2), 0.5))
+        >>> jittered[:, 0, 0, 0].unique().numel()  # each sample its own factor
+        4
     """
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
@@ -112,7 +136,22 @@ class ColorJitter(BatchTransform):
 
 
 class RandomGrayscale(CoinTransform):
-    """Turn each image to grayscale (kept as 3 channels) with probability ``p``."""
+    """Turn each image to grayscale (kept as 3 channels) with probability ``p``.
+
+    Args:
+        p: Probability of changing each image.
+        same_on_batch: One coin for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible coins.
+
+    Raises:
+        ValueError: ``p`` is not a probability in [0, 1]; on a call, images without 3
+            channels.
+
+    Example:
+        >>> red = torch.tensor([255, 0, 0], dtype=torch.uint8).view(1, 3, 1, 1)
+        >>> RandomGrayscale(p=1.0)(red).flatten().tolist()
+        [76, 76, 76]
+    """
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
 
@@ -133,7 +172,23 @@ class RandomGrayscale(CoinTransform):
 
 
 class Normalize(BatchTransform):
-    """``(image - mean) / std`` per channel, on floating images (see ``ToDtype``)."""
+    """``(image - mean) / std`` per channel, on floating images (see ``ToDtype``).
+
+    Args:
+        mean: One mean per channel.
+        std: One standard deviation per channel.
+
+    Raises:
+        ValueError: ``mean`` and ``std`` of different lengths, values that are not finite,
+            a ``std`` that is not positive; on a call, images with another number of
+            channels.
+        TypeError: On a call, images that are not floating (uint8: use ``ToDtype`` first).
+
+    Example:
+        >>> images = torch.tensor([0.0, 0.5, 1.0]).view(1, 1, 1, 3)
+        >>> Normalize(mean=[0.5], std=[0.25])(images).flatten().tolist()
+        [-2.0, 0.0, 2.0]
+    """
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
 
@@ -197,8 +252,22 @@ class Normalize(BatchTransform):
 
 
 class ToDtype(BatchTransform):
-    """Convert the dtype, scaling values between integer and float ranges (uint8 0..255 to
-    float 0..1) when ``scale``: torchvision's ``to_dtype``, on the whole batch."""
+    """Convert the batch's dtype, scaling the values when ``scale``.
+
+    Values are scaled between integer and float ranges (uint8 0..255 to float 0..1) when
+    ``scale``: torchvision's ``to_dtype``, on the whole batch.
+
+    Args:
+        dtype: The output's dtype.
+        scale: Scale the values to the new dtype's range; otherwise only cast them.
+
+    Example:
+        >>> images = torch.tensor([0, 255], dtype=torch.uint8).view(1, 1, 1, 2)
+        >>> ToDtype(torch.float32)(images).flatten().tolist()
+        [0.0, 1.0]
+        >>> ToDtype(torch.float32, scale=False)(images).flatten().tolist()
+        [0.0, 255.0]
+    """
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
 

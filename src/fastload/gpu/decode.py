@@ -55,8 +55,10 @@ def _nvjpeg() -> Callable[[list[Tensor], torch.device], list[Tensor]]:
 
 
 class GPUDecoder(nn.Module):
-    """Decode a batch of encoded images (an :class:`~fastload.collate.EncodedBatch`, or a
-    list of 1-D uint8 CPU tensors) to one NCHW uint8 batch.
+    """Decode a batch of encoded images to one NCHW batch of one size (uint8 by default).
+
+    The batch is an :class:`~fastload.collate.EncodedBatch`, or a list of 1-D uint8 CPU
+    tensors.
 
     Use it as ``DataPrefetcher(loader, decoder=GPUDecoder(224))`` with a dataset that
     returns bytes (``LMDBDataset(decode=None)``, ``ImageFolder(decode=None)``) and
@@ -68,14 +70,20 @@ class GPUDecoder(nn.Module):
             torchvision); ``"center"``: resize the shorter side to
             ``size / crop_fraction`` and take the centre (the usual evaluation
             transform); ``"resize"``: the whole image, aspect not kept.
+        scale: With ``crop="random"``, the range of the crop's area, as a fraction of the
+            image's.
+        ratio: With ``crop="random"``, the range of the crop's aspect ratio.
+        crop_fraction: With ``crop="center"``, the part of the resized image kept, in
+            (0, 1].
         device: Where to decode: the current CUDA device if available. On a CPU the
             same API decodes with OpenCV in a thread pool.
         threads: Threads for CPU decoding (the fallback and the CPU path).
         flip: Probability of mirroring each sample left to right (torchvision's
             ``RandomHorizontalFlip(p)``), in the same pass.
-        mean, std: Normalise as torchvision's ``Normalize`` on the 0..1 scale; with
+        mean: Normalise as torchvision's ``Normalize`` on the 0..1 scale; with
             ``dtype``, the decoder finishes the batch and ``DataPrefetcher`` leaves its
             image alone (give it no ``mean``/``std`` of its own).
+        std: The standard deviations that go with ``mean``.
         dtype: The output's dtype: None keeps uint8 (0..255); a floating dtype gives
             0..1 values, normalised with ``mean``/``std`` (float32 maths, one cast).
         channels_last: The output in ``torch.channels_last`` memory format.
@@ -91,6 +99,26 @@ class GPUDecoder(nn.Module):
     ``decoded`` counts the images each backend decoded (``"opencv"`` also takes what a GPU
     backend cannot: PNG, CMYK, a corrupt file); ``cpu_fallbacks`` counts those on a GPU
     device (warned about once).
+
+    Raises:
+        ValueError: An unknown ``crop`` or ``backend``, a ``crop_fraction`` outside
+            (0, 1], an invalid ``size``, ``scale``, ``ratio``, ``threads`` or ``flip``,
+            ``mean`` without ``std`` (or the reverse) or without ``dtype``, or
+            ``backend="nvjpeg"`` on a device that is not CUDA.
+        TypeError: A ``dtype`` that is not floating; on a call, a batch that is neither
+            an ``EncodedBatch`` nor a list of tensors.
+        ImportError: ``backend="nvimgcodec"`` without nvImageCodec installed.
+        fastload.datasets.decode.ImageDecodeError: On a call, bytes that no backend
+            decodes (a ``ValueError``).
+
+    Example:
+        >>> import cv2, numpy as np
+        >>> red = np.full((48, 64, 3), (0, 0, 255), np.uint8)  # OpenCV's BGR order
+        >>> png = torch.from_numpy(cv2.imencode(".png", red)[1].reshape(-1))
+        >>> decoder = GPUDecoder(32, crop="center", device="cpu", backend="opencv")
+        >>> batch = decoder([png, png])
+        >>> batch.shape, batch.dtype, batch[0, :, 0, 0].tolist()
+        (torch.Size([2, 3, 32, 32]), torch.uint8, [255, 0, 0])
     """
 
     def __init__(

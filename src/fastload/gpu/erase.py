@@ -16,11 +16,33 @@ __all__ = ["RandomErasing"]
 
 
 class RandomErasing(BatchTransform):
-    """Erase a random rectangle of each image with probability ``p`` (torchvision's
-    ``RandomErasing``: ``scale``, ``ratio``, ``value``: a number or one per channel).
+    """Erase a random rectangle of each image with probability ``p``.
+
+    torchvision's ``RandomErasing``: ``scale``, ``ratio``, ``value``: a number or one per
+    channel.
 
     Boxes follow torchvision's algorithm: up to 10 tries per image for a box that fits,
     else the image is left as it is; the tries of all images are drawn at once.
+
+    Args:
+        p: Probability of erasing a rectangle of each image.
+        scale: The range of the rectangle's area, as a fraction of the image's.
+        ratio: The range of the rectangle's aspect ratio.
+        value: The erased pixels' value, on the image's own scale: one, or one per
+            channel.
+        same_on_batch: One rectangle for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A ``scale`` outside [0, 1], a ``ratio`` that is not positive, a range
+            with min > max, a ``value`` that is not finite, or ``p`` not a probability; on
+            a call, a ``value`` per channel for another number of channels.
+
+    Example:
+        >>> eraser = RandomErasing(p=1.0, scale=(0.25, 0.25), ratio=(1.0, 1.0))
+        >>> erased = eraser(torch.ones(2, 3, 8, 8))
+        >>> (erased[:, 0] == 0).sum(dim=(1, 2)).tolist()  # a 4x4 square of each image
+        [16, 16]
     """
 
     targets = "pass"  # masks, boxes and keypoints stay as they are

@@ -53,21 +53,73 @@ class _RandomFlip(CoinTransform):
 
 
 class RandomHorizontalFlip(_RandomFlip):
-    """Flip each image left-right with probability ``p`` (its own coin per sample)."""
+    """Flip each image left-right with probability ``p`` (its own coin per sample).
+
+    Args:
+        p: Probability of flipping each image.
+        same_on_batch: One coin for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible coins.
+
+    Raises:
+        ValueError: ``p`` is not a probability in [0, 1].
+
+    Example:
+        >>> images = torch.arange(3, dtype=torch.uint8).view(1, 1, 1, 3)
+        >>> RandomHorizontalFlip(p=1.0)(images).flatten().tolist()
+        [2, 1, 0]
+    """
 
     dim = -1
 
 
 class RandomVerticalFlip(_RandomFlip):
-    """Flip each image upside down with probability ``p`` (its own coin per sample)."""
+    """Flip each image upside down with probability ``p`` (its own coin per sample).
+
+    Args:
+        p: Probability of flipping each image.
+        same_on_batch: One coin for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible coins.
+
+    Raises:
+        ValueError: ``p`` is not a probability in [0, 1].
+
+    Example:
+        >>> images = torch.arange(3, dtype=torch.uint8).view(1, 1, 3, 1)
+        >>> RandomVerticalFlip(p=1.0)(images).flatten().tolist()
+        [2, 1, 0]
+    """
 
     dim = -2
 
 
 class RandomCrop(BatchTransform):
-    """A random ``size`` window of each image, optionally after padding (torchvision's
-    ``RandomCrop``: ``padding``, ``pad_if_needed``, ``fill``, ``padding_mode`` of
-    'constant', 'edge' or 'reflect'). Pixels are copied, not interpolated.
+    """A random ``size`` window of each image, optionally after padding.
+
+    torchvision's ``RandomCrop``: ``padding``, ``pad_if_needed``, ``fill``,
+    ``padding_mode`` of 'constant', 'edge' or 'reflect'. Pixels are copied, not
+    interpolated.
+
+    Args:
+        size: The window ``(h, w)`` (an int for a square).
+        padding: Pixels added first: one number for every side, ``(left/right,
+            top/bottom)`` or ``(left, top, right, bottom)``.
+        pad_if_needed: Pad an image smaller than ``size`` to fit it.
+        fill: The value of constant padding, on the image's own scale.
+        padding_mode: 'constant', 'edge' or 'reflect'.
+        same_on_batch: One window position for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: An unknown ``padding_mode``, a ``size`` that is not a positive int or
+            ``(h, w)``, a ``fill`` that is not finite; on a call, a ``padding`` of another
+            form, or a window larger than the (padded) image.
+
+    Example:
+        >>> RandomCrop(2)(torch.zeros(8, 3, 4, 4)).shape
+        torch.Size([8, 3, 2, 2])
+        >>> crop = RandomCrop(6, padding=1, fill=9)  # 4x4 padded to 6x6: one window
+        >>> crop(torch.zeros(1, 1, 4, 4))[0, 0, :2].tolist()
+        [[9.0, 9.0, 9.0, 9.0, 9.0, 9.0], [9.0, 0.0, 0.0, 0.0, 0.0, 9.0]]
     """
 
     targets = "transform"
@@ -154,7 +206,19 @@ class RandomCrop(BatchTransform):
 
 
 class CenterCrop(BatchTransform):
-    """The central ``size`` window (zero-padded first where the image is smaller)."""
+    """The central ``size`` window (zero-padded first where the image is smaller).
+
+    Args:
+        size: The window ``(h, w)`` (an int for a square).
+
+    Raises:
+        ValueError: A ``size`` that is not a positive int or ``(h, w)``.
+
+    Example:
+        >>> images = torch.arange(16, dtype=torch.uint8).view(1, 1, 4, 4)
+        >>> CenterCrop(2)(images)[0, 0].tolist()
+        [[5, 6], [9, 10]]
+    """
 
     targets = "transform"
 
@@ -182,6 +246,21 @@ class Resize(BatchTransform):
 
     ``size``: an int resizes the shorter side to it, keeping the aspect ratio (as in
     torchvision; ``max_size`` caps the longer side); ``(h, w)`` resizes to exactly that.
+
+    Args:
+        size: The shorter side's length, or the output ``(h, w)``.
+        max_size: The longest the longer side may be, with an int ``size``.
+        antialias: Low-pass filter when shrinking, as torchvision does.
+
+    Raises:
+        ValueError: A ``size`` or ``max_size`` that is not a positive int (``size``: or
+            ``(h, w)``).
+
+    Example:
+        >>> Resize(16)(torch.zeros(2, 3, 32, 48)).shape
+        torch.Size([2, 3, 16, 24])
+        >>> Resize(16, max_size=20)(torch.zeros(2, 3, 32, 48)).shape
+        torch.Size([2, 3, 13, 20])
     """
 
     targets = "transform"
@@ -225,15 +304,34 @@ class Resize(BatchTransform):
 
 
 class BatchRandomResizedCrop(BatchTransform):
-    """A random crop of each image of the batch (its own area and aspect ratio), resized
-    to ``size``: torchvision's ``RandomResizedCrop`` (also ``fastload.gpu.RandomResizedCrop``)
-    on a batch.
+    """A random crop of each image (its own area and aspect ratio), resized to ``size``.
+
+    torchvision's ``RandomResizedCrop`` (also ``fastload.gpu.RandomResizedCrop``) on a
+    batch.
 
     ``size``, ``scale`` and ``ratio`` mean what they mean in torchvision, and the crop
     boxes are drawn by torchvision's algorithm (10 tries, then a central fallback; see
     :mod:`fastload.gpu.boxes`), for every sample at once. All crops are resampled in one
     ``torchvision.ops.roi_align`` call, which averages several bilinear samples per
     output pixel when a crop shrinks: the antialiasing that a plain ``grid_sample`` lacks.
+
+    Args:
+        size: The output ``(h, w)`` (an int for a square).
+        scale: The range of the crop's area, as a fraction of the image's.
+        ratio: The range of the crop's aspect ratio (width over height).
+        same_on_batch: One crop box for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A ``size`` that is not a positive int or ``(h, w)``; a ``scale`` or
+            ``ratio`` that is not ``(low, high)`` with ``0 < low <= high``.
+
+    Example:
+        >>> images = torch.rand(4, 3, 32, 48)
+        >>> crop = BatchRandomResizedCrop(16)
+        >>> params = crop.sample_params(images.shape, images.device)  # a box per sample
+        >>> params["height"].shape, crop(images, params=params).shape
+        (torch.Size([4]), torch.Size([4, 3, 16, 16]))
     """
 
     targets = "transform"

@@ -62,8 +62,36 @@ class _Mix(BatchTransform):
 
 
 class MixUp(_Mix):
-    """``lam * image + (1 - lam) * previous image`` with ``lam ~ Beta(alpha, alpha)`` per
-    sample (torchvision's pairing: each sample with the one before it)."""
+    """Mix each image with the one before it in the batch, and their labels alike.
+
+    ``lam * image + (1 - lam) * previous image`` with ``lam ~ Beta(alpha, alpha)`` per
+    sample (torchvision's pairing: each sample with the one before it).
+
+    Called as ``mixed, soft_labels = module(images, labels)``, with ``labels`` the class
+    indices (N,) or (N, ``num_classes``) probabilities; the soft labels are float
+    (N, ``num_classes``).
+
+    Args:
+        alpha: The Beta distribution's parameter.
+        num_classes: How many classes the labels have.
+        p: Probability of mixing each image.
+        same_on_batch: One draw for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: An ``alpha`` that is not positive, a ``num_classes`` that is not an
+            int >= 1, or ``p`` not a probability; on a call, not one label per image, or
+            probabilities for another number of classes.
+        TypeError: On a call, class indices that are not integers.
+        RuntimeError: On a call, a class index >= ``num_classes`` (torch's ``one_hot``).
+
+    Example:
+        >>> images = torch.stack([torch.zeros(3, 4, 4), torch.ones(3, 4, 4)])  # 0 and 1
+        >>> _ = torch.manual_seed(0)
+        >>> mixed, soft = MixUp(num_classes=2)(images, torch.tensor([0, 1]))
+        >>> soft.sum(dim=1).tolist(), torch.allclose(mixed.mean(dim=(1, 2, 3)), soft[:, 1])
+        ([1.0, 1.0], True)
+    """
 
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
@@ -79,8 +107,38 @@ class MixUp(_Mix):
 
 
 class CutMix(_Mix):
-    """Paste a box of the previous image into each image; the box covers ``1 - lam`` of
-    it, ``lam ~ Beta(alpha, alpha)`` per sample, and the labels mix by the area pasted."""
+    """Paste a box of the previous image into each image, and mix the labels by its area.
+
+    The box covers ``1 - lam`` of the image, ``lam ~ Beta(alpha, alpha)`` per sample, and
+    the labels mix by the area pasted.
+
+    Called as ``mixed, soft_labels = module(images, labels)``, with ``labels`` the class
+    indices (N,) or (N, ``num_classes``) probabilities; the soft labels are float
+    (N, ``num_classes``).
+
+    Args:
+        alpha: The Beta distribution's parameter.
+        num_classes: How many classes the labels have.
+        p: Probability of mixing each image.
+        same_on_batch: One draw for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: An ``alpha`` that is not positive, a ``num_classes`` that is not an
+            int >= 1, or ``p`` not a probability; on a call, not one label per image, or
+            probabilities for another number of classes.
+        TypeError: On a call, class indices that are not integers.
+        RuntimeError: On a call, a class index >= ``num_classes`` (torch's ``one_hot``).
+
+    Example:
+        >>> images = torch.stack([torch.zeros(3, 4, 4), torch.ones(3, 4, 4)])  # 0 and 1
+        >>> _ = torch.manual_seed(0)
+        >>> mixed, soft = CutMix(num_classes=2)(images, torch.tensor([0, 1]))
+        >>> soft.tolist()
+        [[0.75, 0.25], [0.25, 0.75]]
+        >>> torch.equal(mixed.mean(dim=(1, 2, 3)), soft[:, 1])  # the area of the ones
+        True
+    """
 
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None

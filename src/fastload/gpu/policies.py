@@ -168,9 +168,40 @@ class _Policy(ResamplingTransform):
 
 
 class RandAugment(_Policy):
-    """RandAugment: ``num_ops`` operations per sample, each drawn uniformly from
-    torchvision's 14, at bin ``magnitude`` of ``num_magnitude_bins``, signed at random
-    where the operation is. ``fill`` on the image's own scale; None leaves 0."""
+    """RandAugment: ``num_ops`` random operations per sample, at one magnitude.
+
+    Each operation is drawn uniformly from torchvision's 14, at bin ``magnitude`` of
+    ``num_magnitude_bins``, signed at random where the operation is. ``fill`` on the
+    image's own scale; None leaves 0.
+
+    Args:
+        num_ops: Operations applied to each image, one after the other.
+        magnitude: The magnitude's bin, 0 to ``num_magnitude_bins - 1``.
+        num_magnitude_bins: How many magnitudes each operation's range is split into.
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``),
+            for the geometric operations.
+        fill: The value of pixels that come from outside the image, on the image's own
+            scale: one value or one per channel; None for 0.
+        same_on_batch: One draw for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A negative ``num_ops``, a ``num_magnitude_bins`` below 1, a
+            ``magnitude`` outside [0, ``num_magnitude_bins - 1``], an ``interpolation``
+            other than nearest or bilinear, or a ``fill`` that is not finite.
+        TypeError: On a call, masks, boxes or keypoints beside the images (the policies
+            do not move them).
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        >>> augment = RandAugment(num_ops=2, magnitude=9)
+        >>> params = augment.sample_params(images.shape, images.device)
+        >>> [[augment.op_names[i] for i in ops] for ops in params["ops"].tolist()]
+        [['TranslateY', 'Sharpness'], ['Posterize', 'Brightness']]
+        >>> augment(images, params=params).dtype  # the draw, replayed
+        torch.uint8
+    """
 
     space = v2.RandAugment._AUGMENTATION_SPACE
 
@@ -201,8 +232,36 @@ class RandAugment(_Policy):
 
 
 class TrivialAugmentWide(_Policy):
-    """TrivialAugment Wide: one operation per sample from torchvision's 14, at a bin drawn
-    uniformly from ``num_magnitude_bins``, signed at random where the operation is."""
+    """TrivialAugment Wide: one random operation per sample, at a random magnitude.
+
+    The operation is one of torchvision's 14, at a bin drawn uniformly from
+    ``num_magnitude_bins``, signed at random where the operation is.
+
+    Args:
+        num_magnitude_bins: How many magnitudes each operation's range is split into.
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``),
+            for the geometric operations.
+        fill: The value of pixels that come from outside the image, on the image's own
+            scale: one value or one per channel; None for 0.
+        same_on_batch: One draw for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A ``num_magnitude_bins`` below 1, an ``interpolation`` other than
+            nearest or bilinear, or a ``fill`` that is not finite.
+        TypeError: On a call, masks, boxes or keypoints beside the images (the policies
+            do not move them).
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        >>> augment = TrivialAugmentWide()
+        >>> params = augment.sample_params(images.shape, images.device)
+        >>> [augment.op_names[i] for i, in params["ops"].tolist()]
+        ['TranslateY', 'Sharpness']
+        >>> augment(images, params=params).shape
+        torch.Size([2, 3, 16, 16])
+    """
 
     space = v2.TrivialAugmentWide._AUGMENTATION_SPACE
 
@@ -230,9 +289,41 @@ class TrivialAugmentWide(_Policy):
 
 
 class AutoAugment(_Policy):
-    """AutoAugment with torchvision's learned policies (``AutoAugmentPolicy.IMAGENET``,
-    ``CIFAR10``, ``SVHN``): each sample draws one of the 25 sub-policies, whose two
-    operations each apply with their own probability at their fixed magnitude bin."""
+    """AutoAugment with torchvision's learned policies, a sub-policy drawn per sample.
+
+    The policies are ``AutoAugmentPolicy.IMAGENET``, ``CIFAR10`` and ``SVHN``: each
+    sample draws one of the 25 sub-policies, whose two operations each apply with their
+    own probability at their fixed magnitude bin.
+
+    Args:
+        policy: The ``AutoAugmentPolicy`` (torchvision's enum, also
+            ``fastload.gpu.AutoAugmentPolicy``).
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``),
+            for the geometric operations.
+        fill: The value of pixels that come from outside the image, on the image's own
+            scale: one value or one per channel; None for 0.
+        same_on_batch: One draw for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A ``policy`` that is not an ``AutoAugmentPolicy`` (its name as a
+            string included), an ``interpolation`` other than nearest or bilinear, or a
+            ``fill`` that is not finite.
+        TypeError: On a call, masks, boxes or keypoints beside the images (the policies
+            do not move them).
+
+    Example:
+        >>> _ = torch.manual_seed(4)
+        >>> images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        >>> augment = AutoAugment(AutoAugmentPolicy.CIFAR10)
+        >>> params = augment.sample_params(images.shape, images.device)
+        >>> params["ops"].tolist()  # two per sample; -1: skipped by its probability
+        [[4, 2], [5, -1]]
+        >>> [augment.op_names[i] for i in (4, 2, 5)]
+        ['Rotate', 'TranslateX', 'Brightness']
+        >>> augment(images, params=params).shape
+        torch.Size([2, 3, 16, 16])
+    """
 
     space = v2.AutoAugment._AUGMENTATION_SPACE
 
@@ -282,8 +373,10 @@ class AutoAugment(_Policy):
 
 
 class AugMix(_Policy):
-    """AugMix: ``mixture_width`` chains of ``chain_depth`` operations (1 to 3 at random
-    when it is not positive) from torchvision's AugMix ops (``all_ops=False``: without the
+    """AugMix: random chains of operations, mixed with each other and with the image.
+
+    ``mixture_width`` chains of ``chain_depth`` operations (1 to 3 at random when it is
+    not positive) from torchvision's AugMix ops (``all_ops=False``: without the
     colour ones), at bins below ``severity``; the chains are mixed by Dirichlet(``alpha``)
     weights and the mixture with the image by Beta(``alpha``, ``alpha``), per sample, as
     torchvision does (uint8 is truncated back, as there). Each sample draws its own chains:
@@ -291,6 +384,37 @@ class AugMix(_Policy):
 
     ``sample_params`` gives ``ops`` and ``magnitudes`` of shape (N, width, depth),
     ``weights`` (N, width) of the chains and ``original`` (N,) of the image itself.
+
+    Args:
+        severity: The operations' bins are drawn below it, 1 to 10.
+        mixture_width: How many chains are mixed.
+        chain_depth: Operations per chain; not positive: 1 to 3 at random, per chain.
+        alpha: The Dirichlet and Beta distributions' parameter.
+        all_ops: Use every AugMix operation; False leaves out the colour ones.
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``),
+            for the geometric operations.
+        fill: The value of pixels that come from outside the image, on the image's own
+            scale: one value or one per channel; None for 0.
+        same_on_batch: One draw for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A ``severity`` outside [1, 10], a ``mixture_width`` below 1, a
+            ``chain_depth`` that is not an int, an ``alpha`` that is not positive, an
+            ``interpolation`` other than nearest or bilinear, or a ``fill`` that is not
+            finite.
+        TypeError: On a call, masks, boxes or keypoints beside the images (the policies
+            do not move them).
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> images = torch.rand(2, 3, 16, 16)
+        >>> augment = AugMix()
+        >>> params = augment.sample_params(images.shape, images.device)
+        >>> params["ops"].shape, params["weights"].shape
+        (torch.Size([2, 3, 3]), torch.Size([2, 3]))
+        >>> (params["original"] + params["weights"].sum(dim=1)).allclose(torch.ones(2))
+        True
     """
 
     def __init__(

@@ -147,14 +147,37 @@ def join(parts: Split, leaves: list[Any]) -> Any:
 
 
 class SanitizeBoundingBoxes(nn.Module):
-    """Remove degenerate boxes (smaller than ``min_size``, or outside the image after a
-    crop) and their labels, per-instance masks and other per-box leaves, from each image's
-    target: torchvision v2's ``SanitizeBoundingBoxes`` applied to every image's target.
+    """Remove degenerate boxes, with their labels and masks, from each image's target.
+
+    Degenerate: smaller than ``min_size``, or outside the image after a crop; their
+    labels, per-instance masks and other per-box leaves go with them: torchvision v2's
+    ``SanitizeBoundingBoxes`` applied to every image's target.
 
     Call it as the batch modules are called: ``images, targets = module(images, targets)``
     with ``targets`` a list of per-image dicts (``labels_getter="default"`` finds their
     ``"labels"``); the images pass through. Other arguments (``min_area`` where your
     torchvision has it) go to torchvision's transform.
+
+    Args:
+        min_size: The smallest width and height a box keeps, in pixels (>= 1).
+        labels_getter: Where the labels are: "default" (the ``"labels"`` entry), a
+            callable given the target, or None (no labels).
+        **kwargs: Further arguments of torchvision's ``SanitizeBoundingBoxes``.
+
+    Raises:
+        ValueError: A ``min_size`` below 1 or a ``labels_getter`` torchvision refuses; on a
+            call, not one target per image, or a target whose labels are not found.
+        TypeError: On a call, ``targets`` that are not a list or tuple.
+
+    Example:
+        >>> import torch
+        >>> boxes = tv_tensors.BoundingBoxes(
+        ...     [[0, 0, 4, 4], [2, 2, 2, 6]], format="XYXY", canvas_size=(8, 8)
+        ... )
+        >>> target = {"boxes": boxes, "labels": torch.tensor([1, 2])}
+        >>> _, (kept,) = SanitizeBoundingBoxes()(torch.zeros(1, 3, 8, 8), [target])
+        >>> kept["labels"].tolist()  # the second box has no width
+        [1]
     """
 
     def __init__(self, min_size: float = 1.0, labels_getter: Any = "default", **kwargs: Any):

@@ -24,9 +24,32 @@ __all__ = ["ElasticTransform", "RandomPerspective"]
 
 
 class RandomPerspective(ResamplingTransform):
-    """Move each image's corners inwards at random (up to ``distortion_scale`` of half the
-    size) and warp it to match, for each sample with probability ``p``; torchvision v2's
-    arguments and corner draws. An image one pixel high or wide is returned unchanged."""
+    """Move each image's corners inwards at random and warp the image to match.
+
+    Each corner moves up to ``distortion_scale`` of half the size, for each sample with
+    probability ``p``; torchvision v2's arguments and corner draws. An image one pixel
+    high or wide is returned unchanged.
+
+    Args:
+        distortion_scale: How far the corners may move, 0 to 1.
+        p: Probability of warping each image.
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``).
+        fill: The value of pixels that come from outside the image, on the image's own
+            scale: one value or one per channel.
+        same_on_batch: One set of corners for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: A ``distortion_scale`` outside [0, 1], ``p`` not a probability, an
+            ``interpolation`` other than nearest or bilinear, or a ``fill`` that is not
+            finite.
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> warped = RandomPerspective(distortion_scale=0.5, p=1.0)(torch.ones(2, 1, 8, 8))
+        >>> (warped == 0).any(dim=(1, 2, 3)).tolist()  # corners filled with 0
+        [True, True]
+    """
 
     targets = "transform"
 
@@ -96,9 +119,33 @@ class RandomPerspective(ResamplingTransform):
 
 
 class ElasticTransform(ResamplingTransform):
-    """Displace each image's pixels by its own smooth random field: uniform noise blurred
-    with a Gaussian of ``sigma``, scaled by ``alpha`` (torchvision v2's draw; numbers or
-    (x, y) pairs)."""
+    """Displace each image's pixels by its own smooth random field.
+
+    The field is uniform noise blurred with a Gaussian of ``sigma``, scaled by ``alpha``
+    (torchvision v2's draw; numbers or (x, y) pairs).
+
+    Args:
+        alpha: The displacement's magnitude in pixels: one for both axes, or (x, y).
+        sigma: The smoothing Gaussian's standard deviation: one, or (x, y).
+        interpolation: 'nearest' or 'bilinear' (or torchvision's ``InterpolationMode``).
+        fill: The value of pixels that come from outside the image, on the image's own
+            scale: one value or one per channel.
+        same_on_batch: One field for the whole batch.
+        generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
+
+    Raises:
+        ValueError: An ``alpha`` or ``sigma`` that is negative, not finite or not one
+            number or two, an ``interpolation`` other than nearest or bilinear, or a
+            ``fill`` that is not finite.
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> images = torch.rand(2, 3, 8, 8)
+        >>> ElasticTransform(alpha=0.0)(images).allclose(images)  # no displacement
+        True
+        >>> ElasticTransform(alpha=50.0, sigma=5.0)(images).equal(images)
+        False
+    """
 
     targets = "transform"
     device_params = ("displacement",)  # a whole field per sample: stays on the device

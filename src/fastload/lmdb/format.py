@@ -90,7 +90,15 @@ _PNG_DTYPES: dict[np.dtype, np.dtype] = {
 
 
 class RecordFormatError(ValueError):
-    """A value or database that is not in the fastload format; nothing was executed."""
+    """A value or database that is not in the fastload format; nothing was executed.
+
+    Example:
+        >>> from fastload.lmdb.format import unpack_record
+        >>> unpack_record(b"not a record", what="record 0")
+        Traceback (most recent call last):
+        ...
+        fastload.lmdb.format.RecordFormatError: record 0: not a fastload record
+    """
 
 
 class Field(NamedTuple):

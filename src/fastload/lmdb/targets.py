@@ -34,8 +34,18 @@ OUTSIDE = 16.0
 
 
 class TargetError(ValueError):
-    """A target (boxes, masks, a COCO annotation) that cannot be stored as it is; the
-    message names the item and the entry. ``write_lmdb(skip_bad=True)`` skips its item."""
+    """A target (boxes, masks, a COCO annotation) that cannot be stored as it is.
+
+    The message names the item and the entry. ``write_lmdb(skip_bad=True)`` skips its
+    item.
+
+    Example:
+        >>> from fastload.lmdb.targets import target_fields
+        >>> target_fields({1: [0, 0, 4, 4]}, what="item 3")
+        Traceback (most recent call last):
+        ...
+        fastload.lmdb.targets.TargetError: item 3: target keys must be strings, got 1
+    """
 
 
 def target_fields(

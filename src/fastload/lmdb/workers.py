@@ -38,8 +38,15 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class WorkerDiedError(ChildProcessError):
-    """A conversion worker process died (killed by the out-of-memory killer, a crash in
-    a decoder): names the item it was converting; the records before it are kept."""
+    """A conversion worker process died (the out-of-memory killer, a crash in a decoder).
+
+    It names the item it was converting; the records before it are kept. ``write_lmdb``
+    raises it; ``resume=True`` goes on from that item.
+
+    Example:
+        >>> issubclass(WorkerDiedError, ChildProcessError)
+        True
+    """
 
 
 class Died(Exception):

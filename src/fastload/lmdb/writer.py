@@ -160,6 +160,10 @@ def write_lmdb(
         source: An image folder with class sub-folders (torchvision ImageFolder order of
             classes), a list of ``(path, label)``, or a map-style Dataset returning
             ``(image, label)`` with the image an HWC ndarray, CHW tensor or PIL image.
+            A Dataset that returns ``(image, target)`` with ``target`` a dict (of
+            ``tv_tensors`` and tensors, as torchvision's detection datasets give) is
+            stored with the target's entries as fields. Presizing scales boxes, keypoints
+            and masks with the image. Read back, fields are ``tv_tensors`` again.
         path: The database file to create.
         resume: Continue an interrupted conversion of the same source into ``path``.
             Without it an existing ``path`` is refused, never overwritten.
@@ -178,10 +182,6 @@ def write_lmdb(
         masks: A folder of PNG class masks for the images under the folder ``source``
             (same relative paths, ``.png``): records get the field ``mask``.
 
-        A Dataset that returns ``(image, target)`` with ``target`` a dict (of
-        ``tv_tensors`` and tensors, as torchvision's detection datasets give) is stored
-        with the target's entries as fields. Presizing scales boxes, keypoints and masks
-        with the image. Read back, fields are ``tv_tensors`` again.
         num_workers: Processes that read and encode (default: the CPUs available); 0 runs
             in this process.
         commit_every: Records per transaction.
@@ -202,8 +202,8 @@ def write_lmdb(
         FileExistsError, IsADirectoryError, FileNotFoundError: ``path`` exists (without
             ``resume``), is a folder, or is in a folder that does not exist.
 
-        The records converted before an error are kept: ``resume=True`` goes on from
-        the item named.
+    The records converted before an error are kept: ``resume=True`` goes on from the
+    item named.
 
     Example:
         >>> import tempfile, fastload

@@ -117,10 +117,21 @@ def diagnose(
     Args:
         loader: A FastLoader, DataLoader, DataPrefetcher or any iterable of batches.
         step: Your training step, called with a batch; None measures the loader only.
+        batches: Timed iterations of each measurement.
+        warmup: Untimed iterations before each measurement.
         device: Where ``step`` runs (for synchronisation); default: CUDA if available.
+        progress: Show a progress bar.
 
     Returns:
         A :class:`DiagnoseReport`: print it, or ``to_dict()``/``to_json()`` it.
+
+    Example:
+        >>> loader = [torch.zeros(4, 3, 8, 8)] * 10  # any iterable of batches
+        >>> report = diagnose(loader, torch.sum, batches=3, warmup=1, device="cpu")
+        >>> report.timeline.iterations, report.facts.batch_side
+        (3, 8)
+        >>> "Recommendations:" in str(report)
+        True
     """
     from tqdm import tqdm
 

@@ -102,5 +102,25 @@ class TimedLoader(LoaderProxy):
 
 
 def timed(loader: Iterable[Any], *, synchronize: torch.device | str | None = None) -> TimedLoader:
-    """Wrap ``loader`` to record each iteration's data wait; see :class:`TimedLoader`."""
+    """Wrap ``loader`` to record each iteration's data wait; see :class:`TimedLoader`.
+
+    Args:
+        loader: Any iterable of batches: a FastLoader, DataLoader, DataPrefetcher.
+        synchronize: A device to wait for before each clock reading (a CUDA device, so
+            that queued GPU work counts as compute); None waits for nothing.
+
+    Returns:
+        A :class:`TimedLoader`: iterate it as ``loader``, then read its ``summary()``.
+
+    Raises:
+        RuntimeError: A ``synchronize`` string that is not a device (torch's error).
+
+    Example:
+        >>> loop = timed(range(3))
+        >>> for batch in loop:
+        ...     pass  # the training step
+        >>> summary = loop.summary()
+        >>> summary.iterations, len(summary.waits), 0.0 <= summary.wait_fraction <= 1.0
+        (3, 3, True)
+    """
     return TimedLoader(loader, synchronize=synchronize)
