@@ -100,3 +100,8 @@ def test_normalize_into_equals_normalize(dtype):
     )
     out = normalize_into(torch.empty(batch.shape), batch, scale, shift)
     torch.testing.assert_close(out, normalize(batch.float(), scale, shift), rtol=0, atol=1e-5)
+
+
+def test_to_dtype_refuses_what_is_not_a_dtype():
+    with pytest.raises(TypeError, match=r"dtype must be a torch\.dtype, got 'float32'"):
+        gpu.ToDtype("float32")

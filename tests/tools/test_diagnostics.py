@@ -217,3 +217,17 @@ def test_fastloader_tune_measures_and_explains():
 def test_wait_summary_of_nothing():
     assert str(WaitSummary((), ())) == "no iterations"
     assert WaitSummary((), ()).wait_fraction == 0.0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [({"batches": 0}, "batches"), ({"warmup": -1}, "warmup"), ({"batches": 2.5}, "batches")],
+)
+def test_diagnose_refuses_bad_counts_by_name(arguments, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        diagnose([torch.zeros(2)] * 4, torch.sum, device="cpu", **arguments)
+
+
+def test_diagnose_says_an_empty_loader_gave_nothing_to_time():
+    with pytest.raises(ValueError, match="loader: it gave no batch"):
+        diagnose([], torch.sum, batches=1, warmup=0, device="cpu")

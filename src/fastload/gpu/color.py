@@ -261,6 +261,9 @@ class ToDtype(BatchTransform):
         dtype: The output's dtype.
         scale: Scale the values to the new dtype's range; otherwise only cast them.
 
+    Raises:
+        TypeError: ``dtype`` is not a ``torch.dtype``.
+
     Example:
         >>> images = torch.tensor([0, 255], dtype=torch.uint8).view(1, 1, 1, 2)
         >>> ToDtype(torch.float32)(images).flatten().tolist()
@@ -273,6 +276,8 @@ class ToDtype(BatchTransform):
 
     def __init__(self, dtype: torch.dtype, scale: bool = True) -> None:
         super().__init__()
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
         self.dtype = dtype
         self.scale = scale
 

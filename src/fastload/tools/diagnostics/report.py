@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fastload._checks import check_int
 from fastload.loader.tuning import one_pass
 from fastload.system import available_cpus, default_device
 from fastload.tools.diagnostics.procstats import children, process_cpu, rss_bytes
@@ -135,11 +136,15 @@ def diagnose(
     """
     from tqdm import tqdm
 
+    check_int(batches, "batches", low=1)
+    check_int(warmup, "warmup", low=0)
     device = torch.device(device) if device is not None else default_device()
     bar = tqdm(total=3 * (batches + warmup), desc="diagnose", disable=not progress)
     step_seconds = 0.0
     if step is not None:
-        cached = next(iter(loader))
+        cached = next(iter(loader), None)
+        if cached is None:
+            raise ValueError("loader: it gave no batch to time the step on")
         for index in range(warmup + batches):
             if index == warmup:
                 synchronize(device)
