@@ -93,6 +93,7 @@ class LabelOrdered:
     sample_bytes: int
     shards: list[StandInShard] = field(init=False)
     remote: bool = False
+    cache_limit: int | None = None
 
     def __post_init__(self) -> None:
         total = self.classes * self.per_class

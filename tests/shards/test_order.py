@@ -24,7 +24,7 @@ class StandIn:
     """What ShardShuffle reads of a ShardedDataset, without files: shards of ``sizes``
     samples, in index order."""
 
-    remote = False
+    remote, cache_limit = False, None
 
     def __init__(self, sizes: list[int]) -> None:
         self.starts = list(itertools.accumulate(sizes, initial=0))
@@ -298,12 +298,18 @@ class Sized:
         (Sized(500, 1 << 28, remote=False), 1, 64),  # a folder: 64 shards open at once
         (Sized(40, 1 << 28, remote=False), 1, 40),  # no wider than the shards
         (Sized(500, 1 << 28, remote=False), 8, 63),  # nor than a group's (ceil(500 / 8))
-        (Sized(500, 1 << 28, remote=True), 1, 16),  # a bucket, no cache limit
-        (Sized(500, 1 << 28, remote=True, limit=12 << 28), 1, 4),  # 12 fit, 8 prefetched
-        (Sized(500, 1 << 28, remote=True, limit=1 << 28), 1, 1),  # at least one
+        (Sized(500, 1 << 28, remote=True), 1, 16),  # a bucket
+        (Sized(500, 1 << 28, remote=True, limit=1 << 28), 1, 16),  # a node's limit: no say
     ],
 )
-def test_the_default_window_fits_open_files_and_the_cache(dataset, groups, window):
+def test_the_default_window_depends_on_the_data_set_only(dataset, groups, window):
     from fastload.shards.order import default_window
 
-    assert default_window(dataset, groups, prefetch=8) == window
+    assert default_window(dataset, groups) == window
+
+
+def test_a_cache_that_cannot_hold_the_window_is_warned_of():
+    dataset = Sized(500, 1 << 28, remote=True, limit=12 << 28)
+    dataset.shard_range = lambda shard: range(shard, shard + 1)
+    with pytest.warns(UserWarning, match=r"holds fewer than window 16 \+ prefetch 8 shards"):
+        ShardShuffle(dataset, global_batch_size=4)

@@ -300,7 +300,7 @@ def test_the_command_line_converts_describes_and_verifies_a_shard_set(folder, tm
 class Fetches:
     """A remote dataset's interface, recording the shards fetched ahead."""
 
-    remote = True
+    remote, cache_limit = True, None
 
     def __init__(self, dataset: ShardedDataset) -> None:
         self.dataset, self.fetched = dataset, []

@@ -29,6 +29,11 @@ from fastload.shards.scan import index_webdataset
 
 __all__ = ["ShardedDataset"]
 
+#: Shard files a process keeps open, the least recently read closed past it: a bound on
+#: descriptors, and on the disk an evicted shard still holds while open (ShardShuffle's
+#: default window is at most 64 shards).
+OPEN_SHARDS = 64
+
 _IMAGES = ("jpg", "jpeg", "png", "img", "webp", "bmp")
 
 
@@ -42,7 +47,8 @@ class ShardedDataset(ImageDataset):
     ``min_size``, ``transform``, ``target_transform``, ``transforms``).
 
     Members are read by their offsets in the index with ``os.pread`` on a file opened
-    once per process (fork- and spawn-safe). ``verify()`` checks every shard's SHA-256.
+    once per process (fork- and spawn-safe; at most ``OPEN_SHARDS`` open at once).
+    ``verify()`` checks every shard's SHA-256.
 
     Example:
         >>> from fastload.shards import write_shards
@@ -114,9 +120,13 @@ class ShardedDataset(ImageDataset):
     def _read(self, shard: int, member: Member) -> bytes:
         if os.getpid() != self._pid:  # a forked worker: its own descriptors
             self._files, self._pid = {}, os.getpid()
-        if shard not in self._files:
-            self._files[shard] = os.open(self._local_file(shard), os.O_RDONLY)
-        data = os.pread(self._files[shard], member.size, member.offset)
+        descriptor = self._files.pop(shard, None)
+        if descriptor is None:
+            descriptor = self._open(shard)
+            if len(self._files) >= OPEN_SHARDS:  # the least recently read goes
+                os.close(self._files.pop(next(iter(self._files))))
+        self._files[shard] = descriptor  # last: the most recently read
+        data = os.pread(descriptor, member.size, member.offset)
         if len(data) != member.size:
             raise ShardIndexError(
                 f"{self._where(shard)}: {member.extension} member cut short "
@@ -151,6 +161,11 @@ class ShardedDataset(ImageDataset):
     def forget_plan(self) -> None:
         if self._remote is not None:
             self._remote.forget_plan()
+
+    def _open(self, shard: int) -> int:
+        if self._remote is not None:  # opened under the shard's lock, in the cache
+            return self._remote.open(self.shards[shard])
+        return os.open(Path(self.path) / self.shards[shard].name, os.O_RDONLY)
 
     def _local_file(self, shard: int) -> Path:
         if self._remote is not None:  # fetched into the cache first, its hash checked

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import threading
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,8 +33,8 @@ class ShardShuffle(Sampler[int]):
     ``set_epoch`` each epoch (FastLoader does, as for ``DistributedSampler``).
 
     ``window`` by default (:func:`default_window`): up to 64 shards from a folder, up to
-    16 from object storage (fewer when ``cache_limit`` holds fewer, less the
-    ``prefetch``). A wider window mixes more shards into each batch (64 shards reach
+    16 from object storage; a warning says when ``cache_limit`` cannot hold it and the
+    ``prefetch``. A wider window mixes more shards into each batch (64 shards reach
     0.80 of a permutation's distinct shards per batch of 32; ``benchmarks/
     shuffle_quality.py``); every shard of it is open, or in the cache, at once.
 
@@ -97,8 +98,9 @@ class ShardShuffle(Sampler[int]):
         check_int(groups, "groups", low=1)
         self.prefetch = check_int(prefetch, "prefetch", low=0)
         if window is None:
-            window = default_window(dataset, groups, self.prefetch)
+            window = default_window(dataset, groups)
         check_int(window, "window", low=1)
+        _warn_if_the_cache_cannot_hold(dataset, window, self.prefetch)
         if global_batch_size % groups:
             raise ValueError(
                 f"global_batch_size {global_batch_size} is not a multiple of groups {groups}: "
@@ -243,18 +245,28 @@ class ShardShuffle(Sampler[int]):
         return batches * (self.global_batch_size // self.world_size)
 
 
-def default_window(dataset: ShardedDataset, groups: int, prefetch: int) -> int:
-    """``ShardShuffle``'s window when none is given: as wide as the shards a process
-    keeps open at once allow (64 from a folder), or the cache holds (from object
-    storage: 16, or what ``cache_limit`` holds less ``prefetch`` shards, if fewer), and
-    no wider than a group's shards."""
+def default_window(dataset: ShardedDataset, groups: int) -> int:
+    """``ShardShuffle``'s window when none is given: 64 shards from a folder (the files a
+    process keeps open), 16 from object storage (the shards a node holds in its cache at
+    once, and waits for before the first batch), no more than a group's shards. It
+    depends on the data set only, never on a node's own settings (its cache limit):
+    every rank must draw the same order."""
     per_group = max(1, -(-len(dataset.shards) // groups))
-    if not dataset.remote:
-        return min(per_group, 64)
+    return min(per_group, 16 if dataset.remote else 64)
+
+
+def _warn_if_the_cache_cannot_hold(dataset: ShardedDataset, window: int, prefetch: int) -> None:
     limit = dataset.cache_limit
-    largest = max((shard.size for shard in dataset.shards), default=1)
-    fits = 16 if limit is None else max(1, limit // max(1, largest) - prefetch)
-    return max(1, min(per_group, 16, fits))
+    if limit is None:
+        return
+    sizes = sorted(shard.size for shard in dataset.shards)
+    needed = sum(sizes[-(window + prefetch) :])  # the largest shards, to be safe
+    if limit < needed:
+        warnings.warn(
+            f"cache_limit {limit} bytes holds fewer than window {window} + prefetch "
+            f"{prefetch} shards ({needed} bytes): shards will be downloaded more than once",
+            stacklevel=3,
+        )
 
 
 class ShardPrefetcher:

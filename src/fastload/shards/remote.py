@@ -19,11 +19,13 @@ needs last, goes first.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import itertools
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +42,17 @@ _BODY_ATTEMPTS = 5
 _PLAN = ".plan-"  # + pid: the shards a process of the node reads next
 
 
+_setup = threading.Lock()  # a process's client and thread pool are made once
+
+
+def _fresh_setup_lock() -> None:
+    global _setup
+    _setup = threading.Lock()  # a fork copies a lock another thread may hold
+
+
+os.register_at_fork(after_in_child=_fresh_setup_lock)
+
+
 def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
     """``(first, last)`` byte ranges of about ``chunk`` bytes each covering ``size`` bytes,
     of equal sizes (no small tail costing a request of its own).
@@ -48,6 +61,8 @@ def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
         >>> byte_spans(10, 4)  # ~4: two ranges of 5, not 4 + 4 + 2
         [(0, 4), (5, 9)]
     """
+    if size == 0:
+        return []
     count = max(1, round(size / chunk))
     edges = [size * part // count for part in range(count + 1)]
     return [(first, after - 1) for first, after in itertools.pairwise(edges)]
@@ -93,35 +108,41 @@ class S3Shards:
         self._pid = -1
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
-        # a client and threads stay in their process: a spawned worker makes its own
-        return {**self.__dict__, "_client": None, "_pid": -1, "_pool": None, "_pool_pid": -1}
+        # a client, threads and locks stay in their process: a spawned worker makes its own
+        return {**self.__dict__, "_client": None, "_pid": -1, "_pool": None, "_pool_pid": -1,
+                "_locks": {}, "_locks_pid": -1}  # fmt: skip
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def client(self) -> Any:
         """This process's S3 client (a forked worker makes its own)."""
-        if self._pid != os.getpid():
-            import boto3
-            from botocore.config import Config
-
-            config = Config(
-                retries={"mode": "standard", "max_attempts": 10},
-                max_pool_connections=max(10, 2 * self.parallel),
-                # a stalled connection is given up after 10 s, not botocore's 60
-                connect_timeout=10,
-                read_timeout=10,
-            )
-            options = dict(self.options)
-            if "config" in options:  # the caller's settings (timeouts, ...) win
-                config = config.merge(options.pop("config"))
-            # a session of its own: boto3's default one caches what it found first
-            session = boto3.session.Session()
-            self._client = session.client("s3", config=config, **options)
-            self._pid = os.getpid()
+        with _setup:
+            if self._pid != os.getpid():
+                self._client, self._pid = self._new_client(), os.getpid()
         return self._client
+
+    def _new_client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            retries={"mode": "standard", "max_attempts": 10},
+            max_pool_connections=max(10, 2 * self.parallel),
+            # a stalled connection is given up after 10 s, not botocore's 60
+            connect_timeout=10,
+            read_timeout=10,
+        )
+        options = dict(self.options)
+        if "config" in options:  # the caller's settings (timeouts, ...) win
+            config = config.merge(options.pop("config"))
+        # a session of its own: boto3's default one caches what it found first
+        session = boto3.session.Session()
+        return session.client("s3", config=config, **options)
 
     def index(self) -> tuple[list[Shard], dict[str, Any]]:
         """The shard set's index; for public WebDataset shards without one, the index
@@ -138,6 +159,10 @@ class S3Shards:
         return parse_index(data, where)
 
     def _scanned_index(self, missing: ShardIndexError) -> Path:
+        with self._locked(".scan"):  # one process of the node scans
+            return self._scan(missing)
+
+    def _scan(self, missing: ShardIndexError) -> Path:
         from fastload.shards.scan import scan_tar, write_scanned_index
 
         path = self.cache / INDEX
@@ -168,42 +193,90 @@ class S3Shards:
 
     def local_path(self, shard: Shard) -> Path:
         """The shard's file in the cache, downloaded and checked first if it is not there."""
-        path = self._cached(shard, use=None)
+        with self._locked(shard.name):
+            path = self._cached(shard, use=None)
         assert path is not None  # a read makes room whatever the plans say
         return path
+
+    def open(self, shard: Shard) -> int:
+        """A read-only descriptor of the shard's file in the cache (downloaded first if
+        need be), opened while the shard is locked: an eviction by another process cannot
+        remove it in between, and one after leaves the open file readable."""
+        with self._locked(shard.name):
+            path = self._cached(shard, use=None)
+            assert path is not None
+            return os.open(path, os.O_RDONLY)
 
     def prefetch(self, shard: Shard, use: int) -> bool:
         """Download the shard now, for a read ``use`` places down this process's plan;
         not when it would evict a shard needed sooner (returns False)."""
-        return self._cached(shard, use=use) is not None
+        with self._locked(shard.name):
+            return self._cached(shard, use=use) is not None
+
+    @contextlib.contextmanager
+    def _locked(self, name: str, *, wait: bool = True) -> Iterator[bool]:
+        """The shard ``name`` held by this thread alone on the node: a thread lock in this
+        process, and a POSIX record lock on its lock file across processes (a forked
+        child does not inherit it, as it would an ``flock``, so a fork never keeps one
+        held). Yields whether it was taken (always, when ``wait``)."""
+        if self._locks_pid != os.getpid():
+            self._locks, self._locks_pid = {}, os.getpid()
+        with _setup:
+            thread_lock = self._locks.setdefault(name, threading.Lock())
+        if not thread_lock.acquire(blocking=wait):
+            yield False
+            return
+        try:
+            self.cache.mkdir(parents=True, exist_ok=True)
+            with open(self.cache / f".{name}.lock", "a") as lock:
+                try:
+                    fcntl.lockf(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield False
+                    return
+                yield True  # closing the file lets the record lock go
+        finally:
+            thread_lock.release()
 
     def _cached(self, shard: Shard, *, use: int | None) -> Path | None:
+        """(Under the shard's lock.) Its file, downloaded if absent or not the indexed
+        one: a file is trusted by the SHA-256 recorded beside it when it was checked."""
         path = self.cache / shard.name
-        self.cache.mkdir(parents=True, exist_ok=True)
-        with open(self.cache / f".{shard.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one process of the node downloads it
-            if not (path.exists() and path.stat().st_size == shard.size):
-                if not self._make_room(shard.size, use):
-                    return None
-                self._download(shard, path)
-            os.utime(path)  # its last use, for the eviction
+        checked = self._checked_hash(shard.name) if path.exists() else None
+        # "": a shard being scanned, whose hash this node recorded when it came
+        if checked is None or (shard.sha256 and checked != shard.sha256):
+            if not self._make_room(shard.size, use):
+                return None
+            self._download(shard, path)
+        os.utime(path)  # its last use, for the eviction
         return path
 
+    def _checked_hash(self, name: str) -> str | None:
+        try:
+            return (self.cache / f".{name}.sha256").read_text()
+        except FileNotFoundError:
+            return None
+
     def _download(self, shard: Shard, path: Path) -> None:
-        """Ranged GETs, ``parallel`` at once, written and hashed in order as they come."""
+        """Ranged GETs, ``parallel`` at once, written and hashed in order as they come;
+        the file enters the cache with its hash recorded beside it. A shard indexed
+        without a hash (``""``: being scanned) is recorded with the one computed."""
         url = f"{self.url}/{shard.name}"
         part = path.with_name(f".{shard.name}.part")
         spans = byte_spans(shard.size, CHUNK)
-        for _attempt in range(self.attempts):
-            digest = hashlib.sha256()
-            with open(part, "wb") as file:
-                for body in self._bodies(shard, spans, url):
-                    digest.update(body)  # a body cut short changes the hash: retried below
-                    file.write(body)
-            if digest.hexdigest() == shard.sha256 or not shard.sha256:  # "": being indexed
-                os.replace(part, path)
-                return
-        part.unlink(missing_ok=True)
+        try:
+            for _attempt in range(self.attempts):
+                digest = hashlib.sha256()
+                with open(part, "wb") as file:
+                    for body in self._bodies(shard, spans, url):
+                        digest.update(body)
+                        file.write(body)
+                if digest.hexdigest() == shard.sha256 or not shard.sha256:
+                    (self.cache / f".{shard.name}.sha256").write_text(digest.hexdigest())
+                    os.replace(part, path)
+                    return
+        finally:
+            part.unlink(missing_ok=True)  # nothing half-downloaded stays
         raise ShardIndexError(
             f"{url}: its SHA-256 differs from the index's after {self.attempts} downloads"
         )
@@ -212,9 +285,10 @@ class S3Shards:
         if len(spans) == 1:  # one request: no thread
             yield self._fetch(shard, spans[0], url)
             return
-        if self._pool is None or self._pool_pid != os.getpid():  # a fork's threads: its own
-            self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="fastload-get")
-            self._pool_pid = os.getpid()
+        with _setup:
+            if self._pool is None or self._pool_pid != os.getpid():  # a fork's: its own
+                self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="fastload-get")
+                self._pool_pid = os.getpid()
         yield from self._pool.map(lambda span: self._fetch(shard, span, url), spans)
 
     def _fetch(self, shard: Shard, span: tuple[int, int], url: str) -> bytes:
@@ -233,7 +307,11 @@ class S3Shards:
                 response = self.client().get_object(
                     Bucket=self.bucket, Key=self.key(shard.name), Range=f"bytes={first}-{last}"
                 )
-                return bytes(response["Body"].read())
+                body = bytes(response["Body"].read())
+                if len(body) != last - first + 1:
+                    raise IncompleteReadError(actual_bytes=len(body),
+                                              expected_bytes=last - first + 1)  # fmt: skip
+                return body
             except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError):
                 if attempt == _BODY_ATTEMPTS - 1:
                     raise OSError(
@@ -276,16 +354,21 @@ class S3Shards:
         """Evict until ``incoming`` more bytes fit under ``cache_limit``: first shards no
         plan reads again (least recently used first), then those read furthest ahead
         (Belady's rule). A shard read at ``use`` (a prefetch) evicts none needed sooner;
-        returns False when it cannot fit without that. Downloads in flight count."""
+        returns False when it cannot fit without that. Downloads in flight count; a
+        shard another thread or process holds (opening or fetching it) is not evicted."""
         if self.cache_limit is None:
             return True
         uses = self.next_uses()
         cached, in_flight = [], 0
         for entry in self.cache.iterdir():
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:  # evicted or renamed by another process meanwhile
+                continue
             if entry.name.endswith(".part"):
-                in_flight += entry.stat().st_size
-            elif entry.is_file() and not entry.name.startswith("."):
-                cached.append((entry, entry.stat()))
+                in_flight += stat.st_size
+            elif entry.is_file() and not entry.name.startswith(".") and entry.name != INDEX:
+                cached.append((entry, stat))
         never = len(uses) + 1  # after any planned use
 
         def evicted_first(item: tuple[Path, os.stat_result]) -> tuple[int, float]:
@@ -293,16 +376,16 @@ class S3Shards:
             return -uses.get(entry.name, never), stat.st_mtime
 
         total = incoming + in_flight + sum(stat.st_size for _, stat in cached)
-        victims = []
         for entry, stat in sorted(cached, key=evicted_first):
             if total <= self.cache_limit:
                 break
             if use is not None and uses.get(entry.name, never) <= use:
                 return False  # everything left is needed before the prefetched shard
-            victims.append(entry)
-            total -= stat.st_size
-        for entry in victims:
-            entry.unlink(missing_ok=True)
+            with self._locked(entry.name, wait=False) as taken:
+                if taken:
+                    (self.cache / f".{entry.name}.sha256").unlink(missing_ok=True)
+                    entry.unlink(missing_ok=True)
+                    total -= stat.st_size
         return True
 
     def explained(self, error: Exception, where: str) -> Exception:
