@@ -100,7 +100,7 @@ def test_a_failed_part_names_its_file_and_a_resume_keeps_the_finished_parts(
     with pytest.raises(FileExistsError, match="pass resume=True"):
         write_shards(folder, tmp_path / "shards", ray=True)
     with pytest.raises(ValueError, match="ran on Ray: resume it with ray=True"):
-        write_shards(folder, tmp_path / "shards", resume=True)
+        write_shards(folder, tmp_path / "shards", shard_size=20_000, resume=True)
     write_shards(folder, tmp_path / "shards", shard_size=20_000, ray=True, resume=True)
     for name, modified in written.items():  # parts recorded as finished were not redone
         assert (tmp_path / "shards" / name).stat().st_mtime_ns == modified

@@ -371,3 +371,25 @@ def test_a_dead_readers_plan_is_dropped(tmp_path):
     cache.plan(["y.tar", "z.tar"])
     assert cache.next_uses() == {"y.tar": 0, "z.tar": 1}
     assert not (tmp_path / f".plan-{int(child.stdout)}.json").exists()
+
+
+def test_a_resume_of_another_length_encoding_or_shard_size_is_refused(folder, tmp_path):
+    broken = sorted((folder / "class_01").iterdir())[0]
+    original = broken.read_bytes()
+    broken.write_bytes(b"not an image")
+    try:  # fails at its first bad image, with the progress already saved
+        with pytest.raises(ImageDecodeError):
+            write_shards(folder, tmp_path / "s", shard_size=20_000, quality=90, resize=32)
+    finally:
+        broken.write_bytes(original)
+    assert (tmp_path / "s" / PROGRESS).exists()
+    with pytest.raises(ShardIndexError, match="conversion did not finish"):
+        ShardedDataset(tmp_path / "s")  # never read as a (WebDataset) shard set
+    with pytest.raises(ValueError, match=r"quality 90, now 80; shard_size 20000, now 30000"):
+        write_shards(folder, tmp_path / "s", shard_size=30_000, quality=80, resize=32,
+                     resume=True)  # fmt: skip
+    with pytest.raises(ValueError, match="parts: the parts are Ray's"):
+        write_shards(folder, tmp_path / "other", parts=2)
+    meta = write_shards(folder, tmp_path / "s", shard_size=20_000, quality=90, resize=32,
+                        resume=True)  # fmt: skip
+    assert meta["samples"] == 18

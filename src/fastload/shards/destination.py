@@ -27,7 +27,7 @@ class Destination:
     """A local folder receiving a shard set."""
 
     def __init__(self, folder: str | os.PathLike) -> None:
-        self.folder = Path(folder)
+        self.folder = Path(folder).resolve()  # Ray's workers run in other directories
         self.folder.mkdir(parents=True, exist_ok=True)
         self.staging = self.folder
 
@@ -40,6 +40,12 @@ class Destination:
     def progress(self) -> dict[str, Any] | None:
         path = self.folder / PROGRESS
         return json.loads(path.read_text()) if path.exists() else None
+
+    def clear_unfinished(self) -> None:
+        """Remove the shards an interrupted conversion left half-written (a resume writes
+        them again)."""
+        for leftover in self.staging.glob(".*.tar.*.tmp"):
+            leftover.unlink(missing_ok=True)
 
     def save_progress(self, progress: dict[str, Any]) -> None:
         temporary = self.folder / f"{PROGRESS}.tmp"  # whole or not at all
@@ -90,10 +96,13 @@ class S3Destination(Destination):
         return json.loads(self._get(PROGRESS))
 
     def _get(self, name: str) -> bytes:
-        response = self.remote.client().get_object(
-            Bucket=self.remote.bucket, Key=self.remote.key(name)
-        )
-        return bytes(response["Body"].read())
+        try:
+            response = self.remote.client().get_object(
+                Bucket=self.remote.bucket, Key=self.remote.key(name)
+            )
+            return bytes(response["Body"].read())
+        except Exception as error:
+            raise self.remote.explained(error, f"{self.url}/{name}") from None
 
     def save_progress(self, progress: dict[str, Any]) -> None:
         self._upload_bytes(json.dumps(progress).encode(), PROGRESS)
@@ -118,7 +127,12 @@ class S3Destination(Destination):
     def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         index = write_index(self.staging, shards, meta)
         self.put(index, INDEX)
-        self.remote.client().delete_object(Bucket=self.remote.bucket, Key=self.remote.key(PROGRESS))
+        try:
+            self.remote.client().delete_object(
+                Bucket=self.remote.bucket, Key=self.remote.key(PROGRESS)
+            )
+        except Exception as error:
+            raise self.remote.explained(error, f"{self.url}/{PROGRESS}") from None
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)

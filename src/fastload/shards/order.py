@@ -312,7 +312,8 @@ class ShardPrefetcher:
 
     def _run(self) -> None:
         # up to ``ahead`` downloads at once: the readers of a window want all its shards
-        with ThreadPoolExecutor(self.ahead, thread_name_prefix="fastload-shard-fetch") as pool:
+        pool = ThreadPoolExecutor(self.ahead, thread_name_prefix="fastload-shard-fetch")
+        try:
             for number, shard in enumerate(self.first_use):
                 with self.condition:
                     # shard ``number`` may be fetched once the reader is within ``ahead``
@@ -324,6 +325,10 @@ class ShardPrefetcher:
                     plan = self.plan()
                 self.dataset.plan(plan)
                 pool.submit(self._fetch, shard, plan.index(shard) if shard in plan else 0)
+        finally:
+            # stop() (a break, an error in the loop) waits for no download: those not
+            # started are dropped, those under way finish in the background
+            pool.shutdown(wait=False, cancel_futures=self.stopped)
 
     def _fetch(self, shard: int, use: int) -> None:
         try:

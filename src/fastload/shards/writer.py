@@ -14,6 +14,7 @@ import io
 import itertools
 import os
 import tarfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from fastload._checks import check_int
 from fastload.datasets.decode import ImageDecodeError, is_jpeg
 from fastload.lmdb.format import pack_record, unpack_record
 from fastload.lmdb.sources import Encoding, Source
@@ -76,10 +78,16 @@ def write_shards(
     """
     if shard_size < 1:
         raise ValueError(f"shard_size must be positive, got {shard_size}")
+    if parts is not None and not ray:
+        raise ValueError("parts: the parts are Ray's (ray=True)")
+    if parts is not None:
+        check_int(parts, "parts", low=1)
     target = _destination(destination, storage_options)
     try:
         items = make_source(source, annotations, instance_masks, masks)
-        progress = _progress(target, items.description, resume)
+        what = {"description": items.description, "samples": len(items), "resize": resize,
+                "quality": quality, "shard_size": shard_size}  # fmt: skip
+        progress = _progress(target, what, resume)
         encoding = Encoding(resize, quality)
         if ray:
             from fastload.shards.on_ray import convert_on_ray
@@ -111,21 +119,25 @@ def _destination(where: str | os.PathLike, options: dict[str, Any] | None) -> De
     return target
 
 
-def _progress(target: Destination, description: str, resume: bool) -> dict[str, Any]:
-    """The unfinished conversion's progress (empty for a new one), checked to be of the
-    same source."""
+def _progress(target: Destination, what: dict[str, Any], resume: bool) -> dict[str, Any]:
+    """The unfinished conversion's progress, checked to be of the same source, length,
+    encoding and shard size; for a new one, ``what`` it converts, saved at once (a shard
+    set with a progress is never taken for a finished or a WebDataset one)."""
     progress = target.progress()
     if progress is None:
-        return {"description": description}
+        target.save_progress(what)
+        return dict(what)
     if not resume:
         raise FileExistsError(
             f"{target}: holds an unfinished conversion: pass resume=True (--resume) to finish it"
         )
-    if progress.get("description") != description:
+    differs = [f"{key} {progress.get(key)!r}, now {value!r}" for key, value in what.items()
+               if progress.get(key) != value]  # fmt: skip
+    if differs:
         raise ValueError(
-            f"{target}: the unfinished conversion is of {progress.get('description')}, "
-            f"not of {description}"
+            f"{target}: the unfinished conversion differs from this one: {'; '.join(differs)}"
         )
+    target.clear_unfinished()
     return progress
 
 
@@ -239,7 +251,8 @@ class _ShardWriter:
 
     def __init__(self, folder: Path, name: str) -> None:
         self.folder, self.name = folder, name
-        self.temporary = folder / f".{name}.tmp"
+        # an attempt of its own: a Ray task run again may overlap the one it replaces
+        self.temporary = folder / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
         # closed by close() or abandon(): a shard outlives one call
         self.tar = tarfile.open(self.temporary, "w", format=tarfile.USTAR_FORMAT)  # noqa: SIM115
         self.samples: list[tuple[str, dict[str, Member]]] = []

@@ -194,8 +194,8 @@ class FaultyProxy:
     """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that misbehaves as object
     stores do under load, on a fixed schedule (request numbers, from 1): ``slow_down``
     every n-th request answered ``503 SlowDown``; ``truncate`` every n-th body cut in
-    half (the connection closed early); ``corrupt`` every n-th body with one byte
-    changed (its length right: only a checksum sees it); ``stall`` every n-th answered
+    half (the connection closed early); ``corrupt`` every n-th body of a ranged GET with
+    one byte changed (its length right: only a checksum sees it); ``stall`` every n-th answered
     only after ``stall_s`` seconds. ``endpoint`` replaces the server's."""
 
     def __init__(
@@ -250,7 +250,8 @@ class FaultyProxy:
                 cut = (
                     truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1
                 )
-                if corrupt and number % corrupt == 0 and self.command == "GET" and data:
+                ranged = self.command == "GET" and "Range" in self.headers and data
+                if corrupt and number % corrupt == 0 and ranged:  # shard bytes, not an index
                     proxy.counts["corrupt"] += 1
                     data = bytes([data[0] ^ 0xFF]) + data[1:]
                 if cut:
