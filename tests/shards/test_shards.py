@@ -113,6 +113,8 @@ def rewrite_index(shards: Path, change) -> None:
         (lambda i: i["shards"][0]["samples"].append("x"), "not \\[key, members\\]"),
         (lambda i: i.update(version=99), "index version 99"),
         (lambda i: i.update(format="webdataset"), "not a fastload shard index"),
+        (lambda i: i["shards"][0].update(sha256=""), "sha256 '' is not a SHA-256 in hex"),
+        (lambda i: i["shards"][0].update(sha256=None), "sha256 None is not a SHA-256"),
     ],
 )
 def test_an_index_that_lies_is_refused_naming_it(shards, change, message):

@@ -31,6 +31,7 @@ PROGRESS = ".fastload-progress.json"  # an unfinished conversion: not a shard se
 VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # a file beside the index: no path, no traversal
 _EXTENSION = re.compile(r"^[a-z0-9_]+$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ShardIndexError(ValueError):
@@ -150,6 +151,8 @@ def _shard(entry: Any, index: str, number: int) -> Shard:
         raise ShardIndexError(f"{where}: {name!r} is not a file name beside the index")
     if not isinstance(size, int) or size < 0:
         raise ShardIndexError(f"{where} ({name}): size {size!r}")
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):  # its bytes are checked by it
+        raise ShardIndexError(f"{where} ({name}): sha256 {sha256!r} is not a SHA-256 in hex")
     if not isinstance(samples, list):
         raise ShardIndexError(f"{where} ({name}): samples is not a list")
     parsed = []
