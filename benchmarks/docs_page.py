@@ -288,10 +288,10 @@ much as a decode); the article measured albumentations at about 70 % of torchvis
 time. With one image per batch and two workers on two cores, every path is bound by
 passing batches between processes.""",
     ),
-    "streaming": Notes(
+    "object_storage": Notes(
         "Streaming shards from object storage",
         """\
-`benchmarks/streaming.py` reads 2,000 generated 500x375 JPEGs (about 100 MB, 8 MB
+`benchmarks/object_storage.py` reads 2,000 generated 500x375 JPEGs (about 100 MB, 8 MB
 shards) from the local S3 server, with 2 workers. Each reader's workers read every
 sample's bytes and hand over its size and label. Every pass is checked against the
 shards' samples, bytes and labels. The peers read the same samples from the same server

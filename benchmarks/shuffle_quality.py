@@ -49,14 +49,12 @@ import importlib
 import json
 import math
 import random
-import sys
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -216,8 +214,8 @@ def streaming_order(
     ``block`` is given), from its own ``get_partitions`` and ``get_shuffle``; a rank's
     batch ``k`` is its worker ``k % workers``'s batch ``k // workers`` (a DataLoader's
     round robin)."""
-    get_partitions = peer("streaming.base.partition").get_partitions
-    get_shuffle = peer("streaming.base.shuffle").get_shuffle
+    get_partitions = importlib.import_module("streaming.base.partition").get_partitions
+    get_shuffle = importlib.import_module("streaming.base.shuffle").get_shuffle
 
     canonical = world.nodes
     block = block or max(4_000_000 // canonical, 1 << 18)
@@ -232,21 +230,6 @@ def streaming_order(
     ids = ids.transpose(0, 1, 3, 2, 4).reshape(world.size, -1, world.batch).transpose(1, 0, 2)
     complete = (ids >= 0).all(axis=(1, 2))
     return ids[: np.argmin(complete) if not complete.all() else len(ids)]
-
-
-def peer(module: str) -> ModuleType:
-    """Import a peer's module past benchmarks/streaming.py, which has the name of MosaicML's
-    package and stands first on ``sys.path`` when a script here runs."""
-    here = Path(__file__).resolve().parent
-    local = sys.modules.get("streaming")
-    if local is not None and Path(getattr(local, "__file__", "") or "").parent == here:
-        del sys.modules["streaming"]
-    saved = sys.path[:]
-    sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
-    try:
-        return importlib.import_module(module)
-    finally:
-        sys.path[:] = saved
 
 
 # --- the metrics -------------------------------------------------------------------------

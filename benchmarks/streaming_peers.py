@@ -1,4 +1,4 @@
-"""The peers of benchmarks/streaming.py: each reads the benchmark's samples (every JPEG's
+"""The peers of benchmarks/object_storage.py: each reads the benchmark's samples (every JPEG's
 bytes and its label, nothing decoded) from the same local S3 server, cold, with the same
 parallelism, in its own usual way. Writing a peer's own format, uploading it and starting
 its runtime are setup, not timed.
@@ -44,7 +44,6 @@ import logging
 import os
 import resource
 import shutil
-import sys
 import tarfile
 import tempfile
 import time
@@ -75,22 +74,6 @@ class Bench:
     workers: int
     shard_size: int
     stack: ExitStack
-
-
-def import_peer(module: str) -> Any:
-    """Import a peer's ``module``, not a benchmark script of the same name: MosaicML's
-    package is ``streaming``, as is benchmarks/streaming.py, whose folder is first on
-    ``sys.path`` when it runs. Its own later imports find the package in ``sys.modules``."""
-    here = Path(__file__).resolve().parent
-    shadow = sys.modules.get(module.partition(".")[0])
-    if shadow is not None and Path(shadow.__file__ or "").resolve().parent == here:
-        del sys.modules[module.partition(".")[0]]
-    saved = sys.path[:]
-    sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
-    try:
-        return importlib.import_module(module)
-    finally:
-        sys.path[:] = saved
 
 
 def tar_samples(folder: Path) -> Iterator[tuple[bytes, int]]:
@@ -214,8 +197,8 @@ def webdataset(bench: Bench) -> Pass:
 def mosaic(bench: Bench) -> Pass:
     import torch.utils.data
 
-    mds = import_peer("streaming")
-    clean_stale_shared_memory = import_peer("streaming.base.util").clean_stale_shared_memory
+    mds = importlib.import_module("streaming")
+    util = importlib.import_module("streaming.base.util")
     folder, cache = bench.work / "mds", bench.work / "mds-cache"
     columns = {"jpg": "bytes", "cls": "int"}
     with mds.MDSWriter(out=str(folder), columns=columns, size_limit=bench.shard_size) as writer:
@@ -227,7 +210,7 @@ def mosaic(bench: Bench) -> Pass:
     os.environ.update(bench.server.environment(), S3_ENDPOINT_URL=bench.server.endpoint)
 
     def run() -> dict[str, float]:
-        clean_stale_shared_memory()
+        util.clean_stale_shared_memory()
         shutil.rmtree(cache, ignore_errors=True)
         dataset = mds.StreamingDataset(remote=f"s3://{BUCKET}/mds", local=str(cache),
                                        batch_size=bench.batch_size, shuffle=True)  # fmt: skip
@@ -258,7 +241,7 @@ def _release_mosaic(prefix: int) -> None:
     (an ``atexit`` handler holds it), and its file locks in the temporary folder, kept for
     good; they make the next dataset take the next prefix, where
     ``clean_stale_shared_memory`` (which stops at the first free prefix) misses them."""
-    shared_memory = import_peer("streaming.base.shared.memory").SharedMemory
+    shared_memory = importlib.import_module("streaming.base.shared.memory").SharedMemory
     gc.collect()
     for thing in gc.get_objects():
         # type(), not isinstance(): a lazy module among them warns when asked its __class__
@@ -283,7 +266,7 @@ def litdata(bench: Bench) -> Pass:
     upload_folder(bench.server, folder, "litdata")
     # its chunks come through obstore, whose client options litdata fixes without
     # allow_http: no plain-http endpoint otherwise ("HTTP error: builder error")
-    downloader = import_peer("litdata.streaming.downloader")
+    downloader = importlib.import_module("litdata.streaming.downloader")
     options = downloader._OBSTORE_CLIENT_OPTIONS
     downloader._OBSTORE_CLIENT_OPTIONS = {**options, "allow_http": "true"}
 
@@ -352,7 +335,7 @@ class Peer:
     def unavailable(self) -> str | None:
         """Why this peer cannot run here, or None."""
         try:
-            found = hasattr(import_peer(self.module), self.attribute)
+            found = hasattr(importlib.import_module(self.module), self.attribute)
         except ImportError as error:
             if isinstance(error, ModuleNotFoundError) and error.name == self.module.split(".")[0]:
                 return f"not installed here ({self.install})"

@@ -26,7 +26,7 @@ raylet's children; every row counts the local S3 server's processes, and Ray's r
 up through all rounds, while it idles).
 
 Usage:
-    python benchmarks/streaming.py [--images 2000] [--shard-size 8MB] [--workers 2]
+    python benchmarks/object_storage.py [--images 2000] [--shard-size 8MB] [--workers 2]
         [--parallel 4] [--rounds 3] [--out DIR] [--plot] [--smoke]
 """
 
@@ -192,10 +192,12 @@ def main() -> None:
         args.images, args.shard_size, args.rounds, args.batch_size = 40, 200_000, 1, 8
         args.fault_chunk, args.cold_runs = 50_000, 2
     if not swift_installed() or importlib.util.find_spec("boto3") is None:
-        raise SystemExit("streaming.py needs OpenStack Swift and boto3: pip install swift boto3")
+        raise SystemExit(
+            "object_storage.py needs OpenStack Swift and boto3: pip install swift boto3"
+        )
 
     folder = jpeg_folder(DATA / f"jpeg-{args.images}", max(1, args.images // 10))
-    work = Path(tempfile.mkdtemp(prefix="fastload-streaming-"))
+    work = Path(tempfile.mkdtemp(prefix="fastload-object-storage-"))
     try:
         local = work / "shards"
         write_shards(folder, local, shard_size=args.shard_size)
@@ -240,7 +242,7 @@ def main() -> None:
     rows += [Row(name, None, args.images, note=note) for name, note in notes.items()]
     rows.sort(key=lambda row: list(variants | PEERS).index(row.name))
     result = report(
-        "streaming", rows, baseline=f"raw parallel GETs ({args.parallel} at once)",
+        "object_storage", rows, baseline=f"raw parallel GETs ({args.parallel} at once)",
         unit="samples",
         settings={key: value for key, value in vars(args).items() if key != "out"}
         | {"server": "OpenStack Swift s3api on 127.0.0.1", "data": "500x375 JPEG, bytes only",

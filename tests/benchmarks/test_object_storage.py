@@ -1,4 +1,4 @@
-"""benchmarks/streaming.py: a small run against the local S3 server measures every
+"""benchmarks/object_storage.py: a small run against the local S3 server measures every
 fastload variant and the raw GETs, and every peer installed here, reading as many samples
 as fastload (the same bytes and labels, or a note says otherwise); a peer that is not
 installed says why in its row."""
@@ -34,8 +34,8 @@ print(json.dumps({peer: importable(*names) for peer, names in json.loads(sys.arg
 
 
 def installed_peers(folder: Path) -> dict[str, bool]:
-    """Which peers import, in a fresh process run from ``folder`` (here, MosaicML's
-    ``streaming`` package would meet neither this process's modules nor the script)."""
+    """Which peers import, in a fresh process run from ``folder`` (what the benchmark's
+    own process finds, whatever this one has imported)."""
     completed = subprocess.run(
         [sys.executable, "-c", INSTALLED, json.dumps(PEERS)],
         capture_output=True, text=True, timeout=300, cwd=folder, check=True,
@@ -49,18 +49,17 @@ def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(t
     if not swift_installed():
         pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
     completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "streaming.py"), "--smoke", "--out", str(tmp_path)],
+        [sys.executable, str(BENCHMARKS / "object_storage.py"), "--smoke", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
-    rows = {
-        row["name"]: row for row in json.loads((tmp_path / "streaming.json").read_text())["rows"]
-    }
+    result = json.loads((tmp_path / "object_storage.json").read_text())
+    rows = {row["name"]: row for row in result["rows"]}
     measured = ["raw parallel GETs (4 at once)", "fastload, cold cache", "fastload, warm cache",
                 "fastload, local disk", "fastload, cold cache, via the proxy",
                 "fastload, cold cache, via the proxy, faults injected"]  # fmt: skip
     assert all(rows[name]["per_second"] > 0 and rows[name]["note"] is None for name in measured)
-    summary = json.loads((tmp_path / "streaming.json").read_text())["summary"]
+    summary = result["summary"]
     assert summary["faults injected"]["slow_down"] > 0  # and the pass read the right bytes
     assert summary["cold runs"]["runs"] == 2 and summary["cold runs"]["wrong"] == 0
     peers = [name for name in rows if name not in measured]
