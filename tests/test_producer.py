@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils.data import Dataset
 
+from common_utils import cpu_and_cuda
 from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.collate import encoded_collate
 from fastload.gpu import GPUDecoder
@@ -45,13 +46,15 @@ class EncodedPhotos(Dataset):
         return torch.from_numpy(cv2.imencode(".jpg", bgr)[1].reshape(-1).copy()), index
 
 
-def prefetcher(background: bool, dataset: Dataset | None = None, shuffle=True) -> DataPrefetcher:
+def prefetcher(
+    background: bool, dataset: Dataset | None = None, shuffle=True, device: str = "cpu"
+) -> DataPrefetcher:
     loader = FastLoader(
-        EncodedPhotos() if dataset is None else dataset,
-        batch_size=4, shuffle=shuffle, seed=7, collate_fn=encoded_collate, num_workers=0,
+        EncodedPhotos() if dataset is None else dataset, batch_size=4, shuffle=shuffle, seed=7,
+        collate_fn=encoded_collate, num_workers=0, pin_memory=device == "cuda",
     )  # fmt: skip
     return DataPrefetcher(
-        loader, "cpu", decoder=GPUDecoder(16, device="cpu"), background=background,
+        loader, device, decoder=GPUDecoder(16, device=device), background=background,
         transform=nn.Sequential(gpu.RandomHorizontalFlip(), gpu.ColorJitter(0.4, 0.4)),
         mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),
     )  # fmt: skip
@@ -74,10 +77,11 @@ def test_a_decoder_runs_in_the_background_by_default():
     assert not DataPrefetcher([torch.zeros(1)], "cpu").background
 
 
-def test_the_background_gives_the_synchronous_batches_batch_for_batch():
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_the_background_gives_the_synchronous_batches_batch_for_batch(device):
     for epoch in range(2):
-        threaded = list(prefetcher(True))
-        synchronous = list(prefetcher(False))
+        threaded = list(prefetcher(True, device=device))
+        synchronous = list(prefetcher(False, device=device))
         assert [labels.tolist() for _, labels in threaded] == [
             labels.tolist() for _, labels in synchronous
         ]
@@ -86,10 +90,11 @@ def test_the_background_gives_the_synchronous_batches_batch_for_batch():
     assert no_producer_left()
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @given(held=st.sets(st.integers(0, 5)))
-def test_a_batch_held_is_never_overwritten(held):
+def test_a_batch_held_is_never_overwritten(device, held):
     copies, kept = {}, {}
-    for index, (images, labels) in enumerate(prefetcher(True)):
+    for index, (images, labels) in enumerate(prefetcher(True, device=device)):
         if index in held:
             kept[index], copies[index] = (images, labels), (images.clone(), labels.clone())
     for index, (images, labels) in kept.items():
@@ -154,18 +159,21 @@ def test_interpreter_exit_mid_epoch_is_clean():
     assert done.stdout.strip() == "took one" and not done.stderr
 
 
-def test_resume_through_the_background_yields_the_remaining_batches():
-    whole = [labels.tolist() for _, labels in prefetcher(True)]
-    first = prefetcher(True)
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_resume_through_the_background_yields_the_remaining_batches(device):
+    whole = [(images.cpu(), labels.tolist()) for images, labels in prefetcher(True, device=device)]
+    first = prefetcher(True, device=device)
     it = iter(first)
     for _ in range(2):
         next(it)
     state = first.state_dict()
     del it, first
-    resumed = prefetcher(True)
+    resumed = prefetcher(True, device=device)
     resumed.load_state_dict(state)
-    images = [labels.tolist() for _, labels in resumed]
-    assert images == whole[2:]
+    rest = [(images.cpu(), labels.tolist()) for images, labels in resumed]
+    assert [labels for _, labels in rest] == [labels for _, labels in whole[2:]]
+    for (images, _), (expected, _) in zip(rest, whole[2:], strict=True):
+        assert torch.equal(images, expected)  # the same crops, flips and jitter again
     assert no_producer_left()
 
 

@@ -133,3 +133,20 @@ def test_on_cuda_the_hardware_chain_gives_the_cpu_backends_batch():
     assert decoder.backend == "nvimgcodec" and decoder.decoded == {"nvimgcodec": 3, "opencv": 1}
     # nvJPEG's IDCT and upsampling differ from libjpeg-turbo's by a level or two
     assert (cuda.cpu().float() - cpu.float()).abs().mean() < 2
+
+
+@pytest.mark.needs_cuda
+@pytest.mark.parametrize("progressive", [False, True], ids=["baseline", "progressive"])
+@pytest.mark.parametrize("orientation", [1, 6])
+def test_on_cuda_a_region_is_the_cpu_backends_region(progressive, orientation):
+    # baseline JPEGs go to the hardware decoder, progressive ones to the CUDA decoder
+    data = jpeg(120, 160, seed=4, orientation=orientation, progressive=progressive)
+    on_gpu = nvimgcodec.NvImageCodec(torch.device("cuda"), threads=2)
+    on_cpu = nvimgcodec.NvImageCodec(torch.device("cpu"), threads=1)
+    assert on_gpu.sizes([data]) == on_cpu.sizes([data])
+    region = (8, 16, 72, 112)
+    gpu_crop = on_gpu.decode([data], {0: region})[0]
+    cpu_crop = on_cpu.decode([data], {0: region})[0]
+    assert gpu_crop.device.type == "cuda" and gpu_crop.dtype == torch.uint8
+    assert gpu_crop.shape == cpu_crop.shape == (64, 96, 3)
+    assert (gpu_crop.cpu().float() - cpu_crop.float()).abs().mean() < 2

@@ -21,6 +21,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from common_utils import cpu_and_cuda
 from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.loader import BucketBatchSampler
 
@@ -252,17 +253,18 @@ def test_samplers_resume_too(sampler):
     assert [b[0].tolist() for b in resumed] == expected[2:]
 
 
-def test_the_prefetcher_saves_what_the_loop_had_not_what_is_in_flight():
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_the_prefetcher_saves_what_the_loop_had_not_what_is_in_flight(device):
     def make():
         return FastLoader(Draws(40), batch_size=4, shuffle=True, num_workers=2, seed=3)
 
-    whole = [b[0].tolist() for b in DataPrefetcher(make(), device="cpu", dtype=None)]
-    prefetcher = DataPrefetcher(make(), device="cpu", dtype=None, depth=3)
+    whole = [b[0].tolist() for b in DataPrefetcher(make(), device=device, dtype=None)]
+    prefetcher = DataPrefetcher(make(), device=device, dtype=None, depth=3)
     batches = iter(prefetcher)
     assert [next(batches)[0].tolist() for _ in range(2)] == whole[:2]
     state = prefetcher.state_dict()
     assert state["batches"] == 2  # five are out of the loader: two handed, three in flight
-    resumed = DataPrefetcher(make(), device="cpu", dtype=None)
+    resumed = DataPrefetcher(make(), device=device, dtype=None)
     resumed.load_state_dict(saved(state))
     assert [b[0].tolist() for b in resumed] == whole[2:]
 
@@ -278,16 +280,17 @@ class Images(Dataset):
         return image, index
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("workers", [0, 2])
-def test_gpu_transforms_draw_per_sample_and_replay_after_a_resume(workers):
+def test_gpu_transforms_draw_per_sample_and_replay_after_a_resume(workers, device):
     augment = torch.nn.Sequential(gpu.RandomErasing(p=0.5), gpu.RandomHorizontalFlip())
 
     def make(batch_size=4, w=workers):
         loader = FastLoader(Images(), batch_size=batch_size, shuffle=True, num_workers=w, seed=1)
-        return DataPrefetcher(loader, device="cpu", dtype=None, transform=augment)
+        return DataPrefetcher(loader, device=device, dtype=None, transform=augment)
 
     def by_index(prefetcher):
-        return {int(i): image for images, labels in prefetcher
+        return {int(i): image.cpu() for images, labels in prefetcher
                 for i, image in zip(labels, images, strict=True)}  # fmt: skip
 
     whole = by_index(make())
@@ -304,7 +307,7 @@ def test_gpu_transforms_draw_per_sample_and_replay_after_a_resume(workers):
     resumed = make()
     resumed.load_state_dict(state)
     for images, labels in [*held, *resumed]:
-        for i, image in zip(labels.tolist(), images, strict=True):
+        for i, image in zip(labels.tolist(), images.cpu(), strict=True):
             assert torch.equal(image, whole[i])
 
 
