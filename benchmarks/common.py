@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -98,6 +100,42 @@ def suite_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per variant")
     parser.add_argument("--out", type=Path, default=RESULTS / "gpu", help="folder for JSON, PNG")
     parser.add_argument("--plot", action="store_true")
+    budget_argument(parser)
+
+
+def budget_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budget-s", type=float, default=math.inf,
+        help="start no round that would end past this many seconds; keep what was measured",
+    )  # fmt: skip
+
+
+class Budget:
+    """The seconds a benchmark may take (``--budget-s``, counted from here): a round that
+    would not end in time is not started, what was measured is kept, and ``cut_short``
+    says where it stopped, for the JSON.
+
+    Example:
+        >>> budget = Budget(0.0)
+        >>> budget.allows(1.0, "round 2 of 3"), budget.cut_short
+        (False, 'cut short by its 0 s budget before round 2 of 3')
+    """
+
+    def __init__(self, seconds: float = math.inf) -> None:
+        self.seconds = seconds
+        self.deadline = time.perf_counter() + seconds
+        self.cut_short: str | None = None
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def allows(self, seconds: float, before: str) -> bool:
+        """Whether ``seconds`` more end in time; the first refusal records ``before``."""
+        if self.left() >= seconds:
+            return True
+        if self.cut_short is None:
+            self.cut_short = f"cut short by its {self.seconds:.0f} s budget before {before}"
+        return False
 
 
 def describe(error: BaseException) -> str:
@@ -105,30 +143,48 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]
 
 
+def sentence(cut_short: str, kept: str) -> str:
+    """``Budget.cut_short`` as the line under a table: what stopped it, and what was kept."""
+    return f"{cut_short[0].upper()}{cut_short[1:]}: {kept}."
+
+
 def interleaved(
-    variants: Mapping[str, Callable[[], T]], *, rounds: int, warmup: int = 1
+    variants: Mapping[str, Callable[[], T]],
+    *,
+    rounds: int,
+    warmup: int = 1,
+    budget: Budget | None = None,
 ) -> dict[str, list[T] | str]:
     """Run every variant ``warmup`` times untimed, then ``rounds`` rounds in turn (A B C A B
     C ...), so that a noisy minute hurts every variant alike.
 
     Returns each variant's results, or for one that raised, the error as one line (its
-    traceback goes to stderr); the others go on.
+    traceback goes to stderr); the others go on. With a ``budget``, no run starts that
+    would end past it (judged by the longest run so far): the rounds done are kept, and a
+    variant with none says so.
     """
     results: dict[str, list[T]] = {name: [] for name in variants}
     failed: dict[str, str] = {}
+    longest = 0.0
     for index in range(warmup + rounds):
         for name, run in variants.items():
             if name in failed:
                 continue
+            stage = "the warm-up" if index < warmup else f"round {index - warmup + 1} of {rounds}"
+            if budget is not None and not budget.allows(1.2 * longest, stage):
+                break
+            started = time.perf_counter()
             try:
                 value = run()
             except Exception as error:  # one variant's failure must not cost the others
                 traceback.print_exc()
                 failed[name] = describe(error)
                 continue
+            longest = max(longest, time.perf_counter() - started)
             if index >= warmup:
                 results[name].append(value)
-    return {name: failed.get(name, results[name]) for name in variants}
+    cut = "not run: " + (budget.cut_short if budget and budget.cut_short else "no round")
+    return {name: failed.get(name, results[name] or cut) for name in variants}
 
 
 def report(
@@ -140,8 +196,10 @@ def report(
     settings: dict[str, object],
     out: Path = RESULTS,
     summary: dict[str, object] | None = None,
+    cut_short: str | None = None,
 ) -> Path:
-    """Print the table (ratios against ``baseline``) and write ``<out>/<benchmark>.json``."""
+    """Print the table (ratios against ``baseline``) and write ``<out>/<benchmark>.json``;
+    ``cut_short`` (a :class:`Budget`'s) is said under the table and kept in the JSON."""
     by_name = {row.name: row for row in rows}
 
     def speedup(row: Row) -> float | None:
@@ -173,6 +231,8 @@ def report(
             for row in rows
         ],
     )
+    if cut_short:
+        table += "\n\n" + sentence(cut_short, "the rounds measured before it are kept")
     print(table)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{benchmark}.json"
@@ -198,6 +258,7 @@ def report(
             for row in rows
         ],
         "summary": summary or {},
+        "cut_short": cut_short,
         "table": table,
     }  # fmt: skip
     path.write_text(json.dumps(payload, indent=2) + "\n")

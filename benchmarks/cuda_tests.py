@@ -1,49 +1,79 @@
 """The test suite with CUDA visible: pass, fail and skip counts, and every failure by name.
 
-Runs pytest in a subprocess (JUnit XML report) and writes ``cuda_tests.json`` and a bar
-chart. ``--smoke`` runs only one file's tests marked ``needs_cuda`` (all skipped without a
-GPU, which still checks the report).
+Runs pytest in a subprocess and writes ``<name>.json`` and a bar chart. Each outcome is
+logged as it happens (``outcome_log.py``), so a run stopped by ``--budget-s`` keeps what
+it finished and says it was cut short. ``--select``:
+
+- ``all``: the whole suite, slow tests included;
+- ``new``: the CUDA tests (``needs_cuda``) of the paths that had never run on a GPU,
+  ``NEW_ON_CUDA``, first in ``make gpu-check``;
+- ``rest``: the CUDA tests of every other file.
+
+``--smoke`` runs ``new`` in place of ``all`` (without a GPU every selected test is
+skipped, which still checks the report).
 
 Usage:
-    python benchmarks/cuda_tests.py [--timeout 420] [--workers N] [--out DIR] [--plot] [--smoke]
+    python benchmarks/cuda_tests.py [--select all|new|rest] [--name cuda_tests]
+        [--workers N] [--budget-s S] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from common import machine, pyplot, save_figure, suite_arguments
+from common import Budget, machine, pyplot, save_figure, sentence, suite_arguments
 from fastload.tools.measure import format_table
+from outcome_log import ENVIRONMENT
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 # The suite runs this script; its own smoke test would run the suite again.
-DESELECT = "tests/benchmarks/test_gpu_suite.py"
+DESELECT = ["tests/benchmarks/test_gpu_suite.py", "tests/benchmarks/test_gpu_check.py"]
+
+#: The test files of the paths that had never run on CUDA: the decode producer thread,
+#: nvImageCodec (hardware decoder, CUDA decoder, CPU fallback, region decode), the fused
+#: kernel against the torch reference, the decoder, masks and boxes following their image,
+#: the policies, the prefetcher, resume through it.
+NEW_ON_CUDA = [
+    "tests/test_producer.py",
+    "tests/gpu/test_nvimgcodec.py",
+    "tests/gpu/test_resample.py",
+    "tests/gpu/test_decode.py",
+    "tests/gpu/test_targets.py",
+    "tests/gpu/test_policies.py",
+    "tests/test_prefetch.py",
+    "tests/loader/test_resume.py",
+]
 
 
-def outcomes(junit: Path) -> tuple[dict[str, int], list[dict[str, str]]]:
-    """Counts of passed/failed/errors/skipped and each failure's name and first line."""
+def selection(select: str) -> list[str]:
+    """pytest's arguments for ``select`` (see the module's description)."""
+    if select == "new":
+        return ["-m", "needs_cuda", *NEW_ON_CUDA]
+    if select == "rest":
+        return ["-m", "needs_cuda", "tests", *(f"--ignore={path}" for path in NEW_ON_CUDA)]
+    return ["-m", "slow or not slow", "tests"]
+
+
+def outcomes(log: Path) -> tuple[dict[str, int], list[dict[str, str]]]:
+    """Counts of passed/failed/errors/skipped and each failure's name and first line, from
+    ``outcome_log``'s lines."""
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     failures = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        for outcome, key in (("failure", "failed"), ("error", "errors"), ("skipped", "skipped")):
-            found = case.find(outcome)
-            if found is not None:
-                counts[key] += 1
-                if key != "skipped":
-                    message = (found.get("message") or found.text or "").strip().splitlines()
-                    failures.append({"test": name, "outcome": key,
-                                     "message": message[0][:300] if message else ""})  # fmt: skip
-                break
-        else:
-            counts["passed"] += 1
+    lines = log.read_text().splitlines() if log.exists() else []
+    for line in lines:
+        entry = json.loads(line)
+        counts[entry["outcome"]] += 1
+        if entry["outcome"] in ("failed", "errors"):
+            failures.append(entry)
     return counts, failures
 
 
@@ -63,33 +93,38 @@ def plot_counts(result: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timeout", type=float, default=420, help="seconds for pytest")
+    parser.add_argument("--select", choices=["all", "new", "rest"], default="all")
+    parser.add_argument("--name", default="cuda_tests", help="the result files' name")
     parser.add_argument(
         "--workers", type=int, default=0, help="pytest-xdist processes (0: one process)"
     )
     suite_arguments(parser)
     args = parser.parse_args()
+    budget = Budget(args.budget_s)
 
-    # smoke: one file's CUDA tests (all skipped without a GPU) still check the report
-    everything = ["-m", "slow or not slow"]  # the slow tests too, which plain pytest leaves out
-    selection = ["-m", "needs_cuda", "tests/gpu/test_resample.py"] if args.smoke else everything
+    # smoke: a selection of CUDA tests (all skipped without a GPU) still checks the report
+    arguments = selection("new" if args.smoke and args.select == "all" else args.select)
     if args.workers:  # the suite takes 3.5 minutes in one process on a 16-core GPU machine
-        selection += ["-n", str(args.workers)]
+        arguments += ["-n", str(args.workers)]
     with tempfile.TemporaryDirectory() as work:
-        junit = Path(work) / "junit.xml"
+        log = Path(work) / "outcomes.jsonl"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", "--deselect", DESELECT, *selection]  # fmt: skip
+                   "-p", "outcome_log", *(f"--deselect={path}" for path in DESELECT),
+                   *arguments]  # fmt: skip
+        path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+        environment = {**os.environ, ENVIRONMENT: str(log), "PYTHONPATH": path}
+        limit = budget.left() - 5  # the rest: this report
         start = time.perf_counter()
         try:
-            completed = subprocess.run(command, cwd=ROOT, timeout=args.timeout)
+            completed = subprocess.run(
+                command, cwd=ROOT, env=environment, timeout=limit if math.isfinite(limit) else None
+            )
             returncode: int | str = completed.returncode
         except subprocess.TimeoutExpired:
-            returncode = f"timed out after {args.timeout:.0f} s"
+            returncode = "stopped"
+            budget.allows(math.inf, "the end of the tests")
         seconds = time.perf_counter() - start
-        if junit.exists():
-            counts, failures = outcomes(junit)
-        else:
-            counts, failures = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}, []
+        counts, failures = outcomes(log)
     table = format_table(
         ["passed", "failed", "errors", "skipped", "seconds"],
         [[*counts.values(), f"{seconds:.0f}"]],
@@ -98,24 +133,33 @@ def main() -> None:
         table += "\n\n" + format_table(
             ["failed test", "message"], [[f["test"], f["message"]] for f in failures]
         )
+    if budget.cut_short:
+        table += "\n\n" + sentence(budget.cut_short, "these are the tests it finished")
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = args.out / "cuda_tests.json"
+    result = args.out / f"{args.name}.json"
     payload = {
         "benchmark": "cuda_tests",
         "machine": machine(),
-        "settings": {"command": " ".join(command[1:]), "smoke": args.smoke},
+        "settings": {
+            "command": " ".join(command[1:]),
+            "select": args.select,
+            "smoke": args.smoke,
+            "budget_s": args.budget_s,
+        },
         "returncode": returncode,
         "seconds": seconds,
         "counts": counts,
         "failures": failures,
+        "cut_short": budget.cut_short,
         "table": table,
     }
     result.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {result}")
     if args.plot:
         plot_counts(result)
-    if returncode != 0:  # the suite reports this part as failed; the JSON says which tests
+    # pytest's 5: nothing selected (the "rest" of a suite whose CUDA tests are all "new")
+    if returncode not in (0, 5, "stopped"):  # the suite reports this part as failed
         sys.exit(1)
 
 

@@ -33,7 +33,17 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from common import RESULTS, Row, device_name, interleaved, plot, report, synchronize
+from common import (
+    RESULTS,
+    Budget,
+    Row,
+    budget_argument,
+    device_name,
+    interleaved,
+    plot,
+    report,
+    synchronize,
+)
 from fastload import gpu
 from fastload.system import available_cpus
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
@@ -164,13 +174,15 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder for JSON and PNG")
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: does it run?")
+    budget_argument(parser)
     args = parser.parse_args()
+    budget = Budget(args.budget_s)
     if args.smoke:
         args.batch_size, args.input_size, args.size, args.batches = 4, 64, 48, 1
         args.workers, args.rounds = min(args.workers, 2), 1
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     found = variants(args, device)
-    results = interleaved(found, rounds=args.rounds)
+    results = interleaved(found, rounds=args.rounds, budget=budget)
     baseline = next(iter(found))
     rows = []
     for name, runs in results.items():
@@ -185,7 +197,7 @@ def main() -> None:
     result = report(
         "detection_augment", rows, baseline=baseline, unit="images",
         settings={k: v for k, v in vars(args).items() if k != "out"} | {"device": str(device)},
-        out=Path(out),
+        out=Path(out), cut_short=budget.cut_short,
     )  # fmt: skip
     if args.plot:
         plot(result)

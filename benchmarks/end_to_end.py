@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from common import RESULTS, Row, describe, device_name, plot, report
+from common import RESULTS, Budget, Row, budget_argument, describe, device_name, plot, report
 from data import DATA, jpeg_folder, photo_folder
 from fastload import write_lmdb
 from fastload.tools.measure import Measurement
@@ -147,10 +147,7 @@ def main() -> None:
         "--dali", default="", help="NVIDIA DALI's hw_decoder_load values to run (on a CPU: one)"
     )
     parser.add_argument("--augment", choices=["cpu", "gpu"], default=None)
-    parser.add_argument(
-        "--budget-s", type=float, default=float("inf"),
-        help="start no process that would end past this many seconds; report what was measured",
-    )  # fmt: skip
+    budget_argument(parser)
     parser.add_argument("--name", default="end_to_end", help="the result files' name")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true")
@@ -161,7 +158,7 @@ def main() -> None:
         args.batch_size, args.image_size, args.baseline_workers = 8, 32, "2"
         args.decodes, args.augment, args.dali = "cpu,gpu,gpu-fused", "gpu", "0.65"
 
-    deadline = time.perf_counter() + args.budget_s  # making the data counts too
+    budget = Budget(args.budget_s)  # making the data counts too
     folder, database = data_sets(args.images, args.source)
     common = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
               "--model", args.model, "--dtype", args.dtype]  # fmt: skip
@@ -179,24 +176,23 @@ def main() -> None:
             if isinstance(epochs[name], str) or isinstance(variant, str):
                 continue
             data, options = variant
-            left = deadline - time.perf_counter()
-            if left < 1.2 * longest or left < 10:  # keep what was measured
+            if not budget.allows(max(1.2 * longest, 10), f"round {round_index + 1}"):
                 if not epochs[name]:
-                    epochs[name] = "not run: out of the time budget (--budget-s)"
+                    epochs[name] = f"not run: {budget.cut_short}"
                 continue
             started = time.perf_counter()
             try:
-                epochs[name] += run(data, [*common, *options], args.epochs, timeout=left)[1:]
+                epochs[name] += run(data, [*common, *options], args.epochs, budget.left())[1:]
             except RuntimeError as error:  # the other variants still run
                 epochs[name] = describe(error)
             longest = max(longest, time.perf_counter() - started)
-        result = write_report(args, found, epochs)  # each round: a cut-off run keeps the rest
+        result = write_report(args, found, epochs, budget)  # each round: a cut-off run keeps it
         print(f"round {round_index + 1} of {args.rounds} done", flush=True)
     if args.plot:
         plot(result)
 
 
-def write_report(args, found: dict, epochs: dict[str, list[dict] | str]) -> Path:
+def write_report(args, found: dict, epochs: dict[str, list[dict] | str], budget: Budget) -> Path:
     reference = next(name for name in found if name.startswith("baseline") and " 0 " not in name)
     rows = []
     for name, measured in epochs.items():
@@ -227,6 +223,7 @@ def write_report(args, found: dict, epochs: dict[str, list[dict] | str]) -> Path
             "data": f"{args.images} JPEG 500x375, {args.source}",
         },
         out=args.out,
+        cut_short=budget.cut_short,
     )
 
 

@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
 from common import (
+    Budget,
     Row,
     device_name,
     interleaved,
@@ -278,6 +279,7 @@ def main() -> None:
         args.batch_size, args.input_size, args.size, args.batches = 8, 48, 32, 2
         args.workers, args.compile = min(args.workers, 2), False
     args.rounds = args.rounds or (1 if args.smoke else 3)
+    budget = Budget(args.budget_s)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     generator = torch.Generator().manual_seed(0)
@@ -290,7 +292,7 @@ def main() -> None:
     for recipe in args.recipes.split(","):
         found = variants(recipe, args, device, cpu_images, batch, labels)
         runnable = {name: run for name, run in found.items() if not isinstance(run, str)}
-        results = interleaved(runnable, rounds=args.rounds)
+        results = interleaved(runnable, rounds=args.rounds, budget=budget)
         baseline = next(iter(found))
         rows += [to_row(name, results.get(name, found[name]), baseline) for name in found]
         breakdown[recipe] = where_the_time_goes(recipe, args, batch, device)
@@ -308,6 +310,7 @@ def main() -> None:
             | {"device": str(device), "output": f"float32 0..1, {args.size}x{args.size}"},
             out=args.out,
             summary={"fastload_ms_per_batch_by_module": breakdown},
+            cut_short=budget.cut_short,
         )
 
     result = write()
@@ -321,7 +324,9 @@ def main() -> None:
             runs = (
                 unsettled
                 or interleaved(
-                    {name: device_pass(compiled, batch, labels, args, device)}, rounds=args.rounds
+                    {name: device_pass(compiled, batch, labels, args, device)},
+                    rounds=args.rounds,
+                    budget=budget,
                 )[name]
             )
             index = next(i for i, row in enumerate(rows) if row.name == name)

@@ -24,7 +24,7 @@ engines' utilisation, which tells whether the hardware decoder was used.
 
 Usage:
     python benchmarks/gpu_decode.py [--images 2048] [--batch-size 256] [--rounds 3]
-        [--out DIR] [--plot] [--smoke]
+        [--dali-loads 0,0.65,1] [--budget-s S] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import torch
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from common import (
+    Budget,
     Row,
     device_name,
     interleaved,
@@ -179,6 +180,7 @@ def main() -> None:
     if args.smoke:
         args.images, args.batch_size, args.size = 32, 16, 32
     args.rounds = args.rounds or (1 if args.smoke else 3)
+    budget = Budget(args.budget_s)  # making the photos counts too
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.type == "cuda"
@@ -228,6 +230,7 @@ def main() -> None:
             if not isinstance(decode, str)
         },
         rounds=args.rounds,
+        budget=budget,
     )
     results = {name: results.get(name, decode) for name, decode in decoders.items()}
     engines = {}
@@ -235,7 +238,9 @@ def main() -> None:
         for name, decode in decoders.items():
             if "OpenCV" not in name and not isinstance(results[name], str):
                 assert not isinstance(decode, str)
-                engines[name] = jpeg_engine_use(timed_pass(decode, batches, device))
+                longest = max(run["seconds"] for run in results[name])
+                if budget.allows(longest + 2, f"reading the JPEG engines' use of {name}"):
+                    engines[name] = jpeg_engine_use(timed_pass(decode, batches, device))
     rows = []
     for name, runs in results.items():
         if isinstance(runs, str):
@@ -270,6 +275,7 @@ def main() -> None:
             },
             "jpeg_engines": engines,
         },
+        cut_short=budget.cut_short,
     )  # fmt: skip
     pool.shutdown()
     if args.plot:

@@ -1,6 +1,6 @@
 """GPU memory over epochs: does feeding through DataPrefetcher (and GPUDecoder) grow it?
 
-Five epochs through each pipeline; after each, the CUDA caching allocator's reserved and
+Five epochs through each pipeline (in turn); after each, the CUDA caching allocator's reserved and
 allocated bytes. A stream or buffer made per batch or per epoch, or a tensor kept
 alive by a stream it was recorded on, shows up as growth from epoch to epoch.
 
@@ -14,7 +14,7 @@ Without CUDA the process's resident memory is reported instead (CPU fallback).
 
 Usage:
     python benchmarks/gpu_memory.py [--epochs 5] [--batches 20] [--batch-size 256]
-        [--out DIR] [--plot] [--smoke]
+        [--budget-s S] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
@@ -29,7 +29,16 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from common import Row, device_name, pyplot, report, save_figure, suite_arguments, synchronize
+from common import (
+    Budget,
+    Row,
+    device_name,
+    pyplot,
+    report,
+    save_figure,
+    suite_arguments,
+    synchronize,
+)
 from data import photo_jpegs
 from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.collate import encoded_collate
@@ -122,28 +131,38 @@ def main() -> None:
     if args.smoke:
         args.epochs, args.batches, args.batch_size, args.input_size, args.size = 3, 2, 4, 48, 32
 
+    budget = Budget(args.budget_s)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     measure = "reserved" if device.type == "cuda" else "resident"
-    rows, per_epoch = [], {}
-    for name, prefetcher in pipelines(args, device).items():
-        epochs, seconds = [], []
-        for _ in range(args.epochs):
+    feeds = pipelines(args, device)
+    per_epoch: dict[str, list[dict[str, float]]] = {name: [] for name in feeds}
+    seconds: dict[str, list[float]] = {name: [] for name in feeds}
+    longest = 0.0
+    for epoch in range(args.epochs):  # the pipelines in turn, so a budget cuts both alike
+        for name, prefetcher in feeds.items():
+            if not budget.allows(1.2 * longest, f"epoch {epoch + 1} of {args.epochs}"):
+                break
             start = time.perf_counter()
             for images, _labels in prefetcher:
                 del images
             synchronize(device)
-            seconds.append(time.perf_counter() - start)
-            epochs.append(memory_mib(device))
-        per_epoch[name] = epochs
+            seconds[name].append(time.perf_counter() - start)
+            longest = max(longest, seconds[name][-1])
+            per_epoch[name].append(memory_mib(device))
+    rows = []
+    for name, epochs in per_epoch.items():
+        if len(epochs) < 2:  # the first epoch is the warm-up
+            rows.append(Row(name, None, 0, note=budget.cut_short or "fewer than 2 epochs"))
+            continue
         extra = {
             f"{measure} MiB, epoch 1": f"{epochs[0][measure]:,.0f}",
-            f"{measure} MiB, epoch {args.epochs}": f"{epochs[-1][measure]:,.0f}",
+            f"{measure} MiB, epoch {len(epochs)}": f"{epochs[-1][measure]:,.0f}",
         }
         for key in (measure, "device used"):  # device used: nvJPEG's memory too
             if key in epochs[0]:
                 extra[f"{key} growth MiB"] = f"{epochs[-1][key] - epochs[0][key]:+,.1f}"
         images = args.batches * args.batch_size
-        rows.append(Row(name, Measurement(tuple(seconds[1:])), images, extra, versus=name))
+        rows.append(Row(name, Measurement(tuple(seconds[name][1:])), images, extra, versus=name))
     print(f"device: {device_name()}" + ("" if device.type == "cuda" else ": CPU fallback"))
     result = report(
         "gpu_memory",
@@ -154,6 +173,7 @@ def main() -> None:
         | {"device": str(device)},
         out=args.out,
         summary={"measure": measure, "per_epoch": per_epoch},
+        cut_short=budget.cut_short,
     )
     if args.plot:
         plot_memory(result)

@@ -37,7 +37,16 @@ import torchvision
 from torch import nn
 from torch.utils.data import Dataset
 
-from common import Row, device_name, interleaved, plot, report, suite_arguments, synchronize
+from common import (
+    Budget,
+    Row,
+    device_name,
+    interleaved,
+    plot,
+    report,
+    suite_arguments,
+    synchronize,
+)
 from fastload import DataPrefetcher, FastLoader
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
@@ -249,6 +258,7 @@ def main() -> None:
         args.model, args.batch_size, args.image_size, args.steps = "squeezenet1_1", 4, 32, 3
     args.rounds = args.rounds or (1 if args.smoke else 3)
     args.depths = [int(depth) for depth in str(args.depths).split(",")]
+    budget = Budget(args.budget_s)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
@@ -258,6 +268,7 @@ def main() -> None:
     results = interleaved(
         {name: (lambda make=make: trainer.run(make())) for name, make in runnable.items()},
         rounds=args.rounds,
+        budget=budget,
     )
     alone = results["step alone (batch already on the device)"]
     if isinstance(alone, str):
@@ -267,6 +278,7 @@ def main() -> None:
     results |= interleaved(
         {name: (lambda make=make: trainer.run(make())) for name, make in slow.items()},
         rounds=args.rounds,
+        budget=budget,
     )
     results = {name: results.get(name, found.get(name)) for name in [*found, *slow]}
     baseline = "usual loop (.cuda() then normalise)"
@@ -282,7 +294,7 @@ def main() -> None:
         | {"device": str(device), "autocast": "bfloat16", "step_alone_ms": 1000 * step_s,
            "data_wait": "GPU idle share between steps (CUDA events)" if cuda
            else "time asking for the next batch"},
-        out=args.out,
+        out=args.out, cut_short=budget.cut_short,
     )  # fmt: skip
     if args.plot:
         plot(result)

@@ -1,0 +1,144 @@
+"""What a short GPU window measures first: `make gpu-check`, one command that fits one device
+call of at most 9 minutes, the parts in order, each within its own budget.
+
+  cuda_new        the CUDA tests of the paths that had never run on a GPU (150 s):
+                  cuda_tests.py --select new
+  decode          GPUDecoder per backend vs torchvision's nvJPEG call, decode only and
+                  decode + random resized crop + flip + normalise to bf16 channels_last;
+                  DALI's mixed decode + crop + resize + normalise when installed (90 s)
+  end_to_end_r18  ResNet-18, bf16, channels_last, batch 256: fastload with GPU decode and
+                  with CPU decode, torchvision ImageFolder + DataLoader, DALI when
+                  installed, the step alone; interleaved rounds of short epochs (120 s)
+  end_to_end_r50  the same with ResNet-50 (120 s)
+  memory          reserved CUDA memory over several epochs (60 s)
+  cuda_rest       the other CUDA tests, with whatever time is left
+
+Each part writes its JSON (and PNG) when it ends; one cut short by its budget keeps what it
+measured and says so, and ``check.json`` records every part's status as the run goes.
+With CUDA the results go to ``benchmarks/results/gpu/``; without, the same plan runs at
+smoke sizes (about a minute and a half on a 2-core CPU) into a scratch folder, so it
+cannot rot between GPU runs (``tests/benchmarks/test_gpu_check.py``).
+
+On a GPU machine, ``benchmarks/gpu_check.sh`` installs the carried wheels and runs this;
+``benchmarks/gpu_prepare.py`` prepares those wheels here and prints the device calls.
+
+Usage:
+    python benchmarks/gpu_check.py [--budget-s 540] [--out DIR] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from common import RESULTS, machine
+from fastload.system import available_cpus
+from parts import Part, finished, not_started, prepare_environment, run_part
+
+#: Peers whose rows say "not installed" where they are missing.
+PEERS = ("nvidia.dali", "nvidia.nvimgcodec")
+
+
+def end_to_end(model: str, name: str) -> list[str]:
+    """Short epochs (2,560 photos, 10 batches) so that rounds interleave within 2 minutes."""
+    workers = str(available_cpus())
+    return ["--source", "photos", "--images", "2560", "--epochs", "3", "--rounds", "3",
+            "--model", model, "--batch-size", "256", "--image-size", "224",
+            "--workers", workers, "--baseline-workers", workers,
+            "--decodes", "cpu,gpu-fused", "--storages", "lmdb", "--augment", "gpu",
+            "--dtype", "bfloat16", "--dali", "0.65", "--name", name]  # fmt: skip
+
+
+def cuda_tests(select: str) -> list[str]:
+    return ["--select", select, "--name", f"cuda_tests_{select}"]
+
+
+WORKERS = ["--workers", str(max(1, available_cpus() // 2))]
+
+PLAN = [
+    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 150,
+         cuda_tests("new"), "cuda_tests_new"),
+    Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 90),
+    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18"), 120,
+         ["--name", "end_to_end_resnet18"], "end_to_end_resnet18"),
+    Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end"), 120,
+         ["--name", "end_to_end"], "end_to_end"),
+    Part("memory", "gpu_memory.py", ["--epochs", "5", "--batches", "10"], 60),
+    Part("cuda_rest", "cuda_tests.py", [*cuda_tests("rest"), *WORKERS], None,
+         cuda_tests("rest"), "cuda_tests_rest"),
+]  # fmt: skip
+
+
+def write_summary(
+    path: Path, args: argparse.Namespace, records: list[dict], running: str | None = None
+) -> None:
+    """``check.json``: the plan and each part's outcome so far, the part ``running`` (which
+    a run killed during it leaves so) and the rest "not run yet"."""
+    done = {record["part"]: record for record in records}
+    parts = []
+    for part in PLAN:
+        record = done.get(part.name) or not_started(part, "not run yet")
+        if part.name == running:
+            record = {**record, "status": "running (left so, the run was stopped during it)"}
+        parts.append(record)
+    payload = {
+        "benchmark": "gpu_check",
+        "smoke": args.smoke,
+        "machine": machine(),
+        "budget_s": args.budget_s,
+        "installed": {peer: importlib.util.find_spec(peer.split(".")[0]) is not None
+                      and importlib.util.find_spec(peer) is not None for peer in PEERS},
+        "parts": parts,
+    }  # fmt: skip
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--budget-s", type=float, default=540, help="the whole plan's time (a device call: 600)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="default: results/gpu")
+    parser.add_argument(
+        "--smoke", action="store_true", default=None, help="default: without CUDA only"
+    )
+    args = parser.parse_args()
+    args.smoke = not torch.cuda.is_available() if args.smoke is None else args.smoke
+    out = args.out or (
+        Path(tempfile.mkdtemp(prefix="gpu-check-")) if args.smoke else RESULTS / "gpu"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    summary = out / "check.json"
+
+    prepare_environment()
+    deadline = time.perf_counter() + args.budget_s
+    records: list[dict] = []
+    for part in PLAN:
+        left = deadline - time.perf_counter()
+        if left < 30:
+            records.append(not_started(part, "out of the plan's budget"))
+        else:
+            write_summary(summary, args, records, running=part.name)
+            timeout = min(part.budget_s or left, left)
+            records.append(run_part(part, out, smoke=args.smoke, timeout=timeout))
+        write_summary(summary, args, records)
+    print(f"\n=== gpu-check ({'smoke sizes, ' if args.smoke else ''}{out})")
+    for record in records:
+        print(f"{record['part']:<15} {record['status']} ({record['seconds']} s)")
+    for record in records:
+        if record.get("result"):
+            print(
+                f"\n{record['part']}:\n{json.loads((out / record['result']).read_text())['table']}"
+            )
+    sys.exit(0 if all(finished(record) for record in records) else 1)
+
+
+if __name__ == "__main__":
+    main()
