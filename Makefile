@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-gpu docs docs-serve clean
+.PHONY: demo test lint bench bench-gpu gpu-check docs docs-serve clean
 
 # TORCH_INDEX: where torch and torchvision come from, e.g. PyTorch's CPU-only wheels
 # (https://download.pytorch.org/whl/cpu) on a machine without a GPU: 4 GB less of CUDA.
@@ -45,6 +45,14 @@ BUDGET ?= 3600
 SUITE_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 bench-gpu:
 	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(SUITE_PYTHON) benchmarks/gpu_suite.py --parts $(PARTS) --budget-s $(BUDGET)
+	$(SUITE_PYTHON) benchmarks/docs_page.py
+
+# What a short GPU window measures first (benchmarks/gpu_check.py): the new CUDA paths' tests,
+# decoding, ResNet-18 and -50 end to end, memory, in one command within 540 s. Without CUDA,
+# the same plan at smoke sizes into a scratch folder. Prepare a device call with
+# `python benchmarks/gpu_prepare.py`; on the GPU machine, benchmarks/gpu_check.sh runs this.
+gpu-check:
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(SUITE_PYTHON) benchmarks/gpu_check.py
 	$(SUITE_PYTHON) benchmarks/docs_page.py
 
 # The documentation site (mkdocs.yml): built strictly (a warning or a broken link fails it)

@@ -109,8 +109,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         log = Path(work) / "outcomes.jsonl"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "-p", "outcome_log", *(f"--deselect={path}" for path in DESELECT),
-                   *arguments]  # fmt: skip
+                   "-p", "outcome_log", "--continue-on-collection-errors",
+                   *(f"--deselect={path}" for path in DESELECT), *arguments]  # fmt: skip
         path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
         environment = {**os.environ, ENVIRONMENT: str(log), "PYTHONPATH": path}
         limit = budget.left() - 5  # the rest: this report

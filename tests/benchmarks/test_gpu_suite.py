@@ -16,9 +16,9 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import common  # noqa: E402
-import cuda_tests  # noqa: E402
 import docs_page  # noqa: E402
 import gpu_suite  # noqa: E402
+import parts  # noqa: E402
 
 MACHINE_KEYS = {"device", "driver", "cuda", "torch", "torchvision", "cpus"}
 
@@ -164,41 +164,16 @@ def test_interleaved_runs_rounds_in_turn_and_isolates_a_failure():
     assert results == {"a": [4, 6], "b": "RuntimeError: no such kernel", "c": [5, 7]}
 
 
-def test_a_part_that_crashes_or_overruns_is_recorded(tmp_path: Path, monkeypatch):
+def test_a_part_that_crashes_or_overruns_is_recorded(tmp_path: Path):
     crash = tmp_path / "crash.py"
     crash.write_text("raise SystemExit(3)\n")
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\ntime.sleep(60)\n")
-    monkeypatch.setitem(gpu_suite.PARTS, "crash", (str(crash), [], 10))
-    monkeypatch.setitem(gpu_suite.PARTS, "sleeper", (str(sleeper), [], 10))
-    crashed = gpu_suite.run_part("crash", tmp_path, smoke=True, timeout=30)
+    crashed = parts.run_part(parts.Part("crash", str(crash)), tmp_path, smoke=True, timeout=30)
     assert crashed["status"] == "failed (exit status 3)" and crashed["result"] is None
-    overran = gpu_suite.run_part("sleeper", tmp_path, smoke=True, timeout=1)
-    assert overran["status"] == "timed out after 1 s" and overran["seconds"] < 30
-
-
-def test_junit_outcomes_count_and_name_failures(tmp_path: Path):
-    junit = tmp_path / "junit.xml"
-    junit.write_text(
-        '<testsuites><testsuite name="pytest">'
-        '<testcase classname="tests.test_a" name="test_ok"/>'
-        '<testcase classname="tests.test_a" name="test_bad">'
-        '<failure message="AssertionError: 1 != 2">details</failure></testcase>'
-        '<testcase classname="tests.test_b" name="test_cuda"><skipped message="needs CUDA"/>'
-        "</testcase>"
-        '<testcase classname="tests.test_b" name="test_setup"><error message="fixture broke"/>'
-        "</testcase></testsuite></testsuites>"
-    )
-    counts, failures = cuda_tests.outcomes(junit)
-    assert counts == {"passed": 1, "failed": 1, "errors": 1, "skipped": 1}
-    assert failures == [
-        {
-            "test": "tests.test_a::test_bad",
-            "outcome": "failed",
-            "message": "AssertionError: 1 != 2",
-        },
-        {"test": "tests.test_b::test_setup", "outcome": "errors", "message": "fixture broke"},
-    ]
+    overran = parts.run_part(parts.Part("sleeper", str(sleeper)), tmp_path, smoke=True, timeout=1)
+    assert overran["status"] == "killed after 1 s: over its budget" and overran["seconds"] < 30
+    assert not parts.finished(crashed) and not parts.finished(overran)
 
 
 def test_without_gpu_results_the_page_says_nothing_was_measured(tmp_path: Path):
