@@ -70,9 +70,46 @@ python benchmarks/gpu_suite.py --smoke          # every part at tiny sizes, ~1 m
 python benchmarks/docs_page.py                  # this page, from the JSON\
 """
 
+#: `make gpu-check`'s plan (gpu_check.py): (part, budget, what it measures).
+CHECK_PARTS = [
+    ("cuda_new", "150 s", "the CUDA tests of the paths that had never run on a GPU: the "
+     "decode producer thread, nvImageCodec (hardware and CUDA decoders, CPU fallback, "
+     "region decode), the fused kernel against the torch reference, masks and boxes, the "
+     "policies, resume through the prefetcher"),
+    ("decode", "90 s", "`GPUDecoder` per backend vs torchvision's nvJPEG call, decode only "
+     "and to a finished bf16 channels_last batch; DALI when installed"),
+    ("end_to_end_r18", "120 s", "ResNet-18 (bf16, channels_last, batch 256) from 2,560 "
+     "photos: GPU decode, CPU decode, torchvision `ImageFolder` + `DataLoader`, DALI when "
+     "installed, the step alone; GPU idle from CUDA events, CPU cores busy"),
+    ("end_to_end_r50", "120 s", "the same with ResNet-50"),
+    ("memory", "60 s", "reserved CUDA memory over several epochs"),
+    ("cuda_rest", "what is left", "the other CUDA tests"),
+]  # fmt: skip
+CHECK_TABLE = "\n".join(
+    ["| part | budget | measures |", "|---|---|---|"]
+    + [f"| `{part}` | {budget} | {what} |" for part, budget, what in CHECK_PARTS]
+)
+
 #: Result file (its path under results/, no suffix) -> notes, in the page's order. A file
 #: not listed here still gets its section, after these, with its table and no prose.
 NOTES: dict[str, Notes] = {
+    "gpu/check": Notes(
+        "The short GPU check (`make gpu-check`)",
+        f"""\
+`benchmarks/gpu_check.py` runs, in one command of at most 540 s, the parts in this
+order, each within its own budget; a part cut short keeps what it measured and says so.
+The [contributing page](contributing.md#a-short-gpu-window-make-gpu-check) gives the
+device calls step by step.
+
+{CHECK_TABLE}""",
+    ),
+    "gpu/cuda_tests_new": Notes(
+        "CUDA tests of the paths new to a GPU",
+        "The `needs_cuda` tests of `cuda_tests.NEW_ON_CUDA`, first in `make gpu-check`.",
+    ),
+    "gpu/cuda_tests_rest": Notes(
+        "Other CUDA tests", "The `needs_cuda` tests of every other file, last in the check."
+    ),
     "gpu/suite": Notes(
         "The GPU suite: `make bench-gpu`",
         f"""\
@@ -340,11 +377,11 @@ INTRO = """\
 Scripts in `benchmarks/`, one per question; each compares against what you would use
 otherwise, in the same run, reports the median of several repeats after a warm-up, and
 writes JSON (machine, versions, settings, every timing) to `benchmarks/results/`;
-`--plot` draws a PNG. `make bench` runs the CPU ones; `make bench-gpu` runs
-the GPU suite. This page is written from those files by
-`python benchmarks/docs_page.py` (`make docs` runs it first). Figures measured without a
-GPU come from this project's 2-core CPU machine; they are ratios, because the machine is
-shared and noisy.
+`--plot` draws a PNG. `make bench` runs the CPU ones; `make bench-gpu` runs the GPU
+suite, and `make gpu-check` what a short GPU window measures first. This page is written
+from those files by `python benchmarks/docs_page.py` (`make docs` runs it first).
+Figures measured without a GPU come from this project's 2-core CPU machine; they are
+ratios, because the machine is shared and noisy.
 """
 
 
