@@ -330,12 +330,39 @@ def test_a_state_from_another_loader_is_refused_saying_what_differs():
         ValueError, match=r"not a FastLoader state: give what FastLoader.state_dict"
     ):
         loader.load_state_dict({"epoch": 1})
-    with pytest.raises(ValueError, match="FastLoader state version 9; this fastload reads 2"):
+    with pytest.raises(ValueError, match="FastLoader state version 9; this fastload reads 3"):
         loader.load_state_dict(state | {"version": 9})
     with pytest.raises(ValueError, match="batches -1 is not a count"):
         loader.load_state_dict(state | {"batches": -1})
     with pytest.raises(ValueError, match="generator 'torch' does not match"):
         loader.load_state_dict(state | {"generators": {"torch": b"short"}})
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_rank_resumes_its_own_batches_from_the_state_rank_0_saved(shuffle, workers):
+    # Lightning and Accelerate save rank 0's loader state and load it on every rank
+    def make(rank, world=2, seed=3):
+        sampler = DistributedSampler(Draws(43), num_replicas=world, rank=rank, shuffle=shuffle,
+                                     seed=seed)  # fmt: skip
+        return FastLoader(Draws(43), batch_size=4, sampler=sampler, seed=5, num_workers=workers)
+
+    whole = {rank: [b[0].tolist() for b in make(rank)] for rank in (0, 1)}
+    seen = [i for rank in whole.values() for batch in rank for i in batch]
+    assert len(seen) == 44 and set(seen) == set(range(43))  # 43 padded to 2 x 22
+    interrupted = make(0)
+    batches = iter(interrupted)
+    next(batches), next(batches)
+    state = saved(interrupted.state_dict())
+    for rank in (0, 1):
+        resumed = make(rank)
+        resumed.load_state_dict(state)
+        assert [b[0].tolist() for b in resumed] == whole[rank][2:], rank
+        assert [b[0].tolist() for b in resumed] == whole[rank]  # then the next epoch
+    for other, message in [(make(1, world=3), "world_size 2 in the state, 3 here"),
+                           (make(1, seed=4), "sampler_seed 3 in the state, 4 here")]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"cannot resume: .*{message}"):
+            other.load_state_dict(state)
 
 
 @pytest.mark.parametrize(

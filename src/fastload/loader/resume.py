@@ -146,7 +146,8 @@ class ResumableBatches:
             yield batch
 
 
-STATE_FORMAT, STATE_VERSION = "fastload-loader", 2  # 2: the batch sampler is checked
+# 2: the batch sampler is checked; 3: no rank (any rank resumes from any rank's state)
+STATE_FORMAT, STATE_VERSION = "fastload-loader", 3
 
 
 def order_generators(loader: DataLoader[Any]) -> dict[str, torch.Generator]:
@@ -178,27 +179,38 @@ def samplers_with_epochs(loader: DataLoader[Any]) -> dict[str, Any]:
 
 
 def loader_identity(loader: DataLoader[Any]) -> dict[str, Any]:
-    """What a state must have been saved with to resume on ``loader``."""
+    """What a state must have been saved with to resume on ``loader``.
+
+    Nothing of one rank: under a ``DistributedSampler`` every rank has handed out as many
+    batches as the others, and its order follows from the sampler's seed, epoch and the
+    world size, so the state rank 0 saves resumes every rank (Lightning and Accelerate
+    save rank 0's and load it everywhere)."""
     batch_size = loader.batch_size
     if batch_size is None:
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
+    sampler = loader.sampler
     identity = {
         "dataset_length": len(loader.dataset),  # type: ignore[arg-type]
         "batch_size": batch_size,
         "batches_per_epoch": len(loader),
         "seed": getattr(loader, "seed", None),
-        "sampler": type(loader.sampler).__name__,
+        "sampler": type(sampler).__name__,
         "batch_sampler": (
             None if loader.batch_sampler is None else type(loader.batch_sampler).__name__
         ),
-        "world_size": getattr(loader.sampler, "num_replicas", 1),
-        "rank": getattr(loader.sampler, "rank", 0),
+        "world_size": getattr(sampler, "num_replicas", 1),
+        # a DistributedSampler's order: its seed, whether it shuffles, whether it drops
+        **{
+            f"sampler_{name}": getattr(sampler, name)
+            for name in ("seed", "shuffle", "drop_last")
+            if hasattr(sampler, "num_replicas") and isinstance(getattr(sampler, name, None), int)
+        },
     }
-    if isinstance(loader.sampler, GlobalBatchOrder):
+    if isinstance(sampler, GlobalBatchOrder):
         # Its global batches do not depend on the world size: a rank's batches handed
         # out are the global batches done, whatever the number of ranks that resumes.
-        identity.update(batch_size=loader.sampler.global_batch_size, world_size="any", rank="any",
-                        order=loader.sampler.order_identity())  # fmt: skip
+        identity.update(batch_size=sampler.global_batch_size, world_size="any",
+                        order=sampler.order_identity())  # fmt: skip
     return identity
 
 
