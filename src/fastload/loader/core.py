@@ -104,6 +104,12 @@ class FastLoader(DataLoader[T_co]):
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
 
+    # Accelerate's prepare() would re-create the loader as a DataLoader of its own over a
+    # second shard of the batches: an epoch would see 1/world_size of the data, and the
+    # seed, defaults and state would be lost. A loader that Accelerate reads as prepared
+    # is handed back as it is; FastLoader shards, seeds and resumes by itself.
+    _is_accelerate_prepared = True
+
     def __init__(
         self,
         dataset: Dataset[Any],
@@ -132,8 +138,14 @@ class FastLoader(DataLoader[T_co]):
                 raise ValueError("seed needs in_order=True: a batch's seeds follow its order")
             if generator is None:
                 generator = torch.Generator().manual_seed(seed)
-        if isinstance(dataset, (DatasetView, SeededSamples)):  # re-created from .dataset
+        # Re-created from another FastLoader's attributes (Lightning re-creates a loader
+        # to set its sampler): the user's dataset, collate and worker_init_fn, not ours.
+        if isinstance(dataset, (DatasetView, SeededSamples)):
             dataset = dataset.dataset
+        if collate_fn is passthrough_collate:
+            collate_fn = None
+        if isinstance(worker_init_fn, WorkerInit):
+            worker_init_fn = worker_init_fn.user_fn
 
         iterable = isinstance(dataset, IterableDataset)
         in_memory, keyed = choose_fetch(
