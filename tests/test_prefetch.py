@@ -273,7 +273,7 @@ class Replayable:
 def test_keyboard_interrupt_leaves_nothing_half_done():
     prefetcher = DataPrefetcher(Replayable(failing_after(2, KeyboardInterrupt())), "cpu", depth=3)
     with pytest.raises(KeyboardInterrupt):
-        iter(prefetcher)  # interrupted while filling the pipeline
+        next(iter(prefetcher))  # interrupted while filling the pipeline
     assert prefetcher._iterator is None and not prefetcher._pending
     prefetcher = DataPrefetcher(Replayable(failing_after(3, KeyboardInterrupt())), "cpu", depth=1)
     got = []
@@ -514,3 +514,27 @@ def test_a_checkpoint_after_next_then_for_counts_the_batches_had():
         break
     state = prefetcher.state_dict()
     assert (state["batches"], state["between_epochs"]) == (2, False)
+
+
+class CountedStarts(list):
+    """Batches whose epochs count their starts, as a loader's ``iter()`` would."""
+
+    starts = 0
+
+    def __iter__(self):
+        self.starts += 1
+        return super().__iter__()
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_iter_starts_no_epoch_until_the_first_batch_is_asked_for(background):
+    # Lightning calls iter() on a train loader to check it, then drops the iterator
+    loader = CountedStarts(image_batches(count=3))
+    prefetcher = DataPrefetcher(loader, "cpu", background=background)
+    checked = iter(prefetcher)
+    del checked
+    assert loader.starts == 0 and len(prefetcher) == 3
+    passes = iter(prefetcher)
+    assert loader.starts == 0
+    assert _first_labels(passes) == [0, 4, 8] and loader.starts == 1
+    assert _first_labels(prefetcher) == [0, 4, 8] and loader.starts == 2

@@ -130,6 +130,7 @@ class DataPrefetcher(LoaderProxy):
         self._handed = 0  # batches of this epoch given to the training loop
         self._produced = 0  # batches of this epoch prepared (handed, in flight, failed)
         self._passes = 0  # iter() calls: an older pass's iterator is over
+        self._starting = False  # a pass began whose loader starts at its first next()
         # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
         # the transform draws each sample's parameters from that sample's seed.
         self._seeds: KeyedSeedSource | None = None
@@ -264,11 +265,19 @@ class DataPrefetcher(LoaderProxy):
     # --- iteration -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        """Start a pass over the loader, ``depth`` batches in flight. As with DataLoader's
-        iterators, ``iter()`` of the pass is the pass: ``for b in it`` goes on from there."""
+        """Begin a pass over the loader, ``depth`` batches in flight once it starts: at the
+        pass's first ``next()`` (Lightning calls ``iter()`` to check a loader and drops
+        the iterator; that must start no epoch). As with DataLoader's iterators,
+        ``iter()`` of the pass is the pass: ``for b in it`` goes on from there."""
         self._close()
         self._handed = self._produced = 0
         self._passes += 1
+        self._starting = True
+        return _Pass(self, self._passes)
+
+    def _start(self) -> None:
+        """The pass's loader iterator, and its first batches under way."""
+        self._starting = False
         try:
             self._iterator = iter(self.loader)
             if self.background:
@@ -281,11 +290,12 @@ class DataPrefetcher(LoaderProxy):
         except BaseException:  # KeyboardInterrupt: leave no half-started epoch behind
             self._close()
             raise
-        return _Pass(self, self._passes)
 
     def __next__(self) -> Any:
-        if self._iterator is None:
+        if not self._starting and self._iterator is None:
             self._implicit_pass = iter(self)  # held: a pass dropped would stop its producer
+        if self._starting:
+            self._start()
         slot = self._producer.get() if self._producer is not None else self._pending.popleft()
         if slot.end:
             self._close()
@@ -327,6 +337,7 @@ class DataPrefetcher(LoaderProxy):
             return None
 
     def _close(self) -> None:
+        self._starting = False
         if self._producer is not None:
             self._producer.close()  # before the iterator goes: the thread reads from it
             self._producer = None
@@ -355,7 +366,7 @@ class _Pass:
     def __next__(self) -> Any:
         if self.prefetcher._passes != self.number:
             raise RuntimeError("DataPrefetcher: iter() began a newer pass; this one is over")
-        if self.prefetcher._iterator is None:  # this pass ended
+        if self.prefetcher._iterator is None and not self.prefetcher._starting:  # it ended
             raise StopIteration
         return next(self.prefetcher)
 
