@@ -9,11 +9,13 @@ from hypothesis import strategies as st
 from fastload import FastLoader
 from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.defaults import (
+    LOCAL_SIZE_VARIABLES,
     MAX_AUTO_WORKERS,
     Machine,
     check_num_workers,
     choose_defaults,
     choose_fetch,
+    local_processes,
 )
 
 GPU_BOX = Machine(cuda=True, cpus=32, local_processes=8, shm_shortage=None, distributed=False)
@@ -141,3 +143,39 @@ def test_fastloader_meets_the_contracts_the_prefetcher_relies_on():
     assert isinstance(loader, KeyedSeedSource) and isinstance(loader, ResumableLoader)
     assert not isinstance([1, 2], KeyedSeedSource)
     assert not isinstance([1, 2], ResumableLoader)
+
+
+@pytest.fixture
+def process_group(tmp_path):
+    """A real one-process gloo group, as a launcher leaves it."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}",
+                            rank=0, world_size=1)  # fmt: skip
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({"LOCAL_WORLD_SIZE": "4"}, 4),  # torchrun
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, 3),  # Open MPI
+        ({"SLURM_NTASKS_PER_NODE": "8(x2)"}, 8),  # SLURM, 8 tasks on each of 2 nodes
+        ({"LOCAL_WORLD_SIZE": "2", "SLURM_NTASKS_PER_NODE": "8"}, 2),  # torchrun's wins
+        ({"WORLD_SIZE": "1", "LOCAL_RANK": "0"}, 1),  # Lightning's: the world size
+    ],
+)
+def test_local_processes_come_from_whichever_launcher_started_them(
+    process_group, monkeypatch, variables, expected
+):
+    for name in (*LOCAL_SIZE_VARIABLES, "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert local_processes() == expected
+
+
+def test_without_a_process_group_this_is_the_only_process(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert local_processes() == 1

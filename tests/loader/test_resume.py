@@ -445,3 +445,28 @@ def test_a_corrupt_generator_state_is_refused_at_load_and_the_global_one_untouch
         loader.load_state_dict(state | {"generators": {**state["generators"], "torch": corrupt}})
     assert torch.equal(torch.get_rng_state(), before)
     assert as_lists(loader) == as_lists(make())  # a fresh epoch, as if nothing was loaded
+
+
+class OwnIterator:
+    """A batch sampler that is its own iterator and starts anew at each iter(), as
+    Lightning's _IndexBatchSamplerWrapper (its predict loop's) does."""
+
+    def __init__(self, batch_sampler: BatchSampler) -> None:
+        self.batch_sampler, self.batches = batch_sampler, iter(())
+
+    def __iter__(self):
+        self.batches = iter(self.batch_sampler)
+        return self
+
+    def __next__(self):
+        return next(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+
+@pytest.mark.parametrize("dataset", [Draws(10), TensorDataset(torch.arange(10))])
+def test_a_batch_sampler_that_is_its_own_iterator_gives_each_batch_once(dataset):
+    batches = OwnIterator(BatchSampler(SequentialSampler(dataset), batch_size=4, drop_last=False))
+    loader = FastLoader(dataset, batch_sampler=batches, num_workers=0)
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

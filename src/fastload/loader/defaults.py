@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,11 +81,25 @@ def small_shared_memory() -> str | None:
     )
 
 
+#: What launchers set to the number of training processes on this machine: torchrun's,
+#: Open MPI's, MPICH's and Intel MPI's, SLURM's (which may read "8(x2)").
+LOCAL_SIZE_VARIABLES = (
+    "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+)  # fmt: skip
+
+
 def local_processes() -> int:
-    """Training processes on this machine: torchrun's LOCAL_WORLD_SIZE, else 1."""
-    if dist.is_available() and dist.is_initialized():
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return 1
+    """Training processes on this machine, under an initialised process group: what the
+    launcher says (:data:`LOCAL_SIZE_VARIABLES`), else the whole world size. Lightning's
+    launcher sets none of them; counting every process as local can give fewer workers
+    than the cores allow on several machines, never more than the cores on one."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    for name in LOCAL_SIZE_VARIABLES:
+        count = re.match(r"\d+", os.environ.get(name, ""))
+        if count is not None:
+            return max(1, int(count.group()))
+    return max(1, dist.get_world_size())
 
 
 def auto_num_workers(*, cpus: int | None = None, local_world_size: int | None = None) -> int:

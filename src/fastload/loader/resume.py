@@ -137,13 +137,22 @@ class ResumableBatches:
             first = next(batches, _END)
         if first is _END:
             return
-        for batch in itertools.islice(itertools.chain([first], batches), progress.skip, None):
+        for batch in itertools.islice(_then(first, batches), progress.skip, None):
             single = isinstance(batch, (int, np.integer))  # batch_size=None
             if self.track:
                 self.dispatched.append((epoch, [int(batch)] if single else [int(i) for i in batch]))
             if self.keyed:
                 batch = (epoch, int(batch)) if single else [(epoch, int(i)) for i in batch]
             yield batch
+
+
+def _then(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    """``first``, then what ``rest`` has left, never calling ``iter(rest)`` again: the
+    iterator of a batch sampler may restart there (Lightning's ``_IndexBatchSamplerWrapper``
+    is its own iterator and begins anew at each ``iter()``)."""
+    yield first
+    while (item := next(rest, _END)) is not _END:
+        yield item
 
 
 # 2: the batch sampler is checked; 3: no rank (any rank resumes from any rank's state)
