@@ -205,6 +205,20 @@ about 55 % of its CPU time per image, and 2.8x DataLoader with its defaults. The
 suite runs the same script with a ResNet-50 step, 20,000 JPEGs and GPU decoding
 ([`gpu: end_to_end`](#gpu-end_to_end)).""",
     ),
+    "frameworks": Notes(
+        "Inside Lightning and Accelerate",
+        """\
+`benchmarks/frameworks.py` trains the same small CNN (SGD, batches of 64 at 112 px) on
+the 1000 photo-like JPEGs under each framework: its usual data path (torchvision
+ImageFolder, v2 transforms per sample, DataLoader with 2 persistent workers) against
+fastload's integration (FastLoader with OpenCV decode and the crop in 2 workers, a
+DataPrefetcher that flips per sample and normalises, returned by `train_dataloader()` or
+fed beside the prepared model), and fastload in a hand-written loop. Each variant in its
+own process, 3 interleaved rounds of 3 epochs, the first a warm-up. Speed-ups are
+against the framework's usual path; "of fastload's own loop" is the integration's
+throughput as a share of the hand-written loop's. Goal: at least 0.95x of the own loop
+under Lightning, ahead of the usual path in the same run.""",
+    ),
     "peers": Notes(
         "Peers: files to a normalised batch on the CPU",
         """\
