@@ -8,6 +8,9 @@ from hypothesis import settings
 settings.register_profile("fastload", derandomize=True, deadline=None, max_examples=40)
 settings.load_profile("fastload")
 
+# Scripts the framework tests start (they import Lightning or Accelerate): not test modules.
+collect_ignore_glob = ["integrations/*_train.py"]
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():

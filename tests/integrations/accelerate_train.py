@@ -20,26 +20,10 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from drawn import BATCH, EPOCHS, Drawn
 from torch import nn
-from torch.utils.data import Dataset
 
 from fastload import DataPrefetcher, FastLoader, gpu
-
-SAMPLES, BATCH, EPOCHS = 40, 4, 2
-
-
-class Drawn(Dataset):
-    """Sample ``i``: a 3x8x8 uint8 image, zero but for one draw from torch's generator in
-    its left column (keyed by ``seed``: the same for the same sample in any process; a
-    flip moves it to the right), and ``i``."""
-
-    def __len__(self) -> int:
-        return SAMPLES
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        image = torch.zeros(3, 8, 8, dtype=torch.uint8)
-        image[:, :, 0] = torch.randint(1, 256, (1,), dtype=torch.uint8)
-        return image, index
 
 
 class Progress:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from accelerate_train import BATCH, EPOCHS, Drawn
+from drawn import BATCH, EPOCHS, Drawn
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import TensorDataset

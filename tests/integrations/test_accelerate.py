@@ -24,9 +24,8 @@ pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("accelerate_train.py")
 sys.path.insert(0, str(SCRIPT.parent))
 
-import accelerate_train  # noqa: E402
-
-Steps = dict[int, list[list]]  # rank -> its [epoch, step, indices, pixels] lines
+import drawn  # noqa: E402
+from drawn import Steps, by_sample  # noqa: E402
 
 
 def train(workdir: Path, processes: int, feed: str, *options: str) -> Steps:
@@ -47,18 +46,6 @@ def train(workdir: Path, processes: int, feed: str, *options: str) -> Steps:
     }
 
 
-def by_sample(steps: Steps, epoch: int) -> dict[int, list[int]]:
-    """Sample index -> its pixels in ``epoch``, each sample once across the ranks."""
-    found: dict[int, list[int]] = {}
-    for lines in steps.values():
-        for line_epoch, _step, indices, pixels in lines:
-            if line_epoch == epoch:
-                for index, pixel in zip(indices, pixels, strict=True):
-                    assert index not in found, f"sample {index} twice in epoch {epoch}"
-                    found[index] = pixel
-    return found
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Steps]:
     root = tmp_path_factory.mktemp("accelerate")
@@ -73,11 +60,11 @@ def test_prepare_gives_every_sample_once_an_epoch_across_two_processes(uninterru
     steps = uninterrupted["prepare", 2]
     assert [len(lines) for lines in steps.values()] == [10, 10]  # 40 samples, 2 x 4 a step
     for epoch in (0, 1):
-        assert sorted(by_sample(steps, epoch)) == list(range(accelerate_train.SAMPLES))
+        assert sorted(by_sample(steps, epoch)) == list(range(drawn.SAMPLES))
 
 
 def test_prepare_keeps_the_seeds_keyed_draws_on_any_number_of_processes(uninterrupted):
-    loader = FastLoader(accelerate_train.Drawn(), batch_size=4, shuffle=True, seed=7)
+    loader = FastLoader(drawn.Drawn(), batch_size=4, shuffle=True, seed=7)
     for epoch in (0, 1):
         alone = {int(i): image[0, 0, [0, -1]].tolist() for images, labels in loader
                  for i, image in zip(labels, images, strict=True)}  # fmt: skip

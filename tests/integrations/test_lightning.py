@@ -25,8 +25,9 @@ pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("lightning_train.py")
 sys.path.insert(0, str(SCRIPT.parent))
 
+import drawn  # noqa: E402
 import lightning_train  # noqa: E402
-from test_accelerate import Steps, by_sample  # noqa: E402
+from drawn import Steps, by_sample  # noqa: E402
 
 
 def fit(workdir: Path, feed: str, devices: int, *options: str) -> Steps:
@@ -62,8 +63,8 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, i
 def test_under_ddp_every_sample_once_an_epoch_with_the_seeds_draws(uninterrupted):
     for feed in ("prefetcher", "loader"):
         two, one = logs(uninterrupted[feed, 2], 2), logs(uninterrupted[feed, 1], 1)
-        assert [len(lines) for lines in two.values()] == [5 * lightning_train.EPOCHS] * 2
-        for epoch in range(lightning_train.EPOCHS):
+        assert [len(lines) for lines in two.values()] == [5 * drawn.EPOCHS] * 2
+        for epoch in range(drawn.EPOCHS):
             assert sorted(by_sample(two, epoch)) == list(range(40)), feed
             assert by_sample(two, epoch) == by_sample(one, epoch), feed  # keyed, flips too
     flipped = by_sample(logs(uninterrupted["prefetcher", 2], 2), 0)
@@ -90,7 +91,7 @@ def test_a_fastloader_over_tensors_made_before_the_trainer_survives_its_re_creat
     tmp_path, devices
 ):
     steps = fit(tmp_path, "outside", devices)
-    for epoch in range(lightning_train.EPOCHS):
+    for epoch in range(drawn.EPOCHS):
         assert sorted(by_sample(steps, epoch)) == list(range(40))
 
 
