@@ -4,6 +4,7 @@ cache, with the errors a user meets named."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -61,7 +62,9 @@ def test_a_bucket_reads_back_as_the_folder_does(url, folder, aws, tmp_path):
         image, label = dataset[index]
         assert label == reference[index][1] and np.array_equal(image, reference[index][0])
     dataset.verify()
-    assert sorted(p.name for p in tmp_path.glob("*.tar")) == [s.name for s in dataset.shards]
+    cached = dataset._remote.cache  # the index's own namespace under cache_dir
+    assert cached.is_relative_to(tmp_path / "fastload-shards")
+    assert sorted(p.name for p in cached.glob("*.tar")) == [s.name for s in dataset.shards]
 
 
 def test_the_client_comes_from_arguments_as_well_as_the_environment(url, server, tmp_path):
@@ -82,7 +85,7 @@ def test_the_cache_stays_under_its_budget(url, aws, tmp_path):
     largest = max(shard.size for shard in dataset.shards)
     for index in range(len(dataset)):
         dataset[index]
-        cached = sum(path.stat().st_size for path in tmp_path.glob("*.tar"))
+        cached = sum(path.stat().st_size for path in dataset._remote.cache.glob("*.tar"))
         assert cached <= 70_000 + largest  # the one being read may push it past, briefly
 
 
@@ -97,7 +100,7 @@ def test_a_shard_that_fails_its_hash_is_named_with_its_url(url, aws, tmp_path, s
             ShardIndexError, match=f"s3://data/train/{shard.name}: its SHA-256 differs"
         ):
             dataset[0]
-        assert not list(tmp_path.glob(f"{shard.name}*"))  # nothing unchecked entered the cache
+        assert not list(tmp_path.rglob(f"{shard.name}*"))  # nothing unchecked entered the cache
     finally:
         client.put_object(Bucket="data", Key=f"train/{shard.name}", Body=original)
 
@@ -181,6 +184,38 @@ def test_a_killed_upload_resumes_without_uploading_finished_shards_again(
     assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]
 
 
+def put_webdataset_tars(client, prefix: str, samples: list[tuple[bytes, int]], per_tar: int):
+    """``samples`` as public WebDataset tars (``000000.jpg`` + ``000000.cls``) at ``prefix``."""
+    import io
+    import tarfile
+
+    for number in range(len(samples) // per_tar):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for index in range(per_tar * number, per_tar * number + per_tar):
+                image, label = samples[index]
+                for extension, data in (("jpg", image), ("cls", str(label).encode())):
+                    info = tarfile.TarInfo(f"{index:06d}.{extension}")
+                    info.size = len(data)
+                    archive.addfile(info, io.BytesIO(data))
+        client.put_object(Bucket="data", Key=f"{prefix}/train-{number}.tar", Body=buffer.getvalue())
+
+
+def test_two_sources_sharing_a_cache_dir_never_share_an_entry(folder, server, aws, tmp_path):
+    client = boto3.client("s3", **server.client_options())
+    classes = sorted(path.name for path in folder.iterdir())
+    photos = [(path.read_bytes(), classes.index(path.parent.name))
+              for path in sorted(folder.rglob("*.jpg"))]  # fmt: skip
+    first, second = photos[:6], photos[-6:][::-1]
+    put_webdataset_tars(client, "one", first, per_tar=3)  # the same tar names in both
+    put_webdataset_tars(client, "two", second, per_tar=3)
+    for url, samples in [("s3://data/one", first), ("s3://data/two", second)] * 2:
+        dataset = ShardedDataset(url, cache_dir=tmp_path, decode=None)
+        assert [(dataset[i][0].numpy().tobytes(), dataset[i][1]) for i in range(6)] == samples
+    folders = sorted(p.name for p in (tmp_path / "fastload-shards").iterdir())
+    assert len(folders) == 2 and folders[0].startswith("data_one-")
+
+
 def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
     folder, server, aws, tmp_path
 ):
@@ -205,10 +240,38 @@ def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
     assert len(dataset) == 10 and [shard.name for shard in dataset.shards] == [
         "train-0.tar", "train-1.tar"]  # fmt: skip
     assert [(dataset[i][0].numpy().tobytes(), dataset[i][1]) for i in range(10)] == reference
-    assert (tmp_path / INDEX).exists()
-    scanned = (tmp_path / INDEX).stat().st_mtime_ns
+    index = dataset._remote.cache / INDEX
+    assert index.exists() and index.parent.name == "scanned"
+    scanned = index.stat().st_mtime_ns
     again = ShardedDataset("s3://data/wds", cache_dir=tmp_path, decode=None)
-    assert len(again) == 10 and (tmp_path / INDEX).stat().st_mtime_ns == scanned
+    assert len(again) == 10 and index.stat().st_mtime_ns == scanned
     again.verify()
     with pytest.raises(ShardIndexError, match=r"no index\.json"):  # no tar either
         ShardedDataset("s3://data/nothing-here", cache_dir=tmp_path / "empty")
+
+
+def test_a_shard_is_trusted_only_by_a_hash_record_written_after_it(url, aws, tmp_path, monkeypatch):
+    from fastload.shards import remote
+
+    expected = ShardedDataset(url, cache_dir=tmp_path)[0]
+    dataset = ShardedDataset(url, cache_dir=tmp_path)
+    cache, shard = dataset._remote, dataset.shards[0]
+    stale = cache.cache / f".{shard.name}.sha256"
+    (cache.cache / shard.name).unlink()
+    (cache.cache / shard.name).write_bytes(b"\0" * shard.size)  # another shard's bytes...
+    stale.write_text("f" * 64)  # ...under a record that does not match the index: fetched again
+    replace = os.replace
+
+    def killed_before_the_record(source, target):
+        if str(target).endswith(".sha256"):
+            raise KeyboardInterrupt("killed between the shard and its record")
+        replace(source, target)
+
+    monkeypatch.setattr(remote.os, "replace", killed_before_the_record)
+    with pytest.raises(KeyboardInterrupt):
+        dataset[0]
+    monkeypatch.setattr(remote.os, "replace", replace)
+    assert not stale.exists()  # the shard is new, its record not written: not trusted
+    fresh = ShardedDataset(url, cache_dir=tmp_path)
+    image, label = fresh[0]
+    assert label == expected[1] and np.array_equal(image, expected[0]) and stale.exists()

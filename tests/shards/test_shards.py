@@ -344,21 +344,31 @@ def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
     assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])
 
 
-def test_the_cache_evicts_what_no_plan_reads_then_what_is_read_last(tmp_path):
+def cache_holding(cache_dir, names: list[str], *, limit: int):
+    """An S3 cache whose index lists ``names``, each cached (100 bytes, its hash recorded
+    as a download records it), the first the least recently used."""
     from fastload.shards.remote import S3Shards
 
-    cache = S3Shards("s3://bucket/set", cache_dir=tmp_path, cache_limit=400)
-    for age, name in enumerate(["a.tar", "b.tar", "c.tar", "d.tar"]):
-        (tmp_path / name).write_bytes(b"x" * 100)
-        os.utime(tmp_path / name, (1000 + age, 1000 + age))
+    cache = S3Shards("s3://bucket/set", cache_dir=cache_dir, cache_limit=limit)
+    cache.cache.mkdir(parents=True, exist_ok=True)
+    cache._names = frozenset(names)
+    for age, name in enumerate(names):
+        (cache.cache / name).write_bytes(b"x" * 100)
+        (cache.cache / f".{name}.sha256").write_text("0" * 64)
+        os.utime(cache.cache / name, (1000 + age, 1000 + age))
+    return cache
+
+
+def test_the_cache_evicts_what_no_plan_reads_then_what_is_read_last(tmp_path):
+    cache = cache_holding(tmp_path, ["a.tar", "b.tar", "c.tar", "d.tar"], limit=400)
     cache.plan(["c.tar", "a.tar", "e.tar", "b.tar"])  # d is read by no one: it goes first
     assert cache._make_room(100)
-    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["a.tar", "b.tar", "c.tar"]
+    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["a.tar", "b.tar", "c.tar"]
     assert cache._make_room(200)  # then b, read last
-    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["a.tar", "c.tar"]
+    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["a.tar", "c.tar"]
     # a prefetch read third (e) evicts nothing needed sooner (c, a): it is not made
     assert not cache._make_room(300, use=2)
-    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["a.tar", "c.tar"]
+    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["a.tar", "c.tar"]
     cache.forget_plan()
     assert cache.next_uses() == {}
 
@@ -369,10 +379,10 @@ def test_a_dead_readers_plan_is_dropped(tmp_path):
     cache = S3Shards("s3://bucket/set", cache_dir=tmp_path, cache_limit=400)
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)  # fmt: skip
-    (tmp_path / f".plan-{int(child.stdout)}.json").write_text('["x.tar"]')
     cache.plan(["y.tar", "z.tar"])
+    (cache.cache / f".plan-{int(child.stdout)}.json").write_text('["x.tar"]')
     assert cache.next_uses() == {"y.tar": 0, "z.tar": 1}
-    assert not (tmp_path / f".plan-{int(child.stdout)}.json").exists()
+    assert not (cache.cache / f".plan-{int(child.stdout)}.json").exists()
 
 
 def test_a_resume_of_another_length_encoding_or_shard_size_is_refused(folder, tmp_path):
@@ -395,3 +405,16 @@ def test_a_resume_of_another_length_encoding_or_shard_size_is_refused(folder, tm
     meta = write_shards(folder, tmp_path / "s", shard_size=20_000, quality=90, resize=32,
                         resume=True)  # fmt: skip
     assert meta["samples"] == 18
+
+
+def test_eviction_deletes_only_shards_the_cache_downloaded_for_its_index(tmp_path):
+    # cache_dir given by the user may hold their own files; the cache keeps to its folder
+    mine = {"notes.txt": b"my notes", "model.pt": b"weights", "a.tar": b"a tar of mine"}
+    for name, data in mine.items():
+        (tmp_path / name).write_bytes(data)
+    cache = cache_holding(tmp_path, ["s0.tar", "s1.tar"], limit=150)
+    (cache.cache / "stray.tar").write_bytes(b"y" * 500)  # no record: not downloaded here
+    (cache.cache / ".s1.tar.sha256").unlink()  # interrupted before its record: not owned
+    assert cache._make_room(100)
+    assert {name: (tmp_path / name).read_bytes() for name in mine} == mine
+    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["s1.tar", "stray.tar"]

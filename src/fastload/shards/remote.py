@@ -10,9 +10,13 @@ SlowDown), and gives up a stalled connection after 10 s. The S3 client is made i
 each process on first use (a client made before a fork is not safe to use in a
 forked worker), configured by the usual AWS variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...) and by ``options``, which go to
-``boto3.client("s3", ...)``. Processes on a node share the cache: a file lock per shard
-makes one of them download it. Past ``cache_limit`` bytes, shards are evicted by next
-use: each reading process announces the shards it reads next (:meth:`S3Shards.plan`,
+``boto3.client("s3", ...)``. The cache owns a namespace and nothing else: under
+``cache_dir`` it creates a folder per source (bucket and prefix) and, inside, one per
+index (named by the index's digest), so two sources or two conversions of one source
+never share an entry, and it evicts only shards of that index it downloaded itself (their
+hash recorded beside them), never another file. Processes on a node share the cache: a
+file lock per shard makes one of them download it. Past ``cache_limit`` bytes, shards are
+evicted by next use: each reading process announces the shards it reads next (:meth:`S3Shards.plan`,
 which :class:`~fastload.shards.ShardShuffle` calls), and the shard no plan needs, or
 needs last, goes first.
 """
@@ -25,6 +29,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -68,6 +73,18 @@ def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
     return [(first, after - 1) for first, after in itertools.pairwise(edges)]
 
 
+def _folder_name(url: str) -> str:
+    """A cache folder's name for ``url``: readable (its bucket and prefix, other characters
+    as ``_``) and unique (a digest of the whole URL).
+
+    Example:
+        >>> _folder_name("s3://my-bucket/train/v2")
+        'my-bucket_train_v2-f4838f6d4e86d9e0'
+    """
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", url.split("://", 1)[-1].strip("/"))[:80]
+    return f"{readable}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -101,9 +118,13 @@ class S3Shards:
         self.url, self.bucket, self.prefix = url.rstrip("/"), parsed.netloc, parsed.path.strip("/")
         self.options = dict(options or {})
         self.parallel, self.attempts, self.cache_limit = parallel, attempts, cache_limit
-        default = Path.home() / ".cache" / "fastload" / "shards"
-        key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
-        self.cache = Path(cache_dir) if cache_dir is not None else default / key
+        root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "fastload"
+        #: The source's own folder (made by the cache): its index namespaces, and the lock
+        #: of a scan; readable, and unique to the URL.
+        self.source = root / "fastload-shards" / _folder_name(self.url)
+        #: The current index's namespace, where its shards are cached (set by index()).
+        self.cache = self.source / "index-unknown"
+        self._names: frozenset[str] = frozenset()  # the shards of that index
         self._client: Any = None
         self._pid = -1
         self._pool: ThreadPoolExecutor | None = None
@@ -146,7 +167,8 @@ class S3Shards:
 
     def index(self) -> tuple[list[Shard], dict[str, Any]]:
         """The shard set's index; for public WebDataset shards without one, the index
-        made by one scan of them (each downloaded into the cache) and kept there."""
+        made by one scan of them (each downloaded into the cache) and kept there. Sets
+        the cache's namespace to this index's."""
         where = f"{self.url}/{INDEX}"
         try:
             data = self.client().get_object(Bucket=self.bucket, Key=self.key(INDEX))["Body"].read()
@@ -154,9 +176,14 @@ class S3Shards:
             explained = self.explained(error, where)
             if not isinstance(explained, ShardIndexError):  # not a missing index
                 raise explained from None
+            self.cache = self.source / "scanned"
             scanned = self._scanned_index(explained)
-            return parse_index(scanned.read_bytes(), str(scanned))
-        return parse_index(data, where)
+            shards, meta = parse_index(scanned.read_bytes(), str(scanned))
+        else:
+            shards, meta = parse_index(data, where)
+            self.cache = self.source / f"index-{hashlib.sha256(data).hexdigest()[:16]}"
+        self._names = frozenset(shard.name for shard in shards)
+        return shards, meta
 
     def _scanned_index(self, missing: ShardIndexError) -> Path:
         with self._locked(".scan"):  # one process of the node scans
@@ -173,6 +200,7 @@ class S3Shards:
         if not tars or PROGRESS in listing:  # none, or a conversion of ours unfinished
             raise missing
         self.cache.mkdir(parents=True, exist_ok=True)
+        self._names = frozenset(name for name, _ in tars)
         entries = []
         for name, size in tars:  # no hash to check yet: this scan records it
             entries.append(scan_tar(self.local_path(Shard(name, size, "", []))))
@@ -272,8 +300,14 @@ class S3Shards:
                         digest.update(body)
                         file.write(body)
                 if digest.hexdigest() == shard.sha256 or not shard.sha256:
-                    (self.cache / f".{shard.name}.sha256").write_text(digest.hexdigest())
+                    # The record last: a shard is trusted only by a record written after
+                    # it (interrupted in between, neither the old nor the new is trusted).
+                    record = self.cache / f".{shard.name}.sha256"
+                    record.unlink(missing_ok=True)
                     os.replace(part, path)
+                    recorded = record.with_name(f"{record.name}.tmp")
+                    recorded.write_text(digest.hexdigest())
+                    os.replace(recorded, record)
                     return
         finally:
             part.unlink(missing_ok=True)  # nothing half-downloaded stays
@@ -376,6 +410,8 @@ class S3Shards:
             return -uses.get(entry.name, never), stat.st_mtime
 
         total = incoming + in_flight + sum(stat.st_size for _, stat in cached)
+        # evicted: only this index's shards that the cache downloaded (hash recorded)
+        cached = [(entry, stat) for entry, stat in cached if self._owns(entry.name)]
         for entry, stat in sorted(cached, key=evicted_first):
             if total <= self.cache_limit:
                 break
@@ -387,6 +423,11 @@ class S3Shards:
                     entry.unlink(missing_ok=True)
                     total -= stat.st_size
         return True
+
+    def _owns(self, name: str) -> bool:
+        """Whether ``name`` in the namespace is a shard of this index that the cache
+        downloaded and checked itself (its hash recorded beside it)."""
+        return name in self._names and (self.cache / f".{name}.sha256").is_file()
 
     def explained(self, error: Exception, where: str) -> Exception:
         """botocore's error as one a user can act on, naming the URL."""
