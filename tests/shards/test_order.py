@@ -27,6 +27,7 @@ class StandIn:
     remote, cache_limit = False, None
 
     def __init__(self, sizes: list[int]) -> None:
+        self.meta = {"shards_sha256": "0" * 64}  # what names the shard set
         self.starts = list(itertools.accumulate(sizes, initial=0))
         self.shards = list(range(len(sizes)))  # only their number is read
 
@@ -211,7 +212,8 @@ def test_refusals_name_the_arguments():
 
 def test_the_order_identity_names_what_the_batches_depend_on():
     mine = ShardShuffle(StandIn(SIZES), global_batch_size=8, seed=4, window=3, groups=2)
-    assert mine.order_identity() == {"global_batch_size": 8, "seed": 4, "window": 3, "groups": 2}
+    assert mine.order_identity() == {"global_batch_size": 8, "seed": 4, "window": 3,
+                                     "groups": 2, "shard_set": "0" * 64}  # fmt: skip
 
 
 # --- through FastLoader ----------------------------------------------------------------

@@ -19,7 +19,7 @@ from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
 from fastload.datasets.decode import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
+from fastload.shards.index import INDEX, PROGRESS, ShardIndexError, shards_digest
 from fastload.tools.shapes import ShapesDetection
 
 
@@ -98,9 +98,12 @@ def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, t
     assert sorted(os.listdir(tmp_path / "shards")) == sorted(os.listdir(tmp_path / "whole"))
 
 
-def rewrite_index(shards: Path, change) -> None:
+def rewrite_index(shards: Path, change, *, digest: bool = True) -> None:
+    """Change the index as a hostile writer would: its digest made to match (``digest``)."""
     index = json.loads((shards / INDEX).read_text())
     change(index)
+    if digest:
+        index["shards_sha256"] = shards_digest(index["shards"])
     (shards / INDEX).write_text(json.dumps(index))
 
 
@@ -121,6 +124,28 @@ def test_an_index_that_lies_is_refused_naming_it(shards, change, message):
     rewrite_index(shards, change)
     with pytest.raises(ShardIndexError, match=message):
         ShardedDataset(shards)
+
+
+def test_an_index_edited_after_it_was_written_is_refused_by_its_digest(shards):
+    def overlap(index):  # sample 1 made to read sample 0's bytes
+        samples = index["shards"][0]["samples"]
+        samples[1][1]["jpg"] = samples[0][1]["jpg"]
+
+    rewrite_index(shards, overlap, digest=False)
+    with pytest.raises(ShardIndexError, match="shards_sha256 does not match its shard list"):
+        ShardedDataset(shards)
+
+
+def test_a_version_1_index_without_a_digest_is_still_read(shards):
+    expected = ShardedDataset(shards)[3]
+
+    def version_1(index):
+        index["version"] = 1
+        del index["shards_sha256"]
+
+    rewrite_index(shards, version_1, digest=False)
+    image, label = ShardedDataset(shards)[3]
+    assert label == expected[1] and np.array_equal(image, expected[0])
 
 
 def test_a_shard_cut_short_or_missing_is_refused_naming_it(shards):
@@ -275,6 +300,23 @@ def test_a_state_from_another_global_batch_size_is_refused(many):
     other = FastLoader(dataset, batch_size=3, sampler=sampler, seed=9, num_workers=0)
     with pytest.raises(ValueError, match="batch_size"):
         other.load_state_dict(state)
+
+
+def test_a_state_is_refused_on_the_same_samples_cut_into_other_shards(folder, tmp_path):
+    def loader(shards: Path) -> FastLoader:
+        dataset = ShardedDataset(shards)
+        sampler = ShardShuffle(dataset, global_batch_size=3, seed=5, window=2)
+        return FastLoader(dataset, batch_size=3, sampler=sampler, num_workers=0)
+
+    write_shards(folder, tmp_path / "small", shard_size=20_000)
+    write_shards(folder, tmp_path / "large", shard_size=60_000)  # the same 18 samples
+    small = loader(tmp_path / "small")
+    next(iter(small))
+    state = small.state_dict()
+    with pytest.raises(ValueError, match=r"cannot resume: .*'shard_set'"):
+        loader(tmp_path / "large").load_state_dict(state)
+    again = loader(tmp_path / "small")
+    again.load_state_dict(state)  # the same set resumes
 
 
 @pytest.mark.slow

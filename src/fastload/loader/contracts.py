@@ -54,6 +54,6 @@ class GlobalBatchOrder(Protocol):
     def global_order(self, epoch: int | None = None) -> list[int]:
         """Every sample index of the epoch, in the order all ranks share."""
 
-    def order_identity(self) -> dict[str, int]:
+    def order_identity(self) -> dict[str, int | str]:
         """What its global batches depend on besides the data set (seed, window, ...):
         a state is refused by a loader whose sampler says otherwise."""

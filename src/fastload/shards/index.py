@@ -3,7 +3,10 @@ it is visibly incomplete. Per shard: its name, size in bytes, SHA-256, and for e
 sample its key and members (extension, offset of the data in the tar, size).
 
 Read with :func:`load_index`, which checks everything a hostile index could lie about
-(names, offsets, sizes, counts) before any shard is read.
+(names, offsets, sizes, counts) before any shard is read. Since version 2 the index
+carries ``shards_sha256``, the digest of its own shard list: an index edited or damaged
+after it was written is refused, and the digest names the shard set (a sampler state
+saved on one set is refused on another).
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ __all__ = [
     "Member",
     "Shard",
     "ShardIndexError",
+    "index_bytes",
     "load_index",
     "shard_entry",
+    "shards_digest",
     "write_index",
 ]
 
 INDEX = "index.json"
 PROGRESS = ".fastload-progress.json"  # an unfinished conversion: not a shard set yet
-VERSION = 1
+VERSION = 2  # 2: shards_sha256, the digest of the shard list (version 1 is still read)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # a file beside the index: no path, no traversal
 _EXTENSION = re.compile(r"^[a-z0-9_]+$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -74,12 +79,25 @@ def shard_entry(
     }  # fmt: skip
 
 
+def shards_digest(shards: list[Any]) -> str:
+    """The SHA-256 of an index's shard list, as JSON with sorted keys and no spaces."""
+    canonical = json.dumps(shards, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def index_bytes(shards: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
+    """An index's content: its format, version, metadata, shard list and that list's
+    digest."""
+    content = {"format": "fastload-shards", "version": VERSION, **meta,
+               "shards_sha256": shards_digest(shards), "shards": shards}  # fmt: skip
+    return json.dumps(content, ensure_ascii=False).encode()
+
+
 def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     """``index.json`` written whole or not at all (a temporary file renamed)."""
     path = folder / INDEX
     temporary = folder / f".{INDEX}.tmp"
-    temporary.write_text(json.dumps({"format": "fastload-shards", "version": VERSION,
-                                     **meta, "shards": shards}))  # fmt: skip
+    temporary.write_bytes(index_bytes(shards, meta))
     temporary.replace(path)
     return path
 
@@ -131,8 +149,15 @@ def parse_index(data: bytes, where: str) -> tuple[list[Shard], dict[str, Any]]:
     entries = parsed.get("shards", [])
     if not isinstance(entries, list):
         raise ShardIndexError(f"{where}: shards is not a list")
+    digest = shards_digest(entries)
+    if parsed["version"] >= 2 and parsed.get("shards_sha256") != digest:
+        raise ShardIndexError(
+            f"{where}: shards_sha256 does not match its shard list: the index was edited or "
+            "damaged after it was written"
+        )
     shards = [_shard(entry, where, number) for number, entry in enumerate(entries)]
     meta = {key: value for key, value in parsed.items() if key != "shards"}
+    meta["shards_sha256"] = digest  # version 1 too: it names the shard set
     return shards, meta
 
 

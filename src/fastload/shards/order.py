@@ -124,14 +124,16 @@ class ShardShuffle(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def order_identity(self) -> dict[str, int]:
-        """What the global batches depend on besides the data set and the epoch: a state
-        saved under other values would resume on other batches."""
+    def order_identity(self) -> dict[str, int | str]:
+        """What the global batches depend on besides the epoch: a state saved under other
+        values, or on another shard set (the same samples cut into other shards, say),
+        would resume on other batches."""
         return {
             "global_batch_size": self.global_batch_size,
             "seed": self.seed,
             "window": self.window,
             "groups": self.groups,
+            "shard_set": self.dataset.meta["shards_sha256"],
         }
 
     def shard_groups(self, epoch: int | None = None) -> list[list[int]]:
