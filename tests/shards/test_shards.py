@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,13 +128,56 @@ def test_an_index_that_lies_is_refused_naming_it(shards, change, message):
 
 
 def test_an_index_edited_after_it_was_written_is_refused_by_its_digest(shards):
-    def overlap(index):  # sample 1 made to read sample 0's bytes
-        samples = index["shards"][0]["samples"]
-        samples[1][1]["jpg"] = samples[0][1]["jpg"]
-
-    rewrite_index(shards, overlap, digest=False)
+    rewrite_index(shards, lambda index: overlapping(index), digest=False)
     with pytest.raises(ShardIndexError, match="shards_sha256 does not match its shard list"):
         ShardedDataset(shards)
+
+
+def overlapping(index):  # sample 1 made to read sample 0's bytes
+    samples = index["shards"][0]["samples"]
+    samples[1][1]["jpg"] = samples[0][1]["jpg"]
+
+
+def listed_twice(index):
+    index["shards"].append(index["shards"][0])
+
+
+@pytest.mark.parametrize(
+    ("change", "finding"),
+    [
+        (overlapping, r"shard-\d+\.tar: members \S+\.jpg and \S+\.jpg overlap"),
+        (listed_twice, r"shard \S+\.tar is listed 2 times in the index"),
+    ],
+)
+def test_verify_finds_what_an_index_with_a_matching_digest_hides(shards, change, finding, capsys):
+    from fastload.tools.cli import main
+
+    rewrite_index(shards, change)  # its digest made to match, as a hostile writer would
+    with pytest.raises(ShardIndexError, match=finding):
+        ShardedDataset(shards).verify()
+    with pytest.raises(SystemExit) as stop:
+        main(["verify", str(shards)])
+    assert stop.value.code == 1 and re.search(finding, capsys.readouterr().out)
+
+
+def test_a_cls_member_that_is_not_an_integer_is_named_and_fails_verify(folder, tmp_path, capsys):
+    import io
+    import tarfile
+
+    from fastload.tools.cli import main
+
+    image = next(folder.rglob("*.jpg")).read_bytes()
+    with tarfile.open(tmp_path / "train-0.tar", "w") as archive:
+        for name, data in (("000.jpg", image), ("000.cls", b"cat")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    message = r"train-0\.tar:000: its cls member b'cat' is not an integer label"
+    with pytest.raises(ShardIndexError, match=message):
+        ShardedDataset(tmp_path)[0]
+    with pytest.raises(SystemExit) as stop:
+        main(["verify", str(tmp_path)])
+    assert stop.value.code == 1 and re.search(message, capsys.readouterr().out)
 
 
 def test_a_version_1_index_without_a_digest_is_still_read(shards):

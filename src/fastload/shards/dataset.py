@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -183,7 +184,7 @@ class ShardedDataset(ImageDataset):
         if not found:
             raise ShardIndexError(f"{source}: no image member among {sorted(members)}")
         image = self._load(self._read(shard, found[0]), source=source)
-        target: Any = int(self._read(shard, members["cls"])) if "cls" in members else None
+        target: Any = self._label(shard, members["cls"], source) if "cls" in members else None
         if "fastload" in members:
             try:
                 record = unpack_record(self._read(shard, members["fastload"]), what=source)
@@ -195,9 +196,37 @@ class ShardedDataset(ImageDataset):
                 target = record.label
         return self._finish(image, target, source)
 
+    def _label(self, shard: int, member: Member, source: str) -> int:
+        data = self._read(shard, member)
+        try:
+            return int(data)
+        except ValueError:
+            raise ShardIndexError(
+                f"{source}: its cls member {data[:32]!r} is not an integer label"
+            ) from None
+
     def verify(self) -> None:
-        """Check every shard's SHA-256 against the index; raise naming the first that
-        differs."""
+        """Check that the index lists each shard once and that no two members of a shard
+        share a byte, then every shard's SHA-256 against the index; raise naming the
+        first finding."""
+        names = [shard.name for shard in self.shards]
+        for name in names:
+            if names.count(name) > 1:
+                raise ShardIndexError(
+                    f"{self.path}: shard {name} is listed {names.count(name)} times in the index"
+                )
+        for number, shard in enumerate(self.shards):
+            spans = sorted(
+                (member.offset, member.offset + member.size, f"{key}.{member.extension}")
+                for key, members in shard.samples
+                for member in members.values()
+                if member.size
+            )
+            for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+                if start < end:
+                    raise ShardIndexError(
+                        f"{self._where(number)}: members {first} and {second} overlap"
+                    )
         for number, shard in enumerate(self.shards):
             if file_sha256(self._local_file(number)) != shard.sha256:
                 raise ShardIndexError(
