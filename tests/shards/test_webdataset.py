@@ -66,3 +66,59 @@ def test_member_names_that_climb_out_are_only_keys(tmp_path):
     write_tar(tmp_path / "a.tar", [("../../etc/0.jpg", jpeg(0)), ("../../etc/0.cls", b"4")])
     dataset = ShardedDataset(tmp_path)
     assert dataset[0][1] == 4 and not (tmp_path.parent.parent / "etc" / "0.jpg").exists()
+
+
+def test_shard_names_with_spaces_and_keys_of_any_script_are_indexed_and_read(tmp_path):
+    members = [("v0.jpg", jpeg(0)), ("v0.café", b"au lait"),
+               ("données/é1.jpg", jpeg(1)), ("données/é1.cls", b"3")]  # fmt: skip
+    write_tar(tmp_path / "train 0.tar", members)
+    dataset = ShardedDataset(tmp_path)
+    assert [shard.name for shard in dataset.shards] == ["train 0.tar"]
+    assert [key for key, _ in dataset.shards[0].samples] == ["v0", "données/é1"]
+    assert sorted(dataset.shards[0].samples[0][1]) == ["café", "jpg"]
+    assert dataset[1][1] == 3 and dataset[0][0].shape == (24, 32, 3)
+    assert len(ShardedDataset(tmp_path)) == 2  # the index written loads again
+
+
+def sparse_member(path) -> None:
+    """A tar whose second member is a GNU sparse file: its stored bytes are not what it
+    reads as (tarfile reads sparse members, it does not write them: GNU tar does)."""
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as archive:
+        info = tarfile.TarInfo("a.jpg")
+        data = jpeg(0)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("b.jpg")
+        info.type, info.size = tarfile.GNUTYPE_SPARSE, 0
+        archive.addfile(info)
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (sparse_member, "is a sparse file"),
+        (lambda path: write_tar_with(path, tarfile.SYMTYPE, "a.jpg"), "is a link to 'a.jpg'"),
+        (lambda path: write_tar_with(path, tarfile.LNKTYPE, "a.jpg"), "is a link to 'a.jpg'"),
+        (lambda path: write_tar_with(path, tarfile.CHRTYPE, ""), "is a device or a FIFO"),
+    ],
+)
+def test_members_that_cannot_be_read_at_an_offset_are_refused_and_no_index_written(
+    tmp_path, make, kind
+):
+    make(tmp_path / "odd.tar")
+    with pytest.raises(ShardIndexError, match=f"odd\\.tar: member 'b\\.jpg' {kind}"):
+        ShardedDataset(tmp_path)
+    assert not (tmp_path / INDEX).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.tar"]  # nothing half-written
+
+
+def write_tar_with(path, type_: bytes, link: str) -> None:
+    """A tar of a.jpg and a member b.jpg of ``type_`` (a link to ``link``, a device)."""
+    with tarfile.open(path, "w") as archive:
+        data = jpeg(0)
+        info = tarfile.TarInfo("a.jpg")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("b.jpg")
+        info.type, info.linkname = type_, link
+        archive.addfile(info)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +36,10 @@ __all__ = [
 INDEX = "index.json"
 PROGRESS = ".fastload-progress.json"  # an unfinished conversion: not a shard set yet
 VERSION = 2  # 2: shards_sha256, the digest of the shard list (version 1 is still read)
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # a file beside the index: no path, no traversal
-_EXTENSION = re.compile(r"^[a-z0-9_]+$")
+# A file beside the index: no path, no traversal, not one of the cache's own dot-files;
+# spaces and any script are names (``train 0.tar``, ``données-0.tar``).
+_NAME = re.compile(r"^[^./\\\x00][^/\\\x00]*$")
+_EXTENSION = re.compile(r"^\w+$")  # letters of any script, digits, _ (``café``, ``seg_png``)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -94,11 +98,20 @@ def index_bytes(shards: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
 
 
 def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """``index.json`` written whole or not at all (a temporary file renamed)."""
+    """``index.json`` written whole or not at all, and only one that loads: checked as
+    :func:`parse_index` checks it first (a refusal writes nothing), then a temporary file
+    of this writer's own (writers of one folder at once never share it) renamed."""
     path = folder / INDEX
-    temporary = folder / f".{INDEX}.tmp"
-    temporary.write_bytes(index_bytes(shards, meta))
-    temporary.replace(path)
+    data = index_bytes(shards, meta)
+    parse_index(data, str(path))
+    handle, name = tempfile.mkstemp(dir=folder, prefix=f".{INDEX}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as temporary:
+            temporary.write(data)
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -172,7 +185,7 @@ def _shard(entry: Any, index: str, number: int) -> Shard:
         )
     except (KeyError, TypeError):
         raise ShardIndexError(f"{where}: needs name, size, sha256 and samples") from None
-    if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _NAME.match(name) or name == INDEX:
         raise ShardIndexError(f"{where}: {name!r} is not a file name beside the index")
     if not isinstance(size, int) or size < 0:
         raise ShardIndexError(f"{where} ({name}): size {size!r}")

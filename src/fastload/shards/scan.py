@@ -21,6 +21,14 @@ def _split(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), extension if dot else ""
 
 
+def _kind(info: tarfile.TarInfo) -> str:
+    if info.issparse():
+        return "a sparse file (its holes are not stored)"
+    if info.issym() or info.islnk():
+        return f"a link to {info.linkname!r}"
+    return "a device or a FIFO" if info.isdev() else f"of tar type {info.type!r}"
+
+
 def index_webdataset(folder: Path) -> Path:
     """Scan every ``*.tar`` of ``folder`` (sorted by name) and write its index.
 
@@ -49,8 +57,13 @@ def scan_tar(path: Path) -> dict[str, Any]:
     try:
         with tarfile.open(path, "r:") as archive:
             for info in archive:
-                if not info.isfile():
+                if info.isdir():
                     continue
+                if not info.isfile() or info.issparse():  # no bytes at an offset to read
+                    raise ShardIndexError(
+                        f"{path}: member {info.name!r} is {_kind(info)}: only regular files "
+                        "are read from a shard"
+                    )
                 key, extension = _split(info.name)
                 extension = extension.lower()
                 if not extension.replace(".", "").isalnum():
