@@ -275,3 +275,17 @@ def test_a_shard_is_trusted_only_by_a_hash_record_written_after_it(url, aws, tmp
     fresh = ShardedDataset(url, cache_dir=tmp_path)
     image, label = fresh[0]
     assert label == expected[1] and np.array_equal(image, expected[0]) and stale.exists()
+
+
+def test_info_and_verify_take_a_bucket_url(url, aws, tmp_path, monkeypatch, capsys):
+    import json
+
+    from fastload.tools.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the default cache, under ~/.cache/fastload
+    main(["info", url])
+    described = json.loads(capsys.readouterr().out)
+    assert described["samples"] == 24 and described["shards"] >= 2
+    main(["verify", url])
+    assert capsys.readouterr().out == f"{url}: {described['shards']} shards, 24 samples verified\n"
+    assert (tmp_path / ".cache" / "fastload" / "fastload-shards").is_dir()

@@ -83,10 +83,20 @@ def _byte_size(value: str) -> int:
     return size
 
 
-def _is_shard_set(path: Path) -> bool:
-    """A folder of shards (indexed, scannable or being written); LMDB's otherwise."""
+def _source(text: str) -> str | Path:
+    """A command's DATABASE: an ``s3://`` URL as it is (a Path would mangle it), else a path."""
+    from fastload.shards.remote import is_remote
+
+    return text if is_remote(text) else Path(text)
+
+
+def _is_shard_set(path: str | Path) -> bool:
+    """A shard set in object storage, or a folder of shards (indexed, scannable or being
+    written); LMDB's otherwise."""
     from fastload.shards.index import INDEX, PROGRESS
 
+    if isinstance(path, str):
+        return True
     return path.is_dir() and (
         (path / INDEX).exists() or (path / PROGRESS).exists() or any(path.glob("*.tar"))
     )
@@ -378,13 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(run=_convert)
 
     info = commands.add_parser("info", help="print a database's or shard set's metadata")
-    info.add_argument("database", type=Path)
+    info.add_argument("database", type=_source, help="an LMDB file, a shard folder, s3://...")
     info.set_defaults(run=_info)
 
     verify = commands.add_parser(
         "verify", help="read, check and decode every record (shard sets: hashes and samples)"
     )
-    verify.add_argument("database", type=Path)
+    verify.add_argument("database", type=_source, help="an LMDB file, a shard folder, s3://...")
     verify.set_defaults(run=_verify)
 
     diagnose = commands.add_parser(
