@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -465,10 +466,19 @@ def test_a_dead_readers_plan_is_dropped(tmp_path):
     cache = S3Shards("s3://bucket/set", cache_dir=tmp_path, cache_limit=400)
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)  # fmt: skip
+    from fastload.shards.remote import _HOST, PLAN_STALE_S
+
     cache.plan(["y.tar", "z.tar"])
-    (cache.cache / f".plan-{int(child.stdout)}.json").write_text('["x.tar"]')
-    assert cache.next_uses() == {"y.tar": 0, "z.tar": 1}
-    assert not (cache.cache / f".plan-{int(child.stdout)}.json").exists()
+    dead = cache.cache / f".plan-{_HOST}-{int(child.stdout)}.json"
+    dead.write_text('["x.tar"]')
+    # another container's reader: its PIDs are not ours to ask; fresh, its plan counts
+    elsewhere = cache.cache / f".plan-other_host-{os.getpid()}.json"
+    elsewhere.write_text('["w.tar", "z.tar"]')
+    assert cache.next_uses() == {"y.tar": 0, "z.tar": 1, "w.tar": 0}
+    assert not dead.exists()
+    stale = time.time() - PLAN_STALE_S - 1
+    os.utime(elsewhere, (stale, stale))  # not rewritten for 10 minutes: dropped
+    assert cache.next_uses() == {"y.tar": 0, "z.tar": 1} and not elsewhere.exists()
 
 
 def test_a_resume_of_another_length_encoding_or_shard_size_is_refused(folder, tmp_path):

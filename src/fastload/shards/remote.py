@@ -30,6 +30,7 @@ import itertools
 import json
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -44,7 +45,12 @@ __all__ = ["S3Shards", "is_remote"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
 _BODY_ATTEMPTS = 5
-_PLAN = ".plan-"  # + pid: the shards a process of the node reads next
+_PLAN = ".plan-"  # + host + pid: the shards a process sharing the cache reads next
+#: A plan of another host (or container) whose process cannot be asked whether it lives:
+#: dropped once it has not been rewritten for this long (a reader rewrites its plan as it
+#: moves through its windows).
+PLAN_STALE_S = 600
+_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
 
 
 _setup = threading.Lock()  # a process's client and thread pool are made once
@@ -93,6 +99,16 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def _plan_alive(path: Path) -> bool:
+    host, _, pid = path.stem.removeprefix(_PLAN).rpartition("-")
+    if host == _HOST and pid.isdigit():
+        return _alive(int(pid))
+    try:
+        return time.time() - path.stat().st_mtime < PLAN_STALE_S
+    except FileNotFoundError:
+        return False
 
 
 def is_remote(path: Any) -> bool:
@@ -356,24 +372,30 @@ class S3Shards:
                 raise self.explained(error, url) from None
         raise AssertionError("unreachable")
 
+    def _plan_path(self) -> Path:
+        """This process's plan: named by host (container) and PID, so that readers of
+        one cache from several hosts or containers never share a name."""
+        return self.cache / f"{_PLAN}{_HOST}-{os.getpid()}.json"
+
     def plan(self, upcoming: list[str]) -> None:
         """Announce the shards this process reads next, soonest first, to every process
         sharing the cache: its eviction keeps the ones needed soonest."""
         self.cache.mkdir(parents=True, exist_ok=True)
-        path = self.cache / f"{_PLAN}{os.getpid()}.json"
+        path = self._plan_path()
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(upcoming))
         temporary.replace(path)
 
     def forget_plan(self) -> None:
-        (self.cache / f"{_PLAN}{os.getpid()}.json").unlink(missing_ok=True)
+        self._plan_path().unlink(missing_ok=True)
 
     def next_uses(self) -> dict[str, int]:
-        """Shard name -> how soon a process of the node reads it (0: now), from the plans
-        of the processes still alive."""
+        """Shard name -> how soon a process sharing the cache reads it (0: now), from the
+        plans of the processes still alive: on this host, asked by PID; on another, a
+        plan rewritten in the last :data:`PLAN_STALE_S` seconds."""
         uses: dict[str, int] = {}
         for path in self.cache.glob(f"{_PLAN}*.json"):
-            if not _alive(int(path.stem.removeprefix(_PLAN))):
+            if not _plan_alive(path):
                 path.unlink(missing_ok=True)  # a killed reader's plan
                 continue
             try:
