@@ -102,6 +102,14 @@ def test_hostile_bytes_raise_image_decode_error_naming_the_sample(bad, message):
         GPUDecoder(16, device="cpu")([good, data])
 
 
+def test_a_jpeg_declaring_no_pixels_is_an_image_decode_error_naming_it():
+    data = bytearray(jpeg(24, 32).numpy().tobytes())
+    frame = data.find(b"\xff\xc0")  # baseline frame header: length, precision, height, width
+    data[frame + 5 : frame + 9] = bytes(4)  # 0 x 0
+    with pytest.raises(ImageDecodeError, match="image 1 of the batch"):
+        GPUDecoder(16, device="cpu")([jpeg(40, 40), torch.frombuffer(data, dtype=torch.uint8)])
+
+
 def test_a_header_past_the_pixel_limit_is_refused_before_decoding(monkeypatch):
     monkeypatch.setattr(decode_module, "MAX_PIXELS", 1000)
     with pytest.raises(ImageDecodeError, match="image 0 of the batch"):

@@ -128,6 +128,20 @@ def test_an_index_that_lies_is_refused_naming_it(shards, change, message):
         ShardedDataset(shards)
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, r"not an index \(nested too deeply to read\)"),
+        (b'{"format": "fastload-shards", "version": ' + b"9" * 5000 + b"}", "not JSON"),
+        (b"\xff\xfe not text", "not JSON"),
+    ],
+)
+def test_an_index_that_is_not_one_is_refused_naming_the_file(shards, content, message):
+    (shards / INDEX).write_bytes(content)
+    with pytest.raises(ShardIndexError, match=f"{re.escape(str(shards / INDEX))}: {message}"):
+        ShardedDataset(shards)
+
+
 def test_an_index_edited_after_it_was_written_is_refused_by_its_digest(shards):
     rewrite_index(shards, lambda index: overlapping(index), digest=False)
     with pytest.raises(ShardIndexError, match="shards_sha256 does not match its shard list"):

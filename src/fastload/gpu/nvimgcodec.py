@@ -117,8 +117,8 @@ class NvImageCodec:
                     size = (int(stream.height), int(stream.width))
                 except RuntimeError:
                     size = None
-            if size is not None and (limit is None or size[0] * size[1] <= limit):
-                found[index] = size  # past the limit: OpenCV's path refuses it by name
+            if size is not None and min(size) > 0 and (limit is None or size[0] * size[1] <= limit):
+                found[index] = size  # empty or past the limit: OpenCV's path names it
         return found
 
     def decode(

@@ -151,7 +151,9 @@ def parse_index(data: bytes, where: str) -> tuple[list[Shard], dict[str, Any]]:
     """
     try:
         parsed = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except RecursionError:
+        raise ShardIndexError(f"{where}: not an index (nested too deeply to read)") from None
+    except ValueError as error:  # not JSON, not UTF-8, an integer of thousands of digits
         raise ShardIndexError(f"{where}: not JSON ({error})") from None
     if not isinstance(parsed, dict) or parsed.get("format") != "fastload-shards":
         raise ShardIndexError(f"{where}: not a fastload shard index")
