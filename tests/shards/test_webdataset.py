@@ -33,14 +33,15 @@ def test_webdataset_shards_are_indexed_once_and_read(tmp_path):
         ("part/000001.jpg", jpeg(1)), ("part/000001.cls", b"0"),
     ])  # fmt: skip
     write_tar(tmp_path / "train-000001.tar", [("000002.jpg", jpeg(2)), ("000002.cls", b"1")])
-    dataset = ShardedDataset(tmp_path)
+    with pytest.warns(UserWarning, match="each sample also holds json"):
+        dataset = ShardedDataset(tmp_path)
     assert (tmp_path / INDEX).exists() and len(dataset) == 3
     assert [dataset[i][1] for i in range(3)] == [2, 0, 1]
     assert dataset[0][0].shape == (24, 32, 3)
     assert dataset.shards[0].samples[0][0] == "part/000000"
     dataset.verify()
     before = (tmp_path / INDEX).stat().st_mtime_ns
-    assert len(ShardedDataset(tmp_path)) == 3  # the index is read, not rebuilt
+    assert len(ShardedDataset(tmp_path, keys="*")) == 3  # the index is read, not rebuilt
     assert (tmp_path / INDEX).stat().st_mtime_ns == before
 
 
@@ -72,12 +73,13 @@ def test_shard_names_with_spaces_and_keys_of_any_script_are_indexed_and_read(tmp
     members = [("v0.jpg", jpeg(0)), ("v0.café", b"au lait"),
                ("données/é1.jpg", jpeg(1)), ("données/é1.cls", b"3")]  # fmt: skip
     write_tar(tmp_path / "train 0.tar", members)
-    dataset = ShardedDataset(tmp_path)
+    with pytest.warns(UserWarning, match="each sample also holds café"):
+        dataset = ShardedDataset(tmp_path)
     assert [shard.name for shard in dataset.shards] == ["train 0.tar"]
     assert [key for key, _ in dataset.shards[0].samples] == ["v0", "données/é1"]
     assert sorted(dataset.shards[0].samples[0][1]) == ["café", "jpg"]
     assert dataset[1][1] == 3 and dataset[0][0].shape == (24, 32, 3)
-    assert len(ShardedDataset(tmp_path)) == 2  # the index written loads again
+    assert len(ShardedDataset(tmp_path, keys="*")) == 2  # the index written loads again
 
 
 def sparse_member(path) -> None:
@@ -122,3 +124,51 @@ def write_tar_with(path, type_: bytes, link: str) -> None:
         info = tarfile.TarInfo("b.jpg")
         info.type, info.linkname = type_, link
         archive.addfile(info)
+
+
+@pytest.fixture
+def captioned(tmp_path):
+    """Image-text shards as most public sets are written: WebDataset's own TarWriter,
+    jpg + txt + json + cls per sample."""
+    wds = pytest.importorskip("webdataset", reason="needs webdataset: pip install webdataset")
+    for number in range(2):
+        with wds.TarWriter(str(tmp_path / f"pairs-{number}.tar")) as sink:
+            for index in range(3 * number, 3 * number + 3):
+                sink.write({"__key__": f"sample{index:03d}", "jpg": jpeg(index),
+                            "txt": f"a photo, number {index} — été", "cls": index % 2,
+                            "json": {"width": 32, "tags": ["x", index]}})  # fmt: skip
+    return tmp_path
+
+
+def test_image_text_samples_come_whole_as_webdataset_reads_them(captioned):
+    import webdataset as wds
+
+    theirs = list(
+        wds.WebDataset(sorted(str(p) for p in captioned.glob("*.tar")), shardshuffle=False)
+        .decode("rgb8").to_tuple("jpg", "txt", "json", "cls")
+    )  # fmt: skip
+    ours = ShardedDataset(captioned, keys=("jpg", "txt", "json", "cls"))
+    assert len(ours) == len(theirs) == 6
+    for index, (image, text, meta, label) in enumerate(theirs):
+        mine = ours[index]
+        assert mine[1:] == (text, meta, label)
+        assert mine[0].shape == image.shape and np.abs(mine[0].astype(int) - image).mean() < 1
+    every = ShardedDataset(captioned, keys="*")[4]
+    assert sorted(every) == ["cls", "jpg", "json", "txt"] and every["txt"].endswith("été")
+
+
+def test_reading_image_and_label_only_says_what_it_leaves_out(captioned):
+    with pytest.warns(UserWarning, match=r"each sample also holds json, txt.*keys="):
+        image, label = ShardedDataset(captioned)[1]
+    assert label == 1 and image.shape == (24, 32, 3)
+
+
+def test_a_member_missing_or_not_what_its_extension_says_is_named(captioned, tmp_path):
+    with pytest.raises(ShardIndexError, match=r"pairs-0\.tar:sample000: no mp4 member"):
+        ShardedDataset(captioned, keys=("jpg", "mp4"))[0]
+    (tmp_path / "odd").mkdir()
+    write_tar(tmp_path / "odd" / "odd.tar", [("a.jpg", jpeg(0)), ("a.json", b"{not json")])
+    with pytest.raises(ShardIndexError, match=r"odd\.tar:a: its json member b'\{not json'"):
+        ShardedDataset(tmp_path / "odd", keys=("jpg", "json"))[0]
+    with pytest.raises(ValueError, match="keys: extensions such as"):
+        ShardedDataset(captioned, keys="jpg")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from fastload.shards.index import (
     file_sha256,
     load_index,
 )
+from fastload.shards.members import IMAGES, decode_member
 from fastload.shards.remote import S3Shards, is_remote
 from fastload.shards.scan import index_webdataset
 
@@ -35,7 +37,8 @@ __all__ = ["ShardedDataset"]
 #: default window is at most 64 shards).
 OPEN_SHARDS = 64
 
-_IMAGES = ("jpg", "jpeg", "png", "img", "webp", "bmp")
+#: Members ``(image, label)`` reads; a sample with others says so once (``keys``).
+_READ_BY_DEFAULT = frozenset({*IMAGES, "cls", "fastload"})
 
 
 class ShardedDataset(ImageDataset):
@@ -46,6 +49,14 @@ class ShardedDataset(ImageDataset):
     in index order: ``(image, label)``, or ``(image, target)`` for detection and
     segmentation data, as :class:`~fastload.LMDBDataset` gives them (same ``decode``,
     ``min_size``, ``transform``, ``target_transform``, ``transforms``).
+
+    Samples of other layouts (image and caption, ``jpg`` + ``txt`` + ``json``) come
+    whole with ``keys``: ``keys=("jpg", "txt")`` gives ``(image, text)`` (the members
+    in that order; a sample without one is an error naming it), ``keys="*"`` a dict of
+    every member. Members are decoded by extension as WebDataset decodes them (text,
+    JSON, class numbers, images through ``decode`` then ``transform``; ``.npy`` without
+    pickle; the rest as bytes). Without ``keys``, a set whose samples hold more than
+    ``(image, label)`` reads says so once.
 
     Members are read by their offsets in the index with ``os.pread`` on a file opened
     once per process (fork- and spawn-safe; at most ``OPEN_SHARDS`` open at once).
@@ -74,8 +85,15 @@ class ShardedDataset(ImageDataset):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        keys: Sequence[str] | str | None = None,
     ) -> None:
         super().__init__(transform, target_transform, decode, min_size, transforms)
+        if keys is not None and (transforms is not None or target_transform is not None):
+            raise ValueError("with keys, transform runs on each image member: give no "
+                             "transforms or target_transform")  # fmt: skip
+        if isinstance(keys, str) and keys != "*":
+            raise ValueError(f"keys: extensions such as ('jpg', 'txt'), or '*'; not {keys!r}")
+        self.keys = keys if keys is None or keys == "*" else tuple(keys)
         self._remote = (
             S3Shards(
                 str(path), cache_dir=cache_dir, cache_limit=cache_limit, options=storage_options
@@ -96,6 +114,7 @@ class ShardedDataset(ImageDataset):
                 index_webdataset(self.path)  # WebDataset shards: indexed once, beside them
             self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
+        self._say_what_is_left_out()
         self._starts = np.cumsum([0] + [len(shard.samples) for shard in self.shards]).tolist()
         self._files: dict[int, int] = {}  # shard number -> descriptor, in this process
         self._pid = os.getpid()
@@ -176,15 +195,50 @@ class ShardedDataset(ImageDataset):
     def _where(self, shard: int) -> str:
         return f"{self.path}/{self.shards[shard].name}"
 
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
+    def _say_what_is_left_out(self) -> None:
+        """Warn once if ``(image, label)`` leaves members out (captions, metadata): the
+        first sample tells, without reading every sample's entry."""
+        first = next((shard.samples[0][1] for shard in self.shards if shard.samples), {})
+        others = sorted(set(first) - _READ_BY_DEFAULT)
+        if self.keys is None and others:
+            warnings.warn(
+                f"{self.path}: each sample also holds {', '.join(others)}, which (image, "
+                f"label) leaves out: ShardedDataset(..., keys=('jpg', '{others[0]}')) "
+                "returns them, keys='*' every member",
+                stacklevel=3,
+            )
+
+    def _value(self, shard: int, member: Member, source: str) -> Any:
+        """A member decoded by its extension (an image as ``decode`` says, then
+        ``transform``)."""
+
+        def image(data: bytes) -> Any:
+            loaded = self._load(data, source=source)
+            return self._finish(loaded, None, source)[0]
+
+        data = self._read(shard, member)
+        return decode_member(member.extension, data, source, load_image=image)
+
+    def _selected(self, shard: int, members: dict[str, Member], source: str) -> Any:
+        """``keys``' members in their order, or every member by extension (``'*'``)."""
+        if self.keys == "*":
+            return {ext: self._value(shard, member, source) for ext, member in members.items()}
+        missing = [ext for ext in self.keys or () if ext not in members]
+        if missing:
+            raise ShardIndexError(f"{source}: no {missing[0]} member (it has {sorted(members)})")
+        return tuple(self._value(shard, members[ext], source) for ext in self.keys or ())
+
+    def __getitem__(self, index: int) -> Any:
         shard, place = self.locate(index)
         key, members = self.shards[shard].samples[place]
         source = f"{self._where(shard)}:{key}"
-        found = [members[ext] for ext in _IMAGES if ext in members]
+        if self.keys is not None:
+            return self._selected(shard, members, source)
+        found = [members[ext] for ext in IMAGES if ext in members]
         if not found:
             raise ShardIndexError(f"{source}: no image member among {sorted(members)}")
         image = self._load(self._read(shard, found[0]), source=source)
-        target: Any = self._label(shard, members["cls"], source) if "cls" in members else None
+        target: Any = self._value(shard, members["cls"], source) if "cls" in members else None
         if "fastload" in members:
             try:
                 record = unpack_record(self._read(shard, members["fastload"]), what=source)
@@ -195,15 +249,6 @@ class ShardedDataset(ImageDataset):
             elif record.label is not None:
                 target = record.label
         return self._finish(image, target, source)
-
-    def _label(self, shard: int, member: Member, source: str) -> int:
-        data = self._read(shard, member)
-        try:
-            return int(data)
-        except ValueError:
-            raise ShardIndexError(
-                f"{source}: its cls member {data[:32]!r} is not an integer label"
-            ) from None
 
     def verify(self) -> None:
         """Check that the index lists each shard once and that no two members of a shard
