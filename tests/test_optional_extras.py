@@ -23,6 +23,9 @@ OPTIONAL = (
     "boto3",
     "swift",
     "ray",
+    "lightning",
+    "accelerate",
+    "webdataset",
     "mkdocs",
     "selenium",
 )
