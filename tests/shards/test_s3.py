@@ -289,3 +289,22 @@ def test_info_and_verify_take_a_bucket_url(url, aws, tmp_path, monkeypatch, caps
     main(["verify", url])
     assert capsys.readouterr().out == f"{url}: {described['shards']} shards, 24 samples verified\n"
     assert (tmp_path / ".cache" / "fastload" / "fastload-shards").is_dir()
+
+
+def test_the_progress_costs_the_same_for_every_shard(folder, server, aws, tmp_path):
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_CONVERSION, str(folder), "s3://data/records"],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -9
+    client = boto3.client("s3", **server.client_options())
+    listing = client.list_objects_v2(Bucket="data", Prefix="records/")["Contents"]
+    sizes = {entry["Key"].removeprefix("records/"): entry["Size"] for entry in listing}
+    shards = sorted(name for name in sizes if name.endswith(".tar"))
+    records = sorted(name for name in sizes if name.startswith(f"{PROGRESS}.shard-"))
+    assert len(shards) >= 2 and len(records) == len(shards)  # one small record a shard
+    assert sizes[PROGRESS] < 1000  # what the conversion is, written once: no shard list
+    write_shards(ImageFolder(folder, decode="numpy"), "s3://data/records", shard_size=20_000,
+                 resume=True)  # fmt: skip
+    left = [e["Key"] for e in client.list_objects_v2(Bucket="data", Prefix="records/")["Contents"]]
+    assert not any(PROGRESS in key for key in left)  # the progress goes with the index

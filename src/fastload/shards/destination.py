@@ -3,9 +3,11 @@
 Shards are written under a temporary name in a local staging folder and *put* once
 complete: renamed into the folder, or uploaded (and the local copy removed, so a
 conversion to a bucket needs room for one shard, not the set). The conversion's
-progress (the finished shards) lives beside them, as a file or an object, so a
-conversion killed with ``kill -9`` resumes on any machine without re-encoding or
-re-uploading a finished shard. The index is written last.
+progress lives beside them, as files or objects: what it converts, written once, and a
+small record per finished shard (its index entry, where the next shard starts, the
+samples skipped), so that saving it costs the same for the thousandth shard as for the
+first, and a conversion killed with ``kill -9`` resumes on any machine without
+re-encoding or re-uploading a finished shard. The index is written last.
 """
 
 from __future__ import annotations
@@ -21,6 +23,20 @@ from fastload.shards.index import INDEX, PROGRESS, write_index
 from fastload.shards.remote import S3Shards, is_remote
 
 __all__ = ["Destination", "destination"]
+
+_RECORD = f"{PROGRESS}.shard-"  # + the shard's number: one finished shard's progress
+
+
+def merged(header: dict[str, Any] | None, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The progress as one dict: the header, and the finished shards' records in order
+    (``shards``, ``skipped``, ``next``)."""
+    if header is None:
+        return None
+    if not records:
+        return header
+    return {**header, "next": records[-1]["next"],
+            "shards": [record["entry"] for record in records],
+            "skipped": [bad for record in records for bad in record["skipped"]]}  # fmt: skip
 
 
 class Destination:
@@ -39,7 +55,9 @@ class Destination:
 
     def progress(self) -> dict[str, Any] | None:
         path = self.folder / PROGRESS
-        return json.loads(path.read_text()) if path.exists() else None
+        header = json.loads(path.read_text()) if path.exists() else None
+        records = [json.loads(p.read_text()) for p in sorted(self.folder.glob(f"{_RECORD}*"))]
+        return merged(header, records)
 
     def clear_unfinished(self) -> None:
         """Remove the shards an interrupted conversion left half-written (a resume writes
@@ -48,17 +66,28 @@ class Destination:
             leftover.unlink(missing_ok=True)
 
     def save_progress(self, progress: dict[str, Any]) -> None:
-        temporary = self.folder / f"{PROGRESS}.tmp"  # whole or not at all
-        temporary.write_text(json.dumps(progress))
-        temporary.replace(self.folder / PROGRESS)
+        self._write(PROGRESS, json.dumps(progress).encode())
+
+    def record_shard(self, number: int, record: dict[str, Any]) -> None:
+        """Shard ``number`` finished: its ``entry``, the ``next`` position, the samples
+        ``skipped`` in it, as a record of its own."""
+        self._write(f"{_RECORD}{number:06d}", json.dumps(record).encode())
+
+    def _write(self, name: str, data: bytes) -> None:
+        temporary = self.folder / f"{name}.tmp"  # whole or not at all
+        temporary.write_bytes(data)
+        temporary.replace(self.folder / name)
 
     def put(self, finished: Path, name: str) -> None:
         """The complete shard ``finished`` (in ``staging``) under its name."""
         os.replace(finished, self.folder / name)
 
     def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-        """The index, which makes the shard set whole; the progress goes."""
+        """The index, which makes the shard set whole; the progress goes (the header
+        last: until then, the set reads as unfinished)."""
         write_index(self.folder, shards, meta)
+        for record in self.folder.glob(f"{_RECORD}*"):
+            record.unlink(missing_ok=True)
         (self.folder / PROGRESS).unlink(missing_ok=True)
 
     def close(self) -> None:
@@ -93,7 +122,19 @@ class S3Destination(Destination):
     def progress(self) -> dict[str, Any] | None:
         if not self._exists(PROGRESS):
             return None
-        return json.loads(self._get(PROGRESS))
+        records = [json.loads(self._get(name)) for name in self._record_names()]
+        return merged(json.loads(self._get(PROGRESS)), records)
+
+    def _record_names(self) -> list[str]:
+        prefix = self.remote.key(_RECORD)
+        pages = self.remote.client().get_paginator("list_objects_v2")
+        try:
+            keys = [entry["Key"] for page in pages.paginate(Bucket=self.remote.bucket,
+                    Prefix=prefix) for entry in page.get("Contents", [])]  # fmt: skip
+        except Exception as error:
+            raise self.remote.explained(error, f"{self.url}/{_RECORD}*") from None
+        start = len(self.remote.key(""))
+        return sorted(key[start:] for key in keys)
 
     def _get(self, name: str) -> bytes:
         try:
@@ -104,8 +145,8 @@ class S3Destination(Destination):
         except Exception as error:
             raise self.remote.explained(error, f"{self.url}/{name}") from None
 
-    def save_progress(self, progress: dict[str, Any]) -> None:
-        self._upload_bytes(json.dumps(progress).encode(), PROGRESS)
+    def _write(self, name: str, data: bytes) -> None:
+        self._upload_bytes(data, name)
 
     def _upload_bytes(self, data: bytes, name: str) -> None:
         try:
@@ -127,12 +168,13 @@ class S3Destination(Destination):
     def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         index = write_index(self.staging, shards, meta)
         self.put(index, INDEX)
-        try:
-            self.remote.client().delete_object(
-                Bucket=self.remote.bucket, Key=self.remote.key(PROGRESS)
-            )
-        except Exception as error:
-            raise self.remote.explained(error, f"{self.url}/{PROGRESS}") from None
+        for name in [*self._record_names(), PROGRESS]:  # the header last
+            try:
+                self.remote.client().delete_object(
+                    Bucket=self.remote.bucket, Key=self.remote.key(name)
+                )
+            except Exception as error:
+                raise self.remote.explained(error, f"{self.url}/{name}") from None
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)

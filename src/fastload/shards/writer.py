@@ -149,16 +149,16 @@ def _convert(
     shard_size: int,
     skip_bad: bool,
 ) -> tuple[list[dict[str, Any]], list[list[str]]]:
-    """In this process, shard after shard, the progress saved after each."""
+    """In this process, shard after shard, each recorded in the progress when finished."""
     if "parts" in progress:
         raise ValueError(f"{target}: the unfinished conversion ran on Ray: resume it with ray=True")
     shards: list[dict[str, Any]] = progress.get("shards", [])
     skipped: list[list[str]] = progress.get("skipped", [])
 
     def finished(entry: dict[str, Any], position: int, bad: list[list[str]]) -> None:
+        target.record_shard(len(shards), {"entry": entry, "next": position, "skipped": bad})
         shards.append(entry)
         skipped.extend(bad)
-        target.save_progress({**progress, "next": position, "shards": shards, "skipped": skipped})
 
     names = (f"shard-{number:06d}.tar" for number in itertools.count(len(shards)))
     rest = write_range(items, progress.get("next", 0), len(items), target, names,
