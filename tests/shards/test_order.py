@@ -212,8 +212,9 @@ def test_refusals_name_the_arguments():
 
 def test_the_order_identity_names_what_the_batches_depend_on():
     mine = ShardShuffle(StandIn(SIZES), global_batch_size=8, seed=4, window=3, groups=2)
-    assert mine.order_identity() == {"global_batch_size": 8, "seed": 4, "window": 3,
-                                     "groups": 2, "shard_set": "0" * 64}  # fmt: skip
+    expected = {"global_batch_size": 8, "seed": 4, "window": 3, "groups": 2,
+                "shard_set": "0" * 64, "drop_last": 1}  # fmt: skip
+    assert mine.order_identity() == expected
 
 
 # --- through FastLoader ----------------------------------------------------------------
@@ -315,3 +316,20 @@ def test_a_cache_that_cannot_hold_the_window_is_warned_of():
     dataset.shard_range = lambda shard: range(shard, shard + 1)
     with pytest.warns(UserWarning, match=r"holds fewer than window 16 \+ prefetch 8 shards"):
         ShardShuffle(dataset, global_batch_size=4)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_final_incomplete_global_batch_is_dropped_or_filled_as_chosen(world_size):
+    dataset = StandIn([7, 7, 4])  # 18 samples, global batches of 8: 2 full, 2 left over
+    orders = {}
+    for drop_last in (True, False):
+        ranks = [ShardShuffle(dataset, global_batch_size=8, seed=3, window=2, rank=rank,
+                              world_size=world_size, drop_last=drop_last)
+                 for rank in range(world_size)]  # fmt: skip
+        read = [index for sampler in ranks for index in sampler]
+        assert [len(sampler) for sampler in ranks] == [len(list(s)) for s in ranks]
+        orders[drop_last] = read
+        assert "drop_last=" + str(drop_last) in repr(ranks[0])
+    assert len(orders[True]) == 16 and len(set(orders[True])) == 16
+    assert len(orders[False]) == 24 and set(orders[False]) == set(range(18))
+    assert sorted(orders[False]) != sorted(set(orders[False]))  # 6 read twice, as padding

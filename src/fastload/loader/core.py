@@ -395,7 +395,12 @@ class FastLoader(DataLoader[T_co]):
             "pin_memory": self.pin_memory,
             "persistent_workers": self.persistent_workers,
             "prefetch_factor": self.prefetch_factor,
-            "sampler": type(self.sampler).__name__,
+            # a sampler that says what it does (ShardShuffle: drop_last), or its class
+            "sampler": (
+                repr(self.sampler)
+                if type(self.sampler).__repr__ is not object.__repr__
+                else type(self.sampler).__name__
+            ),
             "drop_last": self.drop_last,
             "batched_fetch": isinstance(self.dataset, DatasetView),
         }

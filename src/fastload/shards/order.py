@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import threading
 import warnings
 from collections.abc import Iterator
@@ -66,6 +67,10 @@ class ShardShuffle(Sampler[int]):
       reads across groups (a node downloads a few shards more). Only the final incomplete
       global batch's samples are left out, as with one group: from the ends of the
       longer groups' streams. ``groups=1`` is the order described first.
+    - ``drop_last=True`` (the default, said in ``repr``) leaves the final incomplete
+      global batch out (40 samples in global batches of 16: 32 read); with ``False`` it
+      is filled up with the epoch's first samples, so every sample is read and a few
+      twice, every rank a full share.
 
     Example:
         >>> import tempfile
@@ -93,6 +98,7 @@ class ShardShuffle(Sampler[int]):
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = 8,
+        drop_last: bool = True,
     ) -> None:
         check_int(global_batch_size, "global_batch_size", low=1)
         check_int(groups, "groups", low=1)
@@ -120,6 +126,7 @@ class ShardShuffle(Sampler[int]):
             raise ValueError(f"rank {self.rank} is outside a world of {self.world_size}")
         self.dataset, self.global_batch_size = dataset, global_batch_size
         self.seed, self.window, self.groups, self.epoch = seed, window, groups, 0
+        self.drop_last = bool(drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -134,6 +141,7 @@ class ShardShuffle(Sampler[int]):
             "window": self.window,
             "groups": self.groups,
             "shard_set": self.dataset.meta["shards_sha256"],
+            "drop_last": int(self.drop_last),
         }
 
     def shard_groups(self, epoch: int | None = None) -> list[list[int]]:
@@ -217,8 +225,16 @@ class ShardShuffle(Sampler[int]):
         return stream, rest
 
     def rank_order(self) -> list[int]:
-        """This rank's sample indices of the epoch, in the order it reads them."""
+        """This rank's sample indices of the epoch, in the order it reads them. The final
+        incomplete global batch is dropped (``drop_last``), or filled up with the epoch's
+        first samples, as ``DistributedSampler`` pads, so that every rank reads a full
+        share and every sample is read."""
         order = self.global_order()
+        tail = len(order) % self.global_batch_size
+        if tail and not self.drop_last:
+            order = order + list(
+                itertools.islice(itertools.cycle(order), self.global_batch_size - tail)
+            )
         share = self.global_batch_size // self.world_size
         mine: list[int] = []
         for start in range(0, len(order) - self.global_batch_size + 1, self.global_batch_size):
@@ -243,8 +259,16 @@ class ShardShuffle(Sampler[int]):
             prefetcher.stop()
 
     def __len__(self) -> int:
-        batches = len(self.dataset) // self.global_batch_size
+        batches, tail = divmod(len(self.dataset), self.global_batch_size)
+        batches += int(bool(tail) and not self.drop_last)
         return batches * (self.global_batch_size // self.world_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardShuffle(global_batch_size={self.global_batch_size}, seed={self.seed}, "
+            f"window={self.window}, groups={self.groups}, rank={self.rank} of "
+            f"{self.world_size}, drop_last={self.drop_last})"
+        )
 
 
 def default_window(dataset: ShardedDataset, groups: int) -> int:
