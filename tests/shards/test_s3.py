@@ -308,3 +308,52 @@ def test_the_progress_costs_the_same_for_every_shard(folder, server, aws, tmp_pa
                  resume=True)  # fmt: skip
     left = [e["Key"] for e in client.list_objects_v2(Bucket="data", Prefix="records/")["Contents"]]
     assert not any(PROGRESS in key for key in left)  # the progress goes with the index
+
+
+@pytest.fixture
+def read_only_view(tmp_path):
+    """A read-only bind mount of ``tmp_path / "writable"`` (root only; skipped elsewhere)."""
+    writable, view = tmp_path / "writable", tmp_path / "read-only"
+    writable.mkdir()
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(writable), str(view)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a read-only cache needs a bind mount: {mounted.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        yield writable, view
+    finally:
+        subprocess.run(["umount", "--lazy", str(view)], check=True)  # open shards let go later
+
+
+def test_a_warm_read_only_cache_is_read_and_a_cold_one_says_so(url, aws, read_only_view):
+    writable, view = read_only_view
+    warm = ShardedDataset(url, cache_dir=writable)
+    expected = [warm[index] for index in range(len(warm))]  # every shard now cached
+    dataset = ShardedDataset(url, cache_dir=view)
+    sampler = ShardShuffle(dataset, global_batch_size=4, seed=1, window=2)
+    for index in sampler:
+        image, label = dataset[index]
+        assert label == expected[index][1] and np.array_equal(image, expected[index][0])
+    shard = dataset.shards[-1]
+    (writable / dataset._remote.cache.relative_to(view) / shard.name).unlink()  # now cold
+    cold = ShardedDataset(url, cache_dir=view)
+    with pytest.raises(OSError, match=f"{view}.*: the shard cache is read-only and {shard.name} "
+                                      "is not in it: give a writable cache_dir"):  # fmt: skip
+        cold[len(cold) - 1]
+
+
+def test_a_full_disk_is_said_naming_the_cache(url, aws, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(small)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"a full disk needs a small tmpfs: {mounted.stderr.decode().strip()}")
+    try:
+        dataset = ShardedDataset(url, cache_dir=small)
+        with pytest.raises(OSError, match=f"{small}.*: no space left for shard-000000.tar"):
+            dataset[0]
+        assert not [p for p in small.rglob("*") if p.name.endswith(".part")]  # nothing half
+    finally:
+        subprocess.run(["umount", "--lazy", str(small)], check=True)

@@ -24,6 +24,7 @@ needs last, goes first.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -52,6 +53,9 @@ _PLAN = ".plan-"  # + host + pid: the shards a process sharing the cache reads n
 PLAN_STALE_S = 600
 _HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
 
+
+#: What writing into a read-only cache (a read-only mount, another user's folder) raises.
+_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 _setup = threading.Lock()  # a process's client and thread pool are made once
 
@@ -271,8 +275,15 @@ class S3Shards:
             yield False
             return
         try:
-            self.cache.mkdir(parents=True, exist_ok=True)
-            with open(self.cache / f".{name}.lock", "a") as lock:
+            try:
+                self.cache.mkdir(parents=True, exist_ok=True)
+                lock = open(self.cache / f".{name}.lock", "a")  # noqa: SIM115 (closed below)
+            except OSError as error:
+                if error.errno not in _READ_ONLY:
+                    raise
+                yield True  # a read-only cache: no process writes it, reading needs no lock
+                return
+            with lock:
                 try:
                     fcntl.lockf(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -292,7 +303,8 @@ class S3Shards:
             if not self._make_room(shard.size, use):
                 return None
             self._download(shard, path)
-        os.utime(path)  # its last use, for the eviction
+        with contextlib.suppress(OSError):  # a read-only cache keeps no last use
+            os.utime(path)  # its last use, for the eviction
         return path
 
     def _checked_hash(self, name: str) -> str | None:
@@ -308,6 +320,27 @@ class S3Shards:
         url = f"{self.url}/{shard.name}"
         part = path.with_name(f".{shard.name}.part")
         spans = byte_spans(shard.size, CHUNK)
+        try:
+            self._download_into(shard, path, part, spans, url)
+        except OSError as error:
+            if error.errno in _READ_ONLY:
+                raise OSError(
+                    error.errno,
+                    f"{self.cache}: the shard cache is read-only and {shard.name} "
+                    "is not in it: give a writable cache_dir",
+                ) from None
+            if error.errno == errno.ENOSPC:
+                raise OSError(
+                    error.errno,
+                    f"{self.cache}: no space left for {shard.name} "
+                    f"({shard.size} bytes): free some, or give a smaller cache_limit or "
+                    "another cache_dir",
+                ) from None
+            raise
+
+    def _download_into(
+        self, shard: Shard, path: Path, part: Path, spans: list[tuple[int, int]], url: str
+    ) -> None:
         try:
             for _attempt in range(self.attempts):
                 digest = hashlib.sha256()
@@ -379,15 +412,25 @@ class S3Shards:
 
     def plan(self, upcoming: list[str]) -> None:
         """Announce the shards this process reads next, soonest first, to every process
-        sharing the cache: its eviction keeps the ones needed soonest."""
-        self.cache.mkdir(parents=True, exist_ok=True)
+        sharing the cache: its eviction keeps the ones needed soonest (a read-only
+        cache evicts nothing: no plan)."""
         path = self._plan_path()
         temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(upcoming))
+        try:
+            self.cache.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps(upcoming))
+        except OSError as error:
+            if error.errno in _READ_ONLY:
+                return
+            raise
         temporary.replace(path)
 
     def forget_plan(self) -> None:
-        self._plan_path().unlink(missing_ok=True)
+        try:
+            self._plan_path().unlink(missing_ok=True)
+        except OSError as error:  # a read-only cache holds no plan of ours
+            if error.errno not in _READ_ONLY:
+                raise
 
     def next_uses(self) -> dict[str, int]:
         """Shard name -> how soon a process sharing the cache reads it (0: now), from the
