@@ -5,6 +5,7 @@ cache, with the errors a user meets named."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -357,3 +358,31 @@ def test_a_full_disk_is_said_naming_the_cache(url, aws, tmp_path):
         assert not [p for p in small.rglob("*") if p.name.endswith(".part")]  # nothing half
     finally:
         subprocess.run(["umount", "--lazy", str(small)], check=True)
+
+
+@pytest.mark.slow
+def test_an_epoch_is_exact_through_the_server_killed_and_restarted_mid_epoch(folder, tmp_path):
+    import threading
+
+    with LocalS3() as server, pytest.MonkeyPatch.context() as patch:
+        for name, value in server.environment().items():
+            patch.setenv(name, value)
+        boto3.client("s3", **server.client_options()).create_bucket(Bucket="data")
+        write_shards(folder, "s3://data/crash", shard_size=10_000)
+        dataset = ShardedDataset("s3://data/crash", cache_dir=tmp_path, decode="tensor")
+        assert len(dataset.shards) >= 6
+        sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=1, prefetch=1)
+        expected = [dataset[index][1] for index in sampler]  # read from a warm cache...
+        shutil.rmtree(tmp_path / "fastload-shards")  # ...which goes: every shard read anew
+        dataset = ShardedDataset("s3://data/crash", cache_dir=tmp_path, decode="tensor")
+        sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=1, prefetch=1)
+        labels: list[int] = []
+        restart = threading.Timer(2.0, server.restart_endpoint)
+        for step, (_, batch) in enumerate(FastLoader(dataset, batch_size=4, sampler=sampler,
+                                                      num_workers=0)):  # fmt: skip
+            labels += batch.tolist()
+            if step == 1:  # the download-ahead thread is fetching the next shard
+                server.kill_endpoint()
+                restart.start()
+        restart.join()
+        assert labels == expected

@@ -177,6 +177,21 @@ class LocalS3:
                     raise RuntimeError(message) from None
                 time.sleep(0.2)
 
+    def kill_endpoint(self) -> None:
+        """Kill the S3 endpoint (Swift's proxy) with SIGKILL, as a crash would: requests
+        are refused until :meth:`restart_endpoint`; the stored objects stay."""
+        proxy = self._processes.pop()
+        proxy.kill()
+        proxy.wait()
+
+    def restart_endpoint(self) -> None:
+        """Start the S3 endpoint again on its port, and wait until it answers."""
+        etc = self.root / "etc"
+        command = [str(_bin("swift-proxy-server")), str(etc / "proxy-server.conf")]
+        with open(self.root / "proxy.log", "ab") as log:
+            self._processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        self._wait_until_it_answers()
+
     def stop(self) -> None:
         for process in self._processes:
             process.terminate()
