@@ -220,23 +220,11 @@ def test_two_sources_sharing_a_cache_dir_never_share_an_entry(folder, server, aw
 def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
     folder, server, aws, tmp_path
 ):
-    import io
-    import tarfile
-
     client = boto3.client("s3", **server.client_options())
     classes = sorted(path.name for path in folder.iterdir())
     reference = [(path.read_bytes(), classes.index(path.parent.name))
                  for path in sorted(folder.rglob("*.jpg"))][:10]  # fmt: skip
-    for number in range(2):
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            for index in range(5 * number, 5 * number + 5):
-                image, label = reference[index]
-                for extension, data in (("jpg", image), ("cls", str(label).encode())):
-                    info = tarfile.TarInfo(f"{index:06d}.{extension}")
-                    info.size = len(data)
-                    archive.addfile(info, io.BytesIO(data))
-        client.put_object(Bucket="data", Key=f"wds/train-{number}.tar", Body=buffer.getvalue())
+    put_webdataset_tars(client, "wds", reference, per_tar=5)
     dataset = ShardedDataset("s3://data/wds", cache_dir=tmp_path, decode=None)
     assert len(dataset) == 10 and [shard.name for shard in dataset.shards] == [
         "train-0.tar", "train-1.tar"]  # fmt: skip
