@@ -172,3 +172,60 @@ def test_a_member_missing_or_not_what_its_extension_says_is_named(captioned, tmp
         ShardedDataset(tmp_path / "odd", keys=("jpg", "json"))[0]
     with pytest.raises(ValueError, match="keys: extensions such as"):
         ShardedDataset(captioned, keys="jpg")
+
+
+@pytest.fixture
+def pairs_folder(tmp_path):
+    """Three photos with a caption file each, and the same pairs listed in CSV and JSONL."""
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    captions = ["a red kite", "deux chats, «été»", "line one\nline two"]
+    for index, caption in enumerate(captions):
+        (folder / f"p{index}.jpg").write_bytes(jpeg(index))
+        (folder / f"p{index}.txt").write_text(caption, encoding="utf-8")
+    import csv
+    import json
+
+    with open(tmp_path / "pairs.csv", "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["path", "caption"])
+        writer.writerows([[f"pairs/p{i}.jpg", text] for i, text in enumerate(captions)])
+    (tmp_path / "pairs.jsonl").write_text("".join(
+        json.dumps({"image": f"pairs/p{i}.jpg", "text": text}) + "\n"
+        for i, text in enumerate(captions)
+    ), encoding="utf-8")  # fmt: skip
+    return tmp_path, captions
+
+
+@pytest.mark.parametrize("listing", ["pairs", "pairs.csv", "pairs.jsonl"])
+def test_image_text_pairs_convert_to_shards_read_back_as_webdataset_reads_them(
+    pairs_folder, listing
+):
+    from fastload.shards import write_shards
+
+    root, captions = pairs_folder
+    out = root / f"shards-{listing.replace('.', '-')}"
+    meta = write_shards(root / listing, out, captions=True)
+    assert meta["samples"] == 3
+    pairs = ShardedDataset(out, keys=("jpg", "txt"))
+    assert [pairs[i][1] for i in range(3)] == captions
+    assert [pairs[i][0].shape for i in range(3)] == [(24, 32, 3)] * 3
+    wds = pytest.importorskip("webdataset", reason="needs webdataset: pip install webdataset")
+    theirs = list(wds.WebDataset(str(next(out.glob("*.tar"))), shardshuffle=False)
+                  .decode().to_tuple("txt"))  # fmt: skip
+    assert [text for (text,) in theirs] == captions
+
+
+def test_a_pair_without_its_caption_or_image_is_named(pairs_folder, tmp_path):
+    from fastload.shards import write_shards
+
+    root, _ = pairs_folder
+    (root / "pairs" / "p1.txt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"p1\.jpg: no caption beside it \(p1\.txt\)"):
+        write_shards(root / "pairs", tmp_path / "out", captions=True)
+    (root / "broken.jsonl").write_text('{"image": "pairs/missing.jpg", "text": "x"}\n')
+    with pytest.raises(FileNotFoundError, match=r"missing\.jpg: no such image"):
+        write_shards(root / "broken.jsonl", tmp_path / "out2", captions=True)
+    (root / "short.csv").write_text("path,caption\npairs/p0.jpg\n")
+    with pytest.raises(ValueError, match=r"short\.csv:2: a row needs a path and a caption"):
+        write_shards(root / "short.csv", tmp_path / "out3", captions=True)

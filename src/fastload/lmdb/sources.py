@@ -130,9 +130,10 @@ def pack_item(
 
 @dataclass
 class FileSource:
-    """Image files with labels; each record keeps the file's bytes unless presized."""
+    """Image files with labels (None: none); each record keeps the file's bytes unless
+    presized."""
 
-    samples: list[tuple[str, int]]
+    samples: Sequence[tuple[str, int | None]]
     classes: list[str] | None
     description: str
 

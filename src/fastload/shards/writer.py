@@ -27,6 +27,7 @@ from fastload.datasets.decode import ImageDecodeError, is_jpeg
 from fastload.lmdb.format import pack_record, unpack_record
 from fastload.lmdb.sources import Encoding, Source
 from fastload.lmdb.writer import make_source
+from fastload.shards.captions import CaptionedFiles, captioned_source
 from fastload.shards.destination import Destination, destination
 from fastload.shards.index import INDEX, Member, file_sha256, shard_entry
 from fastload.shards.remote import S3Shards
@@ -51,6 +52,7 @@ def write_shards(
     storage_options: dict[str, Any] | None = None,
     ray: bool = False,
     parts: int | None = None,
+    captions: bool = False,
 ) -> dict[str, Any]:
     """Write ``source`` (an image folder, a list of ``(path, label)``, any Dataset, a COCO
     folder with ``annotations``, a segmentation folder with ``masks``: what
@@ -58,6 +60,11 @@ def write_shards(
     to ``s3://bucket/prefix`` (each shard uploaded when complete, the index last; the AWS
     variables and ``storage_options`` configure the client);
     ``resize`` (longest side) and ``quality`` re-encode as JPEG, as for LMDB.
+
+    ``captions=True``: image-text pairs, each sample's caption a ``txt`` member beside
+    its image (:func:`~fastload.shards.captions.captioned_source`: a folder where
+    ``cat.jpg`` has ``cat.txt`` beside it, or a ``.csv``/``.jsonl`` of path and caption);
+    read back with ``ShardedDataset(..., keys=("jpg", "txt"))``.
 
     ``ray=True`` spreads the conversion over a Ray cluster (``ray.init()``'s: the one
     ``RAY_ADDRESS`` names, or a local one): ``parts`` contiguous ranges of samples
@@ -84,7 +91,12 @@ def write_shards(
         check_int(parts, "parts", low=1)
     target = _destination(destination, storage_options)
     try:
-        items = make_source(source, annotations, instance_masks, masks)
+        if captions and (annotations or masks) is not None:
+            raise ValueError("captions are image-text pairs: give no annotations or masks")
+        items = (
+            captioned_source(source) if captions
+            else make_source(source, annotations, instance_masks, masks)
+        )  # fmt: skip
         what = {"description": items.description, "samples": len(items), "resize": resize,
                 "quality": quality, "shard_size": shard_size}  # fmt: skip
         progress = _progress(target, what, resume)
@@ -198,7 +210,10 @@ def write_range(
                     raise
                 skipped.append([items.name(position), str(error)])
             else:
-                writer.add(f"{position:09d}", _members(record, items.name(position)))
+                members = _members(record, items.name(position))
+                if isinstance(items, CaptionedFiles):
+                    members["txt"] = items.text(position).encode("utf-8")
+                writer.add(f"{position:09d}", members)
             position += 1
             if writer.samples and (writer.size >= shard_size or position == stop):
                 entry, finished = writer.close()

@@ -32,8 +32,8 @@ def _convert(args: argparse.Namespace) -> None:
     if args.shards:
         _convert_to_shards(args)
         return
-    if args.ray:
-        raise ValueError("--ray writes shards: add --shards")
+    if args.ray or args.captions:
+        raise ValueError(f"{'--ray' if args.ray else '--captions'} writes shards: add --shards")
     if "://" in args.destination:
         raise ValueError(f"{args.destination}: an LMDB file is written locally; --shards writes "
                          "to a bucket")  # fmt: skip
@@ -62,7 +62,7 @@ def _convert_to_shards(args: argparse.Namespace) -> None:
         args.source, args.destination, shard_size=args.shard_size, resume=args.resume,
         skip_bad=args.skip_bad, resize=args.resize, quality=args.quality,
         annotations=args.annotations, instance_masks=args.instance_masks, masks=args.masks,
-        ray=args.ray,
+        ray=args.ray, captions=args.captions,
     )  # fmt: skip
     skipped = f", {len(meta['skipped'])} skipped" if meta["skipped"] else ""
     print(f"{args.destination}: {meta['samples']} samples in shards{skipped}")
@@ -384,6 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--ray", action="store_true",
         help="with --shards: spread the conversion over a Ray cluster (RAY_ADDRESS, or local)",
+    )  # fmt: skip
+    convert.add_argument(
+        "--captions", action="store_true",
+        help="with --shards: image-text pairs, SOURCE a folder of images with a .txt beside "
+        "each, or a .csv/.jsonl of path and caption",
     )  # fmt: skip
     convert.set_defaults(run=_convert)
 
