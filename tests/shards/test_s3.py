@@ -240,7 +240,7 @@ def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
 
 
 def test_a_shard_is_trusted_only_by_a_hash_record_written_after_it(url, aws, tmp_path, monkeypatch):
-    from fastload.shards import remote
+    from fastload.shards import cache as node_cache
 
     expected = ShardedDataset(url, cache_dir=tmp_path)[0]
     dataset = ShardedDataset(url, cache_dir=tmp_path)
@@ -256,10 +256,10 @@ def test_a_shard_is_trusted_only_by_a_hash_record_written_after_it(url, aws, tmp
             raise KeyboardInterrupt("killed between the shard and its record")
         replace(source, target)
 
-    monkeypatch.setattr(remote.os, "replace", killed_before_the_record)
+    monkeypatch.setattr(node_cache.os, "replace", killed_before_the_record)
     with pytest.raises(KeyboardInterrupt):
         dataset[0]
-    monkeypatch.setattr(remote.os, "replace", replace)
+    monkeypatch.setattr(node_cache.os, "replace", replace)
     assert not stale.exists()  # the shard is new, its record not written: not trusted
     fresh = ShardedDataset(url, cache_dir=tmp_path)
     image, label = fresh[0]

@@ -21,6 +21,7 @@ from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
 from fastload.datasets.decode import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
+from fastload.shards.cache import NodeCache
 from fastload.shards.index import INDEX, PROGRESS, ShardIndexError, shards_digest
 from fastload.tools.shapes import ShapesDetection
 
@@ -445,48 +446,45 @@ def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
     assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])
 
 
-def cache_holding(cache_dir, names: list[str], *, limit: int):
-    """An S3 cache whose index lists ``names``, each cached (100 bytes, its hash recorded
+def cache_holding(cache_dir, names: list[str], *, limit: int) -> NodeCache:
+    """A node's cache whose index lists ``names``, each cached (100 bytes, its hash recorded
     as a download records it), the first the least recently used."""
-    from fastload.shards.remote import S3Shards
-
-    cache = S3Shards("s3://bucket/set", cache_dir=cache_dir, cache_limit=limit)
-    cache.cache.mkdir(parents=True, exist_ok=True)
-    cache._names = frozenset(names)
+    cache = NodeCache(cache_dir, "s3://bucket/set", limit)
+    cache.use_index("0" * 64, frozenset(names))
+    cache.folder.mkdir(parents=True, exist_ok=True)
     for age, name in enumerate(names):
-        (cache.cache / name).write_bytes(b"x" * 100)
-        (cache.cache / f".{name}.sha256").write_text("0" * 64)
-        os.utime(cache.cache / name, (1000 + age, 1000 + age))
+        (cache.folder / name).write_bytes(b"x" * 100)
+        (cache.folder / f".{name}.sha256").write_text("0" * 64)
+        os.utime(cache.folder / name, (1000 + age, 1000 + age))
     return cache
 
 
 def test_the_cache_evicts_what_no_plan_reads_then_what_is_read_last(tmp_path):
     cache = cache_holding(tmp_path, ["a.tar", "b.tar", "c.tar", "d.tar"], limit=400)
     cache.plan(["c.tar", "a.tar", "e.tar", "b.tar"])  # d is read by no one: it goes first
-    assert cache._make_room(100)
-    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["a.tar", "b.tar", "c.tar"]
-    assert cache._make_room(200)  # then b, read last
-    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["a.tar", "c.tar"]
+    assert cache.make_room(100)
+    assert sorted(p.name for p in cache.folder.glob("*.tar")) == ["a.tar", "b.tar", "c.tar"]
+    assert cache.make_room(200)  # then b, read last
+    assert sorted(p.name for p in cache.folder.glob("*.tar")) == ["a.tar", "c.tar"]
     # a prefetch read third (e) evicts nothing needed sooner (c, a): it is not made
-    assert not cache._make_room(300, use=2)
-    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["a.tar", "c.tar"]
+    assert not cache.make_room(300, use=2)
+    assert sorted(p.name for p in cache.folder.glob("*.tar")) == ["a.tar", "c.tar"]
     cache.forget_plan()
     assert cache.next_uses() == {}
 
 
 def test_a_dead_readers_plan_is_dropped(tmp_path):
-    from fastload.shards.remote import S3Shards
+    from fastload.shards.cache import _HOST, PLAN_STALE_S
 
-    cache = S3Shards("s3://bucket/set", cache_dir=tmp_path, cache_limit=400)
+    cache = NodeCache(tmp_path, "s3://bucket/set", 400)
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)  # fmt: skip
-    from fastload.shards.remote import _HOST, PLAN_STALE_S
 
     cache.plan(["y.tar", "z.tar"])
-    dead = cache.cache / f".plan-{_HOST}-{int(child.stdout)}.json"
+    dead = cache.folder / f".plan-{_HOST}-{int(child.stdout)}.json"
     dead.write_text('["x.tar"]')
     # another container's reader: its PIDs are not ours to ask; fresh, its plan counts
-    elsewhere = cache.cache / f".plan-other_host-{os.getpid()}.json"
+    elsewhere = cache.folder / f".plan-other_host-{os.getpid()}.json"
     elsewhere.write_text('["w.tar", "z.tar"]')
     assert cache.next_uses() == {"y.tar": 0, "z.tar": 1, "w.tar": 0}
     assert not dead.exists()
@@ -523,8 +521,8 @@ def test_eviction_deletes_only_shards_the_cache_downloaded_for_its_index(tmp_pat
     for name, data in mine.items():
         (tmp_path / name).write_bytes(data)
     cache = cache_holding(tmp_path, ["s0.tar", "s1.tar"], limit=150)
-    (cache.cache / "stray.tar").write_bytes(b"y" * 500)  # no record: not downloaded here
-    (cache.cache / ".s1.tar.sha256").unlink()  # interrupted before its record: not owned
-    assert cache._make_room(100)
+    (cache.folder / "stray.tar").write_bytes(b"y" * 500)  # no record: not downloaded here
+    (cache.folder / ".s1.tar.sha256").unlink()  # interrupted before its record: not owned
+    assert cache.make_room(100)
     assert {name: (tmp_path / name).read_bytes() for name in mine} == mine
-    assert sorted(p.name for p in cache.cache.glob("*.tar")) == ["s1.tar", "stray.tar"]
+    assert sorted(p.name for p in cache.folder.glob("*.tar")) == ["s1.tar", "stray.tar"]

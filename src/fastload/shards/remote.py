@@ -10,28 +10,20 @@ SlowDown), and gives up a stalled connection after 10 s. The S3 client is made i
 each process on first use (a client made before a fork is not safe to use in a
 forked worker), configured by the usual AWS variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...) and by ``options``, which go to
-``boto3.client("s3", ...)``. The cache owns a namespace and nothing else: under
-``cache_dir`` it creates a folder per source (bucket and prefix) and, inside, one per
-index (named by the index's digest), so two sources or two conversions of one source
-never share an entry, and it evicts only shards of that index it downloaded itself (their
-hash recorded beside them), never another file. Processes on a node share the cache: a
-file lock per shard makes one of them download it. Past ``cache_limit`` bytes, shards are
-evicted by next use: each reading process announces the shards it reads next (:meth:`S3Shards.plan`,
-which :class:`~fastload.shards.ShardShuffle` calls), and the shard no plan needs, or
-needs last, goes first.
+``boto3.client("s3", ...)``. The shards go into the node's cache
+(:class:`~fastload.shards.cache.NodeCache`): under ``cache_dir``, a folder per source
+and index that the cache owns and nothing else, shared by the node's processes (one of
+them downloads a shard), evicted past ``cache_limit`` bytes by next use (each reader
+announces the shards it reads next: :meth:`S3Shards.plan`, which
+:class:`~fastload.shards.ShardShuffle` calls).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import hashlib
 import itertools
-import json
 import os
-import re
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -40,23 +32,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from fastload.shards.cache import READ_ONLY, NodeCache
 from fastload.shards.index import INDEX, PROGRESS, Shard, ShardIndexError, parse_index
 
 __all__ = ["S3Shards", "is_remote"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
 _BODY_ATTEMPTS = 5
-_PLAN = ".plan-"  # + host + pid: the shards a process sharing the cache reads next
-#: A plan of another host (or container) whose process cannot be asked whether it lives:
-#: dropped once it has not been rewritten for this long (a reader rewrites its plan as it
-#: moves through its windows).
-PLAN_STALE_S = 600
-_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
-
-
-#: What writing into a read-only cache (a read-only mount, another user's folder) raises.
-_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
 _setup = threading.Lock()  # a process's client and thread pool are made once
 
 
@@ -83,38 +65,6 @@ def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
     return [(first, after - 1) for first, after in itertools.pairwise(edges)]
 
 
-def _folder_name(url: str) -> str:
-    """A cache folder's name for ``url``: readable (its bucket and prefix, other characters
-    as ``_``) and unique (a digest of the whole URL).
-
-    Example:
-        >>> _folder_name("s3://my-bucket/train/v2")
-        'my-bucket_train_v2-f4838f6d4e86d9e0'
-    """
-    readable = re.sub(r"[^A-Za-z0-9._-]", "_", url.split("://", 1)[-1].strip("/"))[:80]
-    return f"{readable}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def _plan_alive(path: Path) -> bool:
-    host, _, pid = path.stem.removeprefix(_PLAN).rpartition("-")
-    if host == _HOST and pid.isdigit():
-        return _alive(int(pid))
-    try:
-        return time.time() - path.stat().st_mtime < PLAN_STALE_S
-    except FileNotFoundError:
-        return False
-
-
 def is_remote(path: Any) -> bool:
     return isinstance(path, str) and path.startswith("s3://")
 
@@ -137,25 +87,26 @@ class S3Shards:
             raise ValueError(f"{url}: not an s3://bucket/prefix URL")
         self.url, self.bucket, self.prefix = url.rstrip("/"), parsed.netloc, parsed.path.strip("/")
         self.options = dict(options or {})
-        self.parallel, self.attempts, self.cache_limit = parallel, attempts, cache_limit
+        self.parallel, self.attempts = parallel, attempts
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "fastload"
-        #: The source's own folder (made by the cache): its index namespaces, and the lock
-        #: of a scan; readable, and unique to the URL.
-        self.source = root / "fastload-shards" / _folder_name(self.url)
-        #: The current index's namespace, where its shards are cached (set by index()).
-        self.cache = self.source / "index-unknown"
-        self._names: frozenset[str] = frozenset()  # the shards of that index
+        self.node = NodeCache(root, self.url, cache_limit)
         self._client: Any = None
         self._pid = -1
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
-        # a client, threads and locks stay in their process: a spawned worker makes its own
-        return {**self.__dict__, "_client": None, "_pid": -1, "_pool": None, "_pool_pid": -1,
-                "_locks": {}, "_locks_pid": -1}  # fmt: skip
+        # a client and threads stay in their process: a spawned worker makes its own
+        return {**self.__dict__, "_client": None, "_pid": -1, "_pool": None, "_pool_pid": -1}
+
+    @property
+    def cache(self) -> Path:
+        """The folder the current index's shards are cached in."""
+        return self.node.folder
+
+    @property
+    def cache_limit(self) -> int | None:
+        return self.node.limit
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -196,17 +147,18 @@ class S3Shards:
             explained = self.explained(error, where)
             if not isinstance(explained, ShardIndexError):  # not a missing index
                 raise explained from None
-            self.cache = self.source / "scanned"
+            self.node.use_index(None, frozenset())
             scanned = self._scanned_index(explained)
             shards, meta = parse_index(scanned.read_bytes(), str(scanned))
+            self.node.use_index(None, frozenset(shard.name for shard in shards))
         else:
             shards, meta = parse_index(data, where)
-            self.cache = self.source / f"index-{hashlib.sha256(data).hexdigest()[:16]}"
-        self._names = frozenset(shard.name for shard in shards)
+            names = frozenset(shard.name for shard in shards)
+            self.node.use_index(hashlib.sha256(data).hexdigest(), names)
         return shards, meta
 
     def _scanned_index(self, missing: ShardIndexError) -> Path:
-        with self._locked(".scan"):  # one process of the node scans
+        with self.node.locked(".scan"):  # one process of the node scans
             return self._scan(missing)
 
     def _scan(self, missing: ShardIndexError) -> Path:
@@ -220,7 +172,7 @@ class S3Shards:
         if not tars or PROGRESS in listing:  # none, or a conversion of ours unfinished
             raise missing
         self.cache.mkdir(parents=True, exist_ok=True)
-        self._names = frozenset(name for name, _ in tars)
+        self.node.use_index(None, frozenset(name for name, _ in tars))
         entries = []
         for name, size in tars:  # no hash to check yet: this scan records it
             entries.append(scan_tar(self.local_path(Shard(name, size, "", []))))
@@ -241,7 +193,7 @@ class S3Shards:
 
     def local_path(self, shard: Shard) -> Path:
         """The shard's file in the cache, downloaded and checked first if it is not there."""
-        with self._locked(shard.name):
+        with self.node.locked(shard.name):
             path = self._cached(shard, use=None)
         assert path is not None  # a read makes room whatever the plans say
         return path
@@ -250,7 +202,7 @@ class S3Shards:
         """A read-only descriptor of the shard's file in the cache (downloaded first if
         need be), opened while the shard is locked: an eviction by another process cannot
         remove it in between, and one after leaves the open file readable."""
-        with self._locked(shard.name):
+        with self.node.locked(shard.name):
             path = self._cached(shard, use=None)
             assert path is not None
             return os.open(path, os.O_RDONLY)
@@ -258,60 +210,21 @@ class S3Shards:
     def prefetch(self, shard: Shard, use: int) -> bool:
         """Download the shard now, for a read ``use`` places down this process's plan;
         not when it would evict a shard needed sooner (returns False)."""
-        with self._locked(shard.name):
+        with self.node.locked(shard.name):
             return self._cached(shard, use=use) is not None
-
-    @contextlib.contextmanager
-    def _locked(self, name: str, *, wait: bool = True) -> Iterator[bool]:
-        """The shard ``name`` held by this thread alone on the node: a thread lock in this
-        process, and a POSIX record lock on its lock file across processes (a forked
-        child does not inherit it, as it would an ``flock``, so a fork never keeps one
-        held). Yields whether it was taken (always, when ``wait``)."""
-        if self._locks_pid != os.getpid():
-            self._locks, self._locks_pid = {}, os.getpid()
-        with _setup:
-            thread_lock = self._locks.setdefault(name, threading.Lock())
-        if not thread_lock.acquire(blocking=wait):
-            yield False
-            return
-        try:
-            try:
-                self.cache.mkdir(parents=True, exist_ok=True)
-                lock = open(self.cache / f".{name}.lock", "a")  # noqa: SIM115 (closed below)
-            except OSError as error:
-                if error.errno not in _READ_ONLY:
-                    raise
-                yield True  # a read-only cache: no process writes it, reading needs no lock
-                return
-            with lock:
-                try:
-                    fcntl.lockf(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    yield False
-                    return
-                yield True  # closing the file lets the record lock go
-        finally:
-            thread_lock.release()
 
     def _cached(self, shard: Shard, *, use: int | None) -> Path | None:
         """(Under the shard's lock.) Its file, downloaded if absent or not the indexed
         one: a file is trusted by the SHA-256 recorded beside it when it was checked."""
         path = self.cache / shard.name
-        checked = self._checked_hash(shard.name) if path.exists() else None
+        checked = self.node.checked_hash(shard.name) if path.exists() else None
         # "": a shard being scanned, whose hash this node recorded when it came
         if checked is None or (shard.sha256 and checked != shard.sha256):
-            if not self._make_room(shard.size, use):
+            if not self.node.make_room(shard.size, use):
                 return None
             self._download(shard, path)
-        with contextlib.suppress(OSError):  # a read-only cache keeps no last use
-            os.utime(path)  # its last use, for the eviction
+        self.node.used(path)
         return path
-
-    def _checked_hash(self, name: str) -> str | None:
-        try:
-            return (self.cache / f".{name}.sha256").read_text()
-        except FileNotFoundError:
-            return None
 
     def _download(self, shard: Shard, path: Path) -> None:
         """Ranged GETs, ``parallel`` at once, written and hashed in order as they come;
@@ -321,9 +234,9 @@ class S3Shards:
         part = path.with_name(f".{shard.name}.part")
         spans = byte_spans(shard.size, CHUNK)
         try:
-            self._download_into(shard, path, part, spans, url)
+            self._download_into(shard, part, spans, url)
         except OSError as error:
-            if error.errno in _READ_ONLY:
+            if error.errno in READ_ONLY:
                 raise OSError(
                     error.errno,
                     f"{self.cache}: the shard cache is read-only and {shard.name} "
@@ -339,7 +252,7 @@ class S3Shards:
             raise
 
     def _download_into(
-        self, shard: Shard, path: Path, part: Path, spans: list[tuple[int, int]], url: str
+        self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str
     ) -> None:
         try:
             for _attempt in range(self.attempts):
@@ -349,14 +262,7 @@ class S3Shards:
                         digest.update(body)
                         file.write(body)
                 if digest.hexdigest() == shard.sha256 or not shard.sha256:
-                    # The record last: a shard is trusted only by a record written after
-                    # it (interrupted in between, neither the old nor the new is trusted).
-                    record = self.cache / f".{shard.name}.sha256"
-                    record.unlink(missing_ok=True)
-                    os.replace(part, path)
-                    recorded = record.with_name(f"{record.name}.tmp")
-                    recorded.write_text(digest.hexdigest())
-                    os.replace(recorded, record)
+                    self.node.enter(part, shard.name, digest.hexdigest())
                     return
         finally:
             part.unlink(missing_ok=True)  # nothing half-downloaded stays
@@ -405,95 +311,6 @@ class S3Shards:
                 raise self.explained(error, url) from None
         raise AssertionError("unreachable")
 
-    def _plan_path(self) -> Path:
-        """This process's plan: named by host (container) and PID, so that readers of
-        one cache from several hosts or containers never share a name."""
-        return self.cache / f"{_PLAN}{_HOST}-{os.getpid()}.json"
-
-    def plan(self, upcoming: list[str]) -> None:
-        """Announce the shards this process reads next, soonest first, to every process
-        sharing the cache: its eviction keeps the ones needed soonest (a read-only
-        cache evicts nothing: no plan)."""
-        path = self._plan_path()
-        temporary = path.with_suffix(".tmp")
-        try:
-            self.cache.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(json.dumps(upcoming))
-        except OSError as error:
-            if error.errno in _READ_ONLY:
-                return
-            raise
-        temporary.replace(path)
-
-    def forget_plan(self) -> None:
-        try:
-            self._plan_path().unlink(missing_ok=True)
-        except OSError as error:  # a read-only cache holds no plan of ours
-            if error.errno not in _READ_ONLY:
-                raise
-
-    def next_uses(self) -> dict[str, int]:
-        """Shard name -> how soon a process sharing the cache reads it (0: now), from the
-        plans of the processes still alive: on this host, asked by PID; on another, a
-        plan rewritten in the last :data:`PLAN_STALE_S` seconds."""
-        uses: dict[str, int] = {}
-        for path in self.cache.glob(f"{_PLAN}*.json"):
-            if not _plan_alive(path):
-                path.unlink(missing_ok=True)  # a killed reader's plan
-                continue
-            try:
-                names = json.loads(path.read_text())
-            except (OSError, ValueError):  # replaced while read: the next call sees it
-                continue
-            for position, name in enumerate(names):
-                uses[name] = min(position, uses.get(name, position))
-        return uses
-
-    def _make_room(self, incoming: int, use: int | None = None) -> bool:
-        """Evict until ``incoming`` more bytes fit under ``cache_limit``: first shards no
-        plan reads again (least recently used first), then those read furthest ahead
-        (Belady's rule). A shard read at ``use`` (a prefetch) evicts none needed sooner;
-        returns False when it cannot fit without that. Downloads in flight count; a
-        shard another thread or process holds (opening or fetching it) is not evicted."""
-        if self.cache_limit is None:
-            return True
-        uses = self.next_uses()
-        cached, in_flight = [], 0
-        for entry in self.cache.iterdir():
-            try:
-                stat = entry.stat()
-            except FileNotFoundError:  # evicted or renamed by another process meanwhile
-                continue
-            if entry.name.endswith(".part"):
-                in_flight += stat.st_size
-            elif entry.is_file() and not entry.name.startswith(".") and entry.name != INDEX:
-                cached.append((entry, stat))
-        never = len(uses) + 1  # after any planned use
-
-        def evicted_first(item: tuple[Path, os.stat_result]) -> tuple[int, float]:
-            entry, stat = item
-            return -uses.get(entry.name, never), stat.st_mtime
-
-        total = incoming + in_flight + sum(stat.st_size for _, stat in cached)
-        # evicted: only this index's shards that the cache downloaded (hash recorded)
-        cached = [(entry, stat) for entry, stat in cached if self._owns(entry.name)]
-        for entry, stat in sorted(cached, key=evicted_first):
-            if total <= self.cache_limit:
-                break
-            if use is not None and uses.get(entry.name, never) <= use:
-                return False  # everything left is needed before the prefetched shard
-            with self._locked(entry.name, wait=False) as taken:
-                if taken:
-                    (self.cache / f".{entry.name}.sha256").unlink(missing_ok=True)
-                    entry.unlink(missing_ok=True)
-                    total -= stat.st_size
-        return True
-
-    def _owns(self, name: str) -> bool:
-        """Whether ``name`` in the namespace is a shard of this index that the cache
-        downloaded and checked itself (its hash recorded beside it)."""
-        return name in self._names and (self.cache / f".{name}.sha256").is_file()
-
     def explained(self, error: Exception, where: str) -> Exception:
         """botocore's error as one a user can act on, naming the URL."""
         code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
@@ -511,3 +328,12 @@ class S3Shards:
                 "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the options given"
             )
         return OSError(f"{where}: {type(error).__name__}: {error}")
+
+    # --- what a reader tells the node's cache --------------------------------------------
+
+    def plan(self, upcoming: list[str]) -> None:
+        """Announce the shards this process reads next, soonest first (see NodeCache)."""
+        self.node.plan(upcoming)
+
+    def forget_plan(self) -> None:
+        self.node.forget_plan()
