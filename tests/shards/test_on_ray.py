@@ -154,3 +154,41 @@ def test_the_command_line_converts_on_ray(folder, one_process, tmp_path):
     )  # fmt: skip
     assert refused.returncode == 2
     assert refused.stderr.strip().endswith("--ray writes shards: add --shards")
+
+
+@pytest.fixture
+def helpers():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).with_name("ray_helpers.py")
+    spec = importlib.util.spec_from_file_location("ray_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ray_helpers"] = module
+    spec.loader.exec_module(module)
+    ray.cloudpickle.register_pickle_by_value(module)  # Ray's workers cannot import tests/
+    yield module
+    ray.cloudpickle.unregister_pickle_by_value(module)
+    del sys.modules["ray_helpers"]
+
+
+def test_a_ray_worker_killed_mid_part_is_retried_and_the_set_exact(
+    cluster, folder, one_process, tmp_path, helpers
+):
+    source = helpers.KillsItsWorker(folder, at=17, healed=tmp_path / "healed", once=True)
+    write_shards(source, tmp_path / "shards", shard_size=20_000, ray=True, parts=3)
+    assert (tmp_path / "healed").exists()  # a worker did die, in part 1 of 3
+    assert same_samples(ShardedDataset(tmp_path / "shards"), one_process)
+    hidden = [p.name for p in (tmp_path / "shards").iterdir() if p.name.startswith(".")]
+    assert hidden == []  # the dead attempt's half-written shard is gone too
+
+
+def test_a_part_whose_worker_always_dies_is_named_and_resumable(
+    cluster, folder, one_process, tmp_path, helpers
+):
+    source = helpers.KillsItsWorker(folder, at=17, healed=tmp_path / "healed", once=False)
+    with pytest.raises(RuntimeError, match=r"part 1 \(samples 10-20\): its Ray worker died"):
+        write_shards(source, tmp_path / "shards", shard_size=20_000, ray=True, parts=3)
+    (tmp_path / "healed").touch()
+    write_shards(source, tmp_path / "shards", shard_size=20_000, ray=True, resume=True)
+    assert same_samples(ShardedDataset(tmp_path / "shards"), one_process)

@@ -98,11 +98,19 @@ def _run(
             except ray.exceptions.RayTaskError as error:  # the worker's own exception
                 cause = error.cause if isinstance(error.cause, Exception) else error
                 raise cause from None
+            except ray.exceptions.RayError as error:  # its worker died, retries spent
+                first, stop = spans[number]
+                raise RuntimeError(
+                    f"{target}: part {number} (samples {first}-{stop}): its Ray worker died "
+                    f"as often as Ray retries a task ({type(error).__name__}); resume=True "
+                    "runs the unfinished parts again"
+                ) from None
             done[str(number)] = {"shards": shards, "skipped": skipped}
             target.save_progress(progress)
     finally:
         for reference in pending:
             ray.cancel(reference)
+    target.clear_unfinished()  # what attempts whose workers died left half-written
     ordered = [done[str(number)] for number in range(len(spans))]
     return (
         [entry for part in ordered for entry in part["shards"]],
