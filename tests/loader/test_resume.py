@@ -470,3 +470,53 @@ def test_a_batch_sampler_that_is_its_own_iterator_gives_each_batch_once(dataset)
     batches = OwnIterator(BatchSampler(SequentialSampler(dataset), batch_size=4, drop_last=False))
     loader = FastLoader(dataset, batch_sampler=batches, num_workers=0)
     assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A real one-process gloo group: FastLoader then makes and drives its own
+    DistributedSampler."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}",
+                            rank=0, world_size=1)  # fmt: skip
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_a_state_whose_sampler_epoch_disagrees_with_the_loaders_is_refused(
+    one_process_group, between
+):
+    def make():
+        return FastLoader(Draws(12), batch_size=4, shuffle=True, seed=2, num_workers=0)
+
+    loader = make()
+    assert isinstance(loader.sampler, DistributedSampler)  # its own, driven by the loader
+    for _ in range(2):
+        list(loader)  # two epochs: the sampler's epoch 1
+    if between:  # the third epoch not begun
+        state = saved(loader.state_dict())
+        expected = [b[0].tolist() for b in loader]
+    else:  # one batch into the third
+        batches = iter(loader)
+        next(batches)
+        state = saved(loader.state_dict())
+        expected = [b[0].tolist() for b in batches]
+    assert state["sampler_offset"] == 0 and state["between_epochs"] == between
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [b[0].tolist() for b in resumed] == expected
+    with pytest.raises(ValueError, match=r"sampler_epochs \{'sampler': 7\} disagree with epoch"):
+        make().load_state_dict(state | {"sampler_epochs": {"sampler": 7}})
+
+
+def test_a_sampler_the_user_drives_may_count_its_own_epochs():
+    sampler = DistributedSampler(Draws(12), num_replicas=1, rank=0, shuffle=True, seed=1)
+    loader = FastLoader(Draws(12), batch_size=4, sampler=sampler, num_workers=0)
+    sampler.set_epoch(7)  # the user's count, not the loader's
+    next(iter(loader))
+    state = loader.state_dict()
+    assert state["sampler_offset"] is None and state["sampler_epochs"] == {"sampler": 7}
+    again = DistributedSampler(Draws(12), num_replicas=1, rank=0, shuffle=True, seed=1)
+    FastLoader(Draws(12), batch_size=4, sampler=again, num_workers=0).load_state_dict(state)

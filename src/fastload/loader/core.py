@@ -182,6 +182,8 @@ class FastLoader(DataLoader[T_co]):
 
         self._auto_epoch = False
         self._epoch: int | None = None
+        # the sampler's epoch less the loader's, where the loader drives it (for the state)
+        self._sampler_offset: int | None = None
         # Workers FastLoader chose are dropped if a batch could not travel from them.
         chosen = isinstance(num_workers, str)
         self._check_sendable = chosen and defaults.num_workers > 0 and not iterable
@@ -294,6 +296,9 @@ class FastLoader(DataLoader[T_co]):
             )
             self._progress = EpochProgress(self._epochs_started, snapshot)
         self._epochs_started = self._progress.epoch + 1
+        self._sampler_offset = (
+            int(self.sampler.epoch) - self._progress.epoch if self._auto_epoch else None  # type: ignore[attr-defined]
+        )
         self._progress.key_epoch = key_epoch(self, self._progress.epoch)
         self._progress.generators = order_generators(self)
         self._progress.base = self.generator
@@ -330,12 +335,13 @@ class FastLoader(DataLoader[T_co]):
             epochs_started=self._epochs_started,
             batches_per_epoch=len(self),
         )
+        offset = self._sampler_offset if self._auto_epoch else None
         if snapshot is not None:
-            return loader_state(self, epoch, done, snapshot, between=False)
+            return loader_state(self, epoch, done, snapshot, between=False, sampler_offset=offset)
         snapshot = RNGSnapshot.take(
             order_generators(self), base_draw=self._next_iterator_is_fresh()
         )
-        return loader_state(self, epoch, 0, snapshot, between=True)
+        return loader_state(self, epoch, 0, snapshot, between=True, sampler_offset=offset)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state_dict()``'s state: the next ``iter()`` continues its epoch
@@ -356,6 +362,7 @@ class FastLoader(DataLoader[T_co]):
         for name, value in state["sampler_epochs"].items():
             if name in samplers:
                 samplers[name].set_epoch(value)
+        self._sampler_offset = state.get("sampler_offset")
         if self._auto_epoch:
             # The next iter() advances the sampler's epoch only when the saved one was done.
             self._epoch = int(self.sampler.epoch) if state["between_epochs"] else None  # type: ignore[attr-defined]

@@ -249,10 +249,18 @@ def epoch_place(
 
 
 def loader_state(
-    loader: DataLoader[Any], epoch: int, done: int, snapshot: RNGSnapshot, *, between: bool
+    loader: DataLoader[Any],
+    epoch: int,
+    done: int,
+    snapshot: RNGSnapshot,
+    *,
+    between: bool,
+    sampler_offset: int | None = None,
 ) -> dict[str, Any]:
     """The plain data ``FastLoader.state_dict()`` returns: ``done`` batches of ``epoch``
-    handed out (``between``: that epoch is over, the next starts from ``snapshot``)."""
+    handed out (``between``: that epoch is over, the next starts from ``snapshot``).
+    ``sampler_offset``: where the loader drives its sampler's epoch, the sampler's epoch
+    less the loader's (a state whose two disagree is refused)."""
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
@@ -264,6 +272,7 @@ def loader_state(
         "sampler_epochs": {
             name: int(owner.epoch) for name, owner in samplers_with_epochs(loader).items()
         },
+        "sampler_offset": sampler_offset,
         **loader_identity(loader),
     }
 
@@ -312,12 +321,29 @@ def resume_point(
         raise ValueError(f"FastLoader state: sampler_epochs {sampler_epochs!r} is not epochs")
     snapshot = RNGSnapshot(_checked_generators(state, generators), state["base_draw"])
     epoch, done = _count(state, "epoch"), _count(state, "batches")
+    _check_sampler_epoch(state, epoch, sampler_epochs)
     if done > 0 and done >= identity["batches_per_epoch"]:
         raise ValueError(
             f"FastLoader state: batches {done} is not within an epoch of "
             f"{identity['batches_per_epoch']} batches"
         )
     return EpochProgress(epoch, snapshot, skip=done, replay=True)
+
+
+def _check_sampler_epoch(state: dict[str, Any], epoch: int, sampler_epochs: dict[str, int]) -> None:
+    """Where the loader drives its sampler's epoch (``sampler_offset``), the sampler's
+    epoch in the state follows from the loader's: one that does not was altered."""
+    offset = state.get("sampler_offset")
+    if offset is None or "sampler" not in sampler_epochs:
+        return
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise ValueError(f"FastLoader state: sampler_offset {offset!r} is not an integer")
+    expected = epoch + offset - (1 if state["between_epochs"] else 0)
+    if sampler_epochs["sampler"] != expected:
+        raise ValueError(
+            f"FastLoader state: sampler_epochs {sampler_epochs!r} disagree with epoch {epoch}: "
+            f"the loader drives its sampler's epoch, which would be {expected}"
+        )
 
 
 def _is_count(value: Any) -> bool:
