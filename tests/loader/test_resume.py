@@ -330,7 +330,7 @@ def test_a_state_from_another_loader_is_refused_saying_what_differs():
         ValueError, match=r"not a FastLoader state: give what FastLoader.state_dict"
     ):
         loader.load_state_dict({"epoch": 1})
-    with pytest.raises(ValueError, match="FastLoader state version 9; this fastload reads 3"):
+    with pytest.raises(ValueError, match="FastLoader state version 9; this fastload reads 2 and 3"):
         loader.load_state_dict(state | {"version": 9})
     with pytest.raises(ValueError, match="batches -1 is not a count"):
         loader.load_state_dict(state | {"batches": -1})
@@ -520,3 +520,20 @@ def test_a_sampler_the_user_drives_may_count_its_own_epochs():
     assert state["sampler_offset"] is None and state["sampler_epochs"] == {"sampler": 7}
     again = DistributedSampler(Draws(12), num_replicas=1, rank=0, shuffle=True, seed=1)
     FastLoader(Draws(12), batch_size=4, sampler=again, num_workers=0).load_state_dict(state)
+
+
+def test_a_version_2_state_is_still_read_on_any_rank():
+    def make(rank):
+        sampler = DistributedSampler(Draws(20), num_replicas=2, rank=rank, shuffle=True, seed=0)
+        return FastLoader(Draws(20), batch_size=2, sampler=sampler, num_workers=0)
+
+    whole = [b[0].tolist() for b in make(1)]
+    loader = make(0)
+    batches = iter(loader)
+    next(batches), next(batches)
+    state = loader.state_dict()
+    version_2 = {key: value for key, value in state.items() if not key.startswith("sampler_")}
+    version_2 |= {"version": 2, "rank": 0, "sampler_epochs": state["sampler_epochs"]}
+    resumed = make(1)
+    resumed.load_state_dict(version_2)
+    assert [b[0].tolist() for b in resumed] == whole[2:]

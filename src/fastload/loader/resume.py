@@ -155,8 +155,10 @@ def _then(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
         yield item
 
 
-# 2: the batch sampler is checked; 3: no rank (any rank resumes from any rank's state)
+# 2: the batch sampler is checked; 3: no rank (any rank resumes from any rank's state),
+# a DistributedSampler's seed, shuffle and drop_last, the sampler's epoch offset
 STATE_FORMAT, STATE_VERSION = "fastload-loader", 3
+READS = (2, 3)  # a version 2 state is still read: it held no more of its rank than 3
 
 
 def order_generators(loader: DataLoader[Any]) -> dict[str, torch.Generator]:
@@ -297,15 +299,17 @@ def resume_point(
     """
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise ValueError("not a FastLoader state: give what FastLoader.state_dict() returned")
-    if state.get("version") != STATE_VERSION:
+    if state.get("version") not in READS:
         raise ValueError(
             f"FastLoader state version {state.get('version')!r}; this fastload reads "
-            f"{STATE_VERSION}"
+            f"{' and '.join(map(str, READS))}"
         )
     differences = [
         f"{key} {state.get(key)!r} in the state, {value!r} here"
         for key, value in identity.items()
         if state.get(key) != value
+        # version 2 did not record a DistributedSampler's settings
+        and not (state["version"] == 2 and key.startswith("sampler_") and key not in state)
     ]
     if differences:
         raise ValueError(
