@@ -31,7 +31,8 @@ class ShardShuffle(Sampler[int]):
     permutation.
 
     Pass it as ``sampler=`` with ``batch_size=global_batch_size // world_size``; call
-    ``set_epoch`` each epoch (FastLoader does, as for ``DistributedSampler``).
+    ``set_epoch`` each epoch, as for a ``DistributedSampler`` of your own (FastLoader
+    advances only the one it makes itself).
 
     ``window`` by default (:func:`default_window`): up to 64 shards from a folder, up to
     16 from object storage; a warning says when ``cache_limit`` cannot hold it and the
