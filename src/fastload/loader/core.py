@@ -30,6 +30,7 @@ from fastload.loader.defaults import (
     choose_defaults,
     choose_fetch,
     describe_choices,
+    describe_loader,
 )
 from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
 from fastload.loader.iterators import CountingMultiProcessIter, CountingSingleProcessIter
@@ -394,23 +395,4 @@ class FastLoader(DataLoader[T_co]):
             sampler.set_epoch(self._epoch)
 
     def __repr__(self) -> str:
-        dataset = self.dataset.dataset if isinstance(self.dataset, DatasetView) else self.dataset
-        fields = {
-            "dataset": type(dataset).__name__,
-            "batch_size": self.batch_size,
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers,
-            "prefetch_factor": self.prefetch_factor,
-            # a sampler that says what it does (ShardShuffle: drop_last), or its class
-            "sampler": (
-                repr(self.sampler)
-                if type(self.sampler).__repr__ is not object.__repr__
-                else type(self.sampler).__name__
-            ),
-            "drop_last": self.drop_last,
-            "batched_fetch": isinstance(self.dataset, DatasetView),
-        }
-        body = ", ".join(f"{key}={value}" for key, value in fields.items())
-        why = f"\n  chosen: {describe_choices(self)}" if self.choices else ""
-        return f"{type(self).__name__}({body}){why}"
+        return describe_loader(self)
