@@ -317,6 +317,8 @@ class DataPrefetcher(LoaderProxy):
         """The loader's state as of the batches handed to the training loop, not the
         ones in flight: resuming from it yields the batch after the one you hold.
         Needs a loader with ``state_dict(batches=...)`` (FastLoader)."""
+        if self._starting:  # iter() began a pass whose loader has not started: between
+            return self._resumable_loader().state_dict()
         return self._resumable_loader().state_dict(batches=self._handed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -537,3 +537,38 @@ def test_a_version_2_state_is_still_read_on_any_rank():
     resumed = make(1)
     resumed.load_state_dict(version_2)
     assert [b[0].tolist() for b in resumed] == whole[2:]
+
+
+def test_a_prefetcher_state_between_iter_and_its_first_batch_starts_the_next_epoch():
+    def make():
+        loader = FastLoader(Draws(12), batch_size=4, shuffle=True, seed=3, num_workers=0)
+        return DataPrefetcher(loader, device="cpu", dtype=None)
+
+    prefetcher = make()
+    list(prefetcher)  # epoch 0 done
+    iter(prefetcher)  # a pass begun, its loader not yet started
+    state = prefetcher.state_dict()
+    assert (state["epoch"], state["batches"], state["between_epochs"]) == (1, 0, True)
+    reference = make()
+    list(reference)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [b[0].tolist() for b in resumed] == [b[0].tolist() for b in reference]  # epoch 1
+
+
+def test_a_loaded_state_saved_again_before_its_epoch_begins_is_the_same_state(
+    one_process_group,
+):
+    def make():
+        return FastLoader(Draws(12), batch_size=4, shuffle=True, seed=2, num_workers=0)
+
+    loader = make()
+    list(loader)
+    state = saved(loader.state_dict())  # between epochs 0 and 1
+    again = make()
+    again.load_state_dict(state)
+    resaved = saved(again.state_dict())  # a checkpoint before the next epoch begins
+    assert resaved["between_epochs"] and resaved["epoch"] == state["epoch"]
+    third = make()
+    third.load_state_dict(resaved)  # not refused as altered
+    assert [b[0].tolist() for b in third] == [b[0].tolist() for b in loader]  # epoch 1

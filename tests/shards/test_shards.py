@@ -526,3 +526,23 @@ def test_eviction_deletes_only_shards_the_cache_downloaded_for_its_index(tmp_pat
     assert cache.make_room(100)
     assert {name: (tmp_path / name).read_bytes() for name in mine} == mine
     assert sorted(p.name for p in cache.folder.glob("*.tar")) == ["s1.tar", "stray.tar"]
+
+
+def test_a_version_2_shardshuffle_state_is_still_read(folder, tmp_path):
+    write_shards(folder, tmp_path / "set", shard_size=20_000)
+
+    def loader() -> FastLoader:
+        dataset = ShardedDataset(tmp_path / "set")
+        sampler = ShardShuffle(dataset, global_batch_size=3, seed=5, window=2)
+        return FastLoader(dataset, batch_size=3, sampler=sampler, num_workers=0)
+
+    whole = [b[1].tolist() for b in loader()]
+    first = loader()
+    batches = iter(first)
+    next(batches)
+    state = first.state_dict()
+    old_order = {k: v for k, v in state["order"].items() if k not in ("shard_set", "drop_last")}
+    version_2 = state | {"version": 2, "order": old_order}
+    resumed = loader()
+    resumed.load_state_dict(version_2)
+    assert [b[1].tolist() for b in resumed] == whole[1:]

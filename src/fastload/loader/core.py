@@ -105,10 +105,9 @@ class FastLoader(DataLoader[T_co]):
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
 
-    # Accelerate's prepare() would re-create the loader as a DataLoader of its own over a
-    # second shard of the batches: an epoch would see 1/world_size of the data, and the
-    # seed, defaults and state would be lost. A loader that Accelerate reads as prepared
-    # is handed back as it is; FastLoader shards, seeds and resumes by itself.
+    # Accelerate's prepare() would re-create it as a DataLoader of its own over a second
+    # shard of the batches (1/world_size of an epoch, the seed and state lost); one that
+    # reads as prepared is handed back as it is: FastLoader shards and resumes by itself.
     _is_accelerate_prepared = True
 
     def __init__(
@@ -139,8 +138,7 @@ class FastLoader(DataLoader[T_co]):
                 raise ValueError("seed needs in_order=True: a batch's seeds follow its order")
             if generator is None:
                 generator = torch.Generator().manual_seed(seed)
-        # Re-created from another FastLoader's attributes (Lightning re-creates a loader
-        # to set its sampler): the user's dataset, collate and worker_init_fn, not ours.
+        # Re-created from a FastLoader's attributes (Lightning's): the user's arguments.
         if isinstance(dataset, (DatasetView, SeededSamples)):
             dataset = dataset.dataset
         if collate_fn is passthrough_collate:
@@ -337,6 +335,10 @@ class FastLoader(DataLoader[T_co]):
             batches_per_epoch=len(self),
         )
         offset = self._sampler_offset if self._auto_epoch else None
+        resume = self._resume
+        if resume is not None and resume.between:  # loaded, not begun: as it was saved
+            return loader_state(self, resume.epoch, 0, resume.snapshot, between=True,
+                                sampler_offset=offset)  # fmt: skip
         if snapshot is not None:
             return loader_state(self, epoch, done, snapshot, between=False, sampler_offset=offset)
         snapshot = RNGSnapshot.take(

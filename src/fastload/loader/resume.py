@@ -94,6 +94,7 @@ class EpochProgress:
     snapshot: RNGSnapshot
     skip: int = 0
     replay: bool = False
+    between: bool = False  # a resume at the start of ``epoch``, the one before done
     yielded: int = 0
     key_epoch: int = 0
     generators: dict[str, torch.Generator] = field(default_factory=dict)
@@ -307,7 +308,7 @@ def resume_point(
     differences = [
         f"{key} {state.get(key)!r} in the state, {value!r} here"
         for key, value in identity.items()
-        if state.get(key) != value
+        if _saved(state, key, value) != value
         # version 2 did not record a DistributedSampler's settings
         and not (state["version"] == 2 and key.startswith("sampler_") and key not in state)
     ]
@@ -331,7 +332,17 @@ def resume_point(
             f"FastLoader state: batches {done} is not within an epoch of "
             f"{identity['batches_per_epoch']} batches"
         )
-    return EpochProgress(epoch, snapshot, skip=done, replay=True)
+    return EpochProgress(epoch, snapshot, skip=done, replay=True, between=state["between_epochs"])
+
+
+def _saved(state: dict[str, Any], key: str, here: Any) -> Any:
+    """The state's ``key``; a version 2 ``order`` (ShardShuffle's) recorded neither the
+    shard set nor ``drop_last`` (it always dropped): those are taken as this loader's."""
+    saved = state.get(key)
+    old_order = state["version"] == 2 and key == "order" and isinstance(saved, dict)
+    if old_order and isinstance(here, dict) and here.get("drop_last") == 1:
+        return {**saved, **{k: here[k] for k in ("shard_set", "drop_last") if k in here}}
+    return saved
 
 
 def _check_sampler_epoch(state: dict[str, Any], epoch: int, sampler_epochs: dict[str, int]) -> None:
