@@ -339,8 +339,8 @@ def _saved(state: dict[str, Any], key: str, here: Any) -> Any:
     """The state's ``key``; a version 2 ``order`` (ShardShuffle's) recorded neither the
     shard set nor ``drop_last`` (it always dropped): those are taken as this loader's."""
     saved = state.get(key)
-    old_order = state["version"] == 2 and key == "order" and isinstance(saved, dict)
-    if old_order and isinstance(here, dict) and here.get("drop_last") == 1:
+    old_order = state["version"] == 2 and key == "order"
+    if old_order and isinstance(saved, dict) and isinstance(here, dict) and here.get("drop_last"):
         return {**saved, **{k: here[k] for k in ("shard_set", "drop_last") if k in here}}
     return saved
 
