@@ -91,6 +91,9 @@ def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, t
         ShardedDataset(tmp_path / "shards")
     with pytest.raises(FileExistsError, match="pass resume=True"):
         write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "shards")
+    # a record cut short by the kill, as a power cut would leave it: not read, and removed
+    half = tmp_path / "shards" / f"{PROGRESS}.shard-000099.tmp"
+    half.write_text('{"entry": {"name"')
     write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "shards", shard_size=20_000,
                  resume=True)  # fmt: skip
     for name, modified in written.items():  # finished shards were kept as they were

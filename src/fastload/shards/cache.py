@@ -32,7 +32,19 @@ _PLAN = ".plan-"  # + host + pid: the shards a process sharing the cache reads n
 #: dropped once it has not been rewritten for this long (a reader rewrites its plan as it
 #: moves through its windows).
 PLAN_STALE_S = 600
-_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
+
+
+def _host() -> str:
+    """This host or container: its name and its PID namespace (containers sharing the
+    host's network share its name, not their PIDs)."""
+    name = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
+    try:
+        return f"{name}.{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # no /proc (not Linux)
+        return name
+
+
+_HOST = _host()
 
 
 #: What writing into a read-only cache (a read-only mount, another user's folder) raises.
@@ -93,6 +105,7 @@ class NodeCache:
         self.folder = self.source / "index-unknown"
         self.limit = limit
         self.names: frozenset[str] = frozenset()  # the shards of that index
+        self.read_only = False  # found so when a lock file could not be made
         self._locks: dict[str, threading.Lock] = {}
         self._locks_pid = -1
 
@@ -141,7 +154,8 @@ class NodeCache:
             except OSError as error:
                 if error.errno not in READ_ONLY:
                     raise
-                yield True  # a read-only cache: no process writes it, reading needs no lock
+                self.read_only = True  # no process writes it: reading needs no lock
+                yield True
                 return
             with lock:
                 try:
@@ -174,7 +188,7 @@ class NodeCache:
             self.folder.mkdir(parents=True, exist_ok=True)
             temporary.write_text(json.dumps(upcoming))
         except OSError as error:
-            if error.errno in READ_ONLY:
+            if error.errno in READ_ONLY or error.errno == errno.ENOSPC:  # advice only
                 return
             raise
         temporary.replace(path)
@@ -193,7 +207,8 @@ class NodeCache:
         uses: dict[str, int] = {}
         for path in self.folder.glob(f"{_PLAN}*.json"):
             if not _plan_alive(path):
-                path.unlink(missing_ok=True)  # a killed reader's plan
+                with contextlib.suppress(OSError):  # (a read-only cache keeps it)
+                    path.unlink(missing_ok=True)  # a killed reader's plan
                 continue
             try:
                 names = json.loads(path.read_text())
@@ -209,7 +224,7 @@ class NodeCache:
         (Belady's rule). A shard read at ``use`` (a prefetch) evicts none needed sooner;
         returns False when it cannot fit without that. Downloads in flight count; a
         shard another thread or process holds (opening or fetching it) is not evicted."""
-        if self.limit is None:
+        if self.limit is None or self.read_only:
             return True
         uses = self.next_uses()
         cached, in_flight = [], 0

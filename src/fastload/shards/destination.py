@@ -56,13 +56,14 @@ class Destination:
     def progress(self) -> dict[str, Any] | None:
         path = self.folder / PROGRESS
         header = json.loads(path.read_text()) if path.exists() else None
-        records = [json.loads(p.read_text()) for p in sorted(self.folder.glob(f"{_RECORD}*"))]
-        return merged(header, records)
+        paths = sorted(self.folder.glob(f"{_RECORD}*[0-9]"))  # not a record half-written
+        return merged(header, [json.loads(path.read_text()) for path in paths])
 
     def clear_unfinished(self) -> None:
         """Remove the shards an interrupted conversion left half-written (a resume writes
         them again)."""
-        for leftover in self.staging.glob(".*.tar.*.tmp"):
+        # (a bucket's records are put whole: half-written ones are a folder's only)
+        for leftover in [*self.staging.glob(".*.tar.*.tmp"), *self.staging.glob(f"{_RECORD}*.tmp")]:
             leftover.unlink(missing_ok=True)
 
     def save_progress(self, progress: dict[str, Any]) -> None:
@@ -134,7 +135,7 @@ class S3Destination(Destination):
         except Exception as error:
             raise self.remote.explained(error, f"{self.url}/{_RECORD}*") from None
         start = len(self.remote.key(""))
-        return sorted(key[start:] for key in keys)
+        return sorted(key[start:] for key in keys if key[-1].isdigit())
 
     def _get(self, name: str) -> bytes:
         try:

@@ -234,6 +234,8 @@ class S3Shards:
         part = path.with_name(f".{shard.name}.part")
         spans = byte_spans(shard.size, CHUNK)
         try:
+            if self.node.read_only:
+                raise OSError(errno.EROFS, "read-only")
             self._download_into(shard, part, spans, url)
         except OSError as error:
             if error.errno in READ_ONLY:
