@@ -37,8 +37,12 @@ def fit(workdir: Path, feed: str, devices: int, *options: str) -> Steps:
                "--devices", str(devices), *options]  # fmt: skip
     environment = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
     # bounded: a rank that refuses a state leaves the other waiting in a collective
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=environment,
-                          cwd=SCRIPT.parent)  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=180,
+                              env=environment, cwd=SCRIPT.parent)  # fmt: skip
+    except subprocess.TimeoutExpired as stuck:  # what it said before it stopped answering
+        said = (stuck.stderr or b"")[-3000:]
+        raise AssertionError(f"{' '.join(command[1:])}: no end after 180 s: {said!r}") from None
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return logs(workdir, devices)
 
