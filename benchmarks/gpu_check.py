@@ -22,8 +22,11 @@ cannot rot between GPU runs (``tests/benchmarks/test_gpu_check.py``).
 On a GPU machine, ``benchmarks/gpu_check.sh`` installs the carried wheels and runs this;
 ``benchmarks/gpu_prepare.py`` prepares those wheels here and prints the device calls.
 
+A rerun of some parts (``--parts cuda_new,end_to_end_r18``) keeps the other parts' outcomes
+in ``check.json``.
+
 Usage:
-    python benchmarks/gpu_check.py [--budget-s 540] [--out DIR] [--smoke]
+    python benchmarks/gpu_check.py [--budget-s 540] [--parts A,B] [--out DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import torch
 
 from common import RESULTS, machine
 from fastload.system import available_cpus
-from parts import Part, finished, not_started, prepare_environment, run_part
+from parts import Part, finished, not_started, prepare_environment, run_part, unknown_parts
 
 #: Peers whose rows say "not installed" where they are missing.
 PEERS = ("nvidia.dali", "nvidia.nvimgcodec")
@@ -77,11 +80,16 @@ PLAN = [
 
 
 def write_summary(
-    path: Path, args: argparse.Namespace, records: list[dict], running: str | None = None
+    path: Path,
+    args: argparse.Namespace,
+    records: list[dict],
+    running: str | None = None,
+    earlier: dict[str, dict] | None = None,
 ) -> None:
     """``check.json``: the plan and each part's outcome so far, the part ``running`` (which
-    a run killed during it leaves so) and the rest "not run yet"."""
-    done = {record["part"]: record for record in records}
+    a run killed during it leaves so) and the rest "not run yet", or as an ``earlier`` run
+    left them (a rerun of some parts keeps the others' outcomes)."""
+    done = {**(earlier or {}), **{record["part"]: record for record in records}}
     parts = []
     for part in PLAN:
         record = done.get(part.name) or not_started(part, "not run yet")
@@ -107,28 +115,41 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="default: results/gpu")
     parser.add_argument(
+        "--parts",
+        default=None,
+        help="comma-separated parts to run (a rerun of those that failed); default: all",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", default=None, help="default: without CUDA only"
     )
     args = parser.parse_args()
+    names = [part.name for part in PLAN]
+    chosen = args.parts.split(",") if args.parts else names
+    unknown_parts(chosen, names, "gpu_check.py")
     args.smoke = not torch.cuda.is_available() if args.smoke is None else args.smoke
     out = args.out or (
         Path(tempfile.mkdtemp(prefix="gpu-check-")) if args.smoke else RESULTS / "gpu"
     )
     out.mkdir(parents=True, exist_ok=True)
     summary = out / "check.json"
+    earlier = (
+        {record["part"]: record for record in json.loads(summary.read_text())["parts"]}
+        if args.parts and summary.exists()
+        else {}
+    )
 
     prepare_environment()
     deadline = time.perf_counter() + args.budget_s
     records: list[dict] = []
-    for part in PLAN:
+    for part in (part for part in PLAN if part.name in chosen):
         left = deadline - time.perf_counter()
         if left < 30:
             records.append(not_started(part, "out of the plan's budget"))
         else:
-            write_summary(summary, args, records, running=part.name)
+            write_summary(summary, args, records, running=part.name, earlier=earlier)
             timeout = min(part.budget_s or left, left)
             records.append(run_part(part, out, smoke=args.smoke, timeout=timeout))
-        write_summary(summary, args, records)
+        write_summary(summary, args, records, earlier=earlier)
     print(f"\n=== gpu-check ({'smoke sizes, ' if args.smoke else ''}{out})")
     for record in records:
         print(f"{record['part']:<15} {record['status']} ({record['seconds']} s)")
