@@ -159,6 +159,34 @@ def test_the_summary_names_the_part_a_killed_run_stopped_in(tmp_path):
                         *["not started: not run yet"] * 4]  # fmt: skip
 
 
+def test_a_rerun_of_some_parts_keeps_the_other_parts_outcomes(tmp_path):
+    path = tmp_path / "check.json"
+    args = argparse.Namespace(smoke=False, budget_s=540)
+    decode = {"part": "decode", "status": "ok", "seconds": 26.0, "result": "gpu_decode.json"}
+    gpu_check.write_summary(path, args, [decode])
+    earlier = {part["part"]: part for part in json.loads(path.read_text())["parts"]}
+    rerun = {"part": "cuda_new", "status": "ok", "seconds": 81.0, "result": "cuda_tests_new.json"}
+    gpu_check.write_summary(path, args, [rerun], running="cuda_rest", earlier=earlier)
+    statuses = {part["part"]: part["status"] for part in json.loads(path.read_text())["parts"]}
+    assert statuses == {
+        "cuda_new": "ok", "decode": "ok", "end_to_end_r18": "not started: not run yet",
+        "end_to_end_r50": "not started: not run yet", "memory": "not started: not run yet",
+        "cuda_rest": "running (left so, the run was stopped during it)",
+    }  # fmt: skip
+
+
+def test_an_unknown_part_is_refused_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_check.py"), "--out", str(tmp_path),
+         "--parts", "decode,end_to_end"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr == (
+        "gpu_check.py: unknown part(s) end_to_end; choose from cuda_new, decode, "
+        "end_to_end_r18, end_to_end_r50, memory, cuda_rest\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing run, nothing written
+
+
 def test_outcomes_are_logged_as_they_happen_and_survive_a_killed_run(tmp_path):
     (tmp_path / "test_sample.py").write_text(
         textwrap.dedent("""

@@ -30,6 +30,26 @@ MOVERS = {
 }
 
 
+def fixed_elastic(target, displacement):
+    """torchvision's elastic as fixed by pytorch/vision#9394, on every version: box corners
+    and keypoints looked up at a pixel of the canvas (older versions index past the field
+    for a corner at x = width; `test_elastic_moves_points_on_the_canvas_edge` shows that
+    clamping first is what a fixed torchvision does)."""
+    if isinstance(target, tv_tensors.BoundingBoxes):
+        height, width = target.canvas_size
+        xyxy = TF.convert_bounding_box_format(target, new_format="XYXY")
+        x = xyxy[:, 0::2].clamp(0, width - 1)
+        y = xyxy[:, 1::2].clamp(0, height - 1)
+        inside = tv_tensors.wrap(torch.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], 1), like=xyxy)
+        moved = TF.elastic(inside, displacement)
+        return TF.convert_bounding_box_format(moved, new_format=target.format)
+    if isinstance(target, getattr(tv_tensors, "KeyPoints", ())):
+        height, width = target.canvas_size
+        x, y = target[:, 0].clamp(0, width - 1), target[:, 1].clamp(0, height - 1)
+        return TF.elastic(tv_tensors.wrap(torch.stack([x, y], 1), like=target), displacement)
+    return TF.elastic(target, displacement)
+
+
 def reference(name: str, module, target, params: dict, i: int):
     """torchvision's kernel for sample ``i``'s parameters."""
     if name.endswith("Flip"):
@@ -54,7 +74,7 @@ def reference(name: str, module, target, params: dict, i: int):
         endpoints = params["endpoints"][i].tolist()
         return TF.perspective(target, corners, endpoints) if params["apply"][i] else target
     if name == "ElasticTransform":
-        return TF.elastic(target, params["displacement"][i : i + 1])
+        return fixed_elastic(target, params["displacement"][i : i + 1])
     box = (int(params[k][i]) for k in ("top", "left", "height", "width"))
     return TF.resized_crop(target, *box, [24, 30])
 
@@ -165,6 +185,42 @@ def test_keypoints_move_with_their_image():
             flipped.as_subclass(torch.Tensor),
             TF.horizontal_flip(original).as_subclass(torch.Tensor),
         )
+
+
+@pytest.mark.skipif(
+    not hasattr(tv_tensors, "KeyPoints"), reason="this torchvision has no KeyPoints"
+)
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("fmt", ["XYXY", "XYWH", "CXCYWH"])
+def test_elastic_moves_points_on_the_canvas_edge(fmt, device):
+    """Corners at x = width or y = height, or off the canvas, are common (a box to the
+    image's edge): torchvision before #9394 looked them up past its field (a device-side
+    assert on CUDA, which breaks the process's CUDA context); they move as a fixed
+    torchvision moves them, and on this torchvision, if fixed, as it does unaided."""
+    corners = [[0.0, 0.0, W, H], [-3.0, 5.0, W + 2.0, H], [10.0, 10.0, 20.0, 20.0]]
+    boxes = TF.convert_bounding_box_format(
+        tv_tensors.BoundingBoxes(corners, format="XYXY", canvas_size=(H, W)), new_format=fmt
+    ).to(device)
+    points = tv_tensors.KeyPoints([[W, H], [0.0, 0.0], [-1.0, H + 3.0]], canvas_size=(H, W))
+    points = points.to(device)
+    module = gpu.ElasticTransform(30.0, 4.0)
+    batch = images(n=1, device=device)
+    params = module.sample_params(batch.shape, batch.device)
+    _, (moved_boxes,) = module(batch, [boxes], params=params)
+    _, (moved_points,) = module(batch, [points], params=params)
+    displacement = params["displacement"]
+    for moved, original in ((moved_boxes, boxes), (moved_points, points)):
+        want = fixed_elastic(original, displacement)
+        assert type(moved) is type(original) and moved.canvas_size == (H, W)
+        torch.testing.assert_close(moved.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
+        try:
+            unaided = TF.elastic(original.to("cpu"), displacement.cpu())
+        except IndexError:  # a torchvision without the fix
+            continue
+        torch.testing.assert_close(
+            moved.as_subclass(torch.Tensor).cpu(), unaided.as_subclass(torch.Tensor)
+        )
+    assert moved_boxes.format.name == fmt
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torchvision.transforms.v2.functional as TF
 from torch import Tensor
+from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode
 
 from fastload._checks import finite
@@ -186,4 +187,27 @@ class ElasticTransform(ResamplingTransform):
         return elastic(masks, params["displacement"], "nearest", 0)  # background 0
 
     def transform_target(self, target: Any, params: dict[str, Any], size: tuple[int, int]) -> Any:
-        return TF.elastic(target, params["displacement"].unsqueeze(0))
+        displacement = params["displacement"].unsqueeze(0)
+        if isinstance(target, getattr(tv_tensors, "KeyPoints", ())):  # torchvision >= 0.23
+            return TF.elastic(_inside(target), displacement)
+        if isinstance(target, tv_tensors.BoundingBoxes) and not target.format.name.endswith("R"):
+            corners = TF.convert_bounding_box_format(target, new_format="XYXY")
+            moved = TF.elastic(_inside(corners), displacement)
+            return TF.convert_bounding_box_format(moved, new_format=target.format)
+        return TF.elastic(target, displacement)
+
+
+def _inside(points: Any) -> Any:
+    """``points`` (x, y pairs in the last dimension) clamped to the canvas's pixels.
+
+    torchvision's elastic reads box corners and keypoints only to look its field up, at
+    their pixel; versions before its fix (pytorch/vision#9394) look a corner on the far edge
+    (x = width) up past the field: an IndexError on the CPU, a device-side assert on CUDA
+    that breaks every later CUDA call of the process. Clamped first, every version gives
+    the fixed versions' result.
+    """
+    height, width = points.canvas_size
+    limits = torch.tensor([width - 1, height - 1], dtype=points.dtype, device=points.device)
+    pairs = points.unflatten(-1, (-1, 2))
+    inside = pairs.clamp(min=0).minimum(limits).flatten(-2)
+    return tv_tensors.wrap(inside, like=points)

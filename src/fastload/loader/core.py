@@ -12,13 +12,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from torch.utils.data import (
-    BatchSampler,
-    DataLoader,
-    Dataset,
-    DistributedSampler,
-    IterableDataset,
-)
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, IterableDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from fastload._checks import check_int
@@ -32,6 +26,7 @@ from fastload.loader.defaults import (
     describe_choices,
     describe_loader,
 )
+from fastload.loader.exit import end_workers_at_exit
 from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
 from fastload.loader.iterators import CountingMultiProcessIter, CountingSingleProcessIter
 from fastload.loader.resume import (
@@ -257,11 +252,11 @@ class FastLoader(DataLoader[T_co]):
         """DataLoader's iterator, one that also counts for ``state_dict`` the batches it
         hands out (it holds no reference to the loader, as DataLoader's does not)."""
         if self._resumable is None:
-            return super()._get_iterator()
+            return end_workers_at_exit(super()._get_iterator())
         if self.num_workers == 0:
             return CountingSingleProcessIter(self)
         self.check_worker_number_rationality()
-        return CountingMultiProcessIter(self)
+        return end_workers_at_exit(CountingMultiProcessIter(self))
 
     @property
     def _index_sampler(self) -> Any:

@@ -1,0 +1,75 @@
+"""Persistent workers end when the script ends, without torch's 5-s join per worker at exit
+(pytorch/pytorch#81794, with pinned memory on torch < 2.14)."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from common_utils import cpu_and_cuda
+from fastload import FastLoader
+from fastload.loader import exit as loader_exit
+
+
+def test_the_exit_handler_ends_every_live_iterators_workers():
+    loaders = [
+        FastLoader(torch.arange(12.0), batch_size=4, num_workers=2, persistent_workers=True)
+        for _ in range(2)
+    ]
+    iterators = []
+    for loader in loaders:
+        assert [len(batch) for batch in loader] == [4, 4, 4]
+        iterators.append(loader._iterator)
+    workers = [worker for iterator in iterators for worker in iterator._workers]
+    assert len(workers) == 4 and all(worker.is_alive() for worker in workers)
+
+    loader_exit._end_live_workers()
+
+    assert all(iterator._shutdown for iterator in iterators)
+    assert not any(worker.is_alive() for worker in workers)
+    assert all(worker.exitcode == 0 for worker in workers)  # told to stop, not killed
+
+
+def test_an_iterator_without_persistent_workers_is_not_kept():
+    loader = FastLoader(torch.arange(8.0), batch_size=4, num_workers=1, persistent_workers=False)
+    iterator = iter(loader)
+    assert iterator not in loader_exit._LIVE
+    del iterator
+    gc.collect()
+
+
+EXITING = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import _utils
+    from fastload import FastLoader
+
+    # torch < 2.14 joins each pinned-memory persistent worker at exit with this timeout:
+    # an hour each makes a missed shutdown a hang, not a slow exit
+    _utils.MP_STATUS_CHECK_INTERVAL = 3600.0
+    loader = FastLoader(torch.arange(64.0), batch_size=8, num_workers=3,
+                        persistent_workers=True, pin_memory={pin})
+    for epoch in range(2):
+        for batch in loader:
+            pass
+    for batch in loader:
+        break  # a loop left early: its workers have batches in flight
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_a_script_ends_after_its_last_line_with_persistent_workers(device):
+    done = subprocess.run(
+        [sys.executable, "-c", EXITING.format(pin=device == "cuda")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "done\n"
