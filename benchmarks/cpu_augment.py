@@ -34,7 +34,7 @@ from common import Row, plot, report
 from data import jpeg_folder
 from fastload import FastLoader, ImageFolder
 from fastload.collate import uint8_collate
-from fastload.datasets.decode import decode_image
+from fastload.decode.opencv import decode_image
 from fastload.tools.measure import format_table, measure
 from fastload.transforms import Albumentations
 

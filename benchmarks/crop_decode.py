@@ -36,7 +36,7 @@ import torch
 
 from common import RESULTS, Row, describe, interleaved, plot, report
 from data import jpeg_folder
-from fastload.datasets.decode import decode_image
+from fastload.decode.opencv import decode_image
 from fastload.tools.measure import Measurement
 from fastload.tools.synthetic import photo_like_image
 from fastload.transforms import RandomResizedCrop

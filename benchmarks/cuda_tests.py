@@ -44,9 +44,9 @@ DESELECT = ["tests/benchmarks/test_gpu_suite.py", "tests/benchmarks/test_gpu_che
 #: the policies, the prefetcher, resume through it.
 NEW_ON_CUDA = [
     "tests/test_producer.py",
-    "tests/gpu/test_nvimgcodec.py",
-    "tests/gpu/test_resample.py",
-    "tests/gpu/test_decode.py",
+    "tests/decode/test_nvimgcodec.py",
+    "tests/decode/test_resample.py",
+    "tests/decode/test_gpu.py",
     "tests/gpu/test_targets.py",
     "tests/gpu/test_policies.py",
     "tests/test_prefetch.py",

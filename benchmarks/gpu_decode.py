@@ -4,7 +4,7 @@ CPU core, on ImageNet-like JPEGs (500x375 crops of real photographs, quality 90)
 Each pass decodes every image once, in batches of ``--batch-size`` encoded images held in
 memory as 1-D uint8 tensors (what ``LMDBDataset(decode=None)`` hands over):
 
-- OpenCV, one thread per core: fastload's CPU decode (``fastload.datasets.decode``), images in a
+- OpenCV, one thread per core: fastload's CPU decode (``fastload.decode.opencv``), images in a
   list (the baseline), and the same followed by a resize to 224x224 and one batch on
   the device (the same output as GPUDecoder);
 - ``torchvision.io.decode_jpeg(list, device=...)``: one batched nvJPEG call, images out
@@ -54,8 +54,8 @@ from common import (
     synchronize,
 )
 from data import photo_jpegs
-from fastload import gpu
-from fastload.datasets.decode import decode_image
+from fastload.decode import GPUDecoder
+from fastload.decode.opencv import decode_image
 from fastload.system import available_cpus
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
@@ -200,8 +200,8 @@ def main() -> None:
     used = {}
     for backend in backends:
         try:
-            plain = gpu.GPUDecoder(args.size, device=device, backend=backend, threads=args.threads)
-            finishing = gpu.GPUDecoder(
+            plain = GPUDecoder(args.size, device=device, backend=backend, threads=args.threads)
+            finishing = GPUDecoder(
                 args.size, device=device, backend=backend, threads=args.threads, flip=0.5,
                 mean=MEAN, std=STD, dtype=torch.bfloat16, channels_last=True,
             )  # fmt: skip

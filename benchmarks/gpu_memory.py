@@ -42,6 +42,7 @@ from common import (
 from data import photo_jpegs
 from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.collate import encoded_collate
+from fastload.decode import GPUDecoder
 from fastload.tools.measure import Measurement
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -96,7 +97,7 @@ def pipelines(args, device: torch.device) -> dict[str, DataPrefetcher]:
         ),
         # the decoder finishes the batch (bf16, NHWC) on the producer thread
         "DataPrefetcher + GPUDecoder": DataPrefetcher(
-            encoded_loader, device, decoder=gpu.GPUDecoder(
+            encoded_loader, device, decoder=GPUDecoder(
                 args.size, device=device, flip=0.5, mean=MEAN, std=STD, dtype=torch.bfloat16,
                 channels_last=True,
             ),

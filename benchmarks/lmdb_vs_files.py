@@ -24,7 +24,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_datas
 from common import Row, plot, report
 from data import jpeg_folder
 from fastload import LMDBDataset, write_lmdb
-from fastload.datasets.decode import read_image
+from fastload.decode.opencv import read_image
 from fastload.lmdb.store import close_reader
 from fastload.tools.measure import measure
 

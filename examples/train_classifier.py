@@ -38,6 +38,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from fastload import DataPrefetcher, FastLoader, ImageFolder, LMDBDataset, gpu, timed
+from fastload.decode import GPUDecoder
 from fastload.system import available_cpus
 from fastload.tools.diagnostics.gpu_idle import StepEvents
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
@@ -55,7 +56,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
     cuda = device.type == "cuda"
     if args.decode == "gpu-fused":  # crop, flip, normalise, dtype and layout in the decoder
         dataset = folder(args.data, decode=None)
-        decoder = gpu.GPUDecoder(
+        decoder = GPUDecoder(
             args.image_size, device=device, flip=0.5, mean=MEAN, std=STD, dtype=dtype,
             channels_last=cuda,
         )  # fmt: skip
@@ -66,7 +67,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
         return DataPrefetcher(loader, device, decoder=decoder, dtype=None), len(dataset.classes)
     if args.decode == "gpu":  # the workers read bytes; the GPU decodes and crops
         dataset = folder(args.data, decode=None)
-        collate, decoder = encoded_collate, gpu.GPUDecoder(args.image_size, device=device)
+        collate, decoder = encoded_collate, GPUDecoder(args.image_size, device=device)
     else:
         import albumentations as A
         from torchvision.transforms import v2

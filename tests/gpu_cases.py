@@ -76,7 +76,6 @@ PROBABILISTIC = [
 #: Public modules that the image contract above cannot take, each with its own tests.
 OUTSIDE_THE_CONTRACT = {
     "BatchTransform": "the base class",
-    "GPUDecoder": "takes encoded bytes: tests/gpu/test_decode.py",
     "MixUp": "takes (images, labels): the mixing tests below",
     "CutMix": "takes (images, labels): the mixing tests below",
     "AutoAugmentPolicy": "torchvision's enum of AutoAugment's policies, not a module",

@@ -54,7 +54,6 @@ GPU_NAMES = {
     "CenterCrop",
     "ColorJitter",
     "CutMix",
-    "GPUDecoder",
     "GaussianBlur",
     "MixUp",
     "Normalize",
@@ -88,15 +87,20 @@ GPU_NAMES = {
 }
 
 
+def test_decode_names():
+    from fastload import decode
+
+    assert decode.__all__ == ["GPUDecoder"]
+    assert decode.GPUDecoder.__module__ == "fastload.decode.gpu"
+
+
 def test_gpu_module_names():
     from fastload import gpu
 
     assert set(gpu.__all__) == GPU_NAMES
-    # GPUDecoder takes encoded images, not a batch; AutoAugmentPolicy is torchvision's enum;
-    # SanitizeBoundingBoxes works on the targets alone
-    # sample_seeds is a context manager for the modules' draws
+    # AutoAugmentPolicy is torchvision's enum; SanitizeBoundingBoxes works on the targets
+    # alone; sample_seeds is a context manager for the modules' draws
     modules = GPU_NAMES - {
-        "GPUDecoder",
         "AutoAugmentPolicy",
         "SanitizeBoundingBoxes",
         "sample_seeds",

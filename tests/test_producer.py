@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from common_utils import cpu_and_cuda
 from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.collate import encoded_collate
-from fastload.gpu import GPUDecoder
+from fastload.decode import GPUDecoder
 from fastload.producer import Producer
 from fastload.tools.synthetic import photo_like_image
 

@@ -11,7 +11,7 @@ import torchvision.transforms.v2.functional as TF
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastload.datasets.decode import decode_image
+from fastload.decode.opencv import decode_image
 from fastload.tools.synthetic import photo_like_image
 from fastload.transforms import DecodeRandomResizedCrop, RandomResizedCrop, crop_box
 
@@ -176,7 +176,7 @@ def test_encoded_crops_stay_close_to_the_full_decode(seed, size):
 
 def test_a_corrupt_encoded_image_is_named_by_the_dataset(tmp_path):
     from fastload import ImageFolder
-    from fastload.datasets.decode import ImageDecodeError
+    from fastload.decode.opencv import ImageDecodeError
 
     (tmp_path / "cats").mkdir()
     (tmp_path / "cats" / "bad.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
@@ -188,7 +188,7 @@ def test_a_corrupt_encoded_image_is_named_by_the_dataset(tmp_path):
 
 def test_without_a_reduced_scale_only_the_box_is_decoded_with_the_same_pixels(monkeypatch):
     from fastload import transforms as transforms_module
-    from fastload.gpu import nvimgcodec
+    from fastload.decode import nvimgcodec
 
     if not nvimgcodec.available():
         pytest.skip("needs NVIDIA nvImageCodec: pip install 'fastload[nvimgcodec]'")

@@ -19,7 +19,7 @@ from fastload._checks import check_int
 from fastload.batches import Path, image_leaf_path, map_tensors, with_item
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
-from fastload.finishing import ImageFinisher
+from fastload.finishing import FinishesImages, ImageFinisher
 from fastload.gpu.targets import has_targets
 from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
@@ -59,7 +59,7 @@ class DataPrefetcher(LoaderProxy):
             dict batch. Default: the key ``"image"`` (or ``"images"``) of a dict, else the
             first 4-D tensor, else the first tensor (with ``decoder``: the list holding it).
         decoder: Turns the image leaf, a list of encoded images, into an NCHW uint8 batch
-            on the device, e.g. ``fastload.gpu.GPUDecoder(224)``; runs on the side stream
+            on the device, e.g. ``fastload.decode.GPUDecoder(224)``; runs on the side stream
             before ``transform``. One that finishes the batch itself
             (``GPUDecoder(224, mean=..., std=..., dtype=...)``) is not converted again.
         background: Prepare batches (take them from the loader, decode, transform,
@@ -94,7 +94,7 @@ class DataPrefetcher(LoaderProxy):
         check_int(depth, "depth", low=1)
         # A decoder that finishes the batch itself (GPUDecoder(..., dtype=...)): its
         # output is not converted or normalised a second time.
-        self._decoded_finished = bool(getattr(decoder, "finishes", False))
+        self._decoded_finished = isinstance(decoder, FinishesImages) and decoder.finishes
         if self._decoded_finished and mean is not None:
             raise ValueError(
                 "the decoder already finishes the batch (its dtype, mean and std): give "

@@ -22,9 +22,9 @@ from torch.nn import functional as F
 from torch.utils.data import get_worker_info
 
 from fastload._checks import positive_pair
+from fastload.boxes import TRIES, sample_box
 from fastload.collate import chw
-from fastload.datasets.decode import decode_image, displayed_size, is_jpeg, reduction_factor
-from fastload.gpu.boxes import TRIES, sample_box
+from fastload.decode.opencv import decode_image, displayed_size, is_jpeg, reduction_factor
 
 __all__ = ["Albumentations", "DecodeRandomResizedCrop", "RandomResizedCrop", "crop_box"]
 
@@ -101,7 +101,7 @@ def crop_box(
     """``(top, left, crop_height, crop_width)`` drawn as torchvision's RandomResizedCrop
     draws them: area and log-aspect uniform, 10 tries, then the whole image with its
     aspect clamped to ``ratio``, centred. Four uniforms a try from ``rng`` (Python's
-    ``random`` by default), turned into a box by :func:`fastload.gpu.boxes.sample_box`,
+    ``random`` by default), turned into a box by :func:`fastload.boxes.sample_box`,
     which gives the GPU modules' box for the same uniforms.
 
     Example:
@@ -242,7 +242,7 @@ _REGION_DECODERS: dict[int, Any] = {}
 def _region_decoder() -> Any:
     """This process's nvImageCodec CPU decoder (one thread: the DataLoader workers are the
     parallelism), made on first use: a forked worker makes its own."""
-    from fastload.gpu import nvimgcodec
+    from fastload.decode import nvimgcodec
 
     if not nvimgcodec.available():
         return None

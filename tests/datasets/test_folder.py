@@ -9,7 +9,7 @@ import torch
 import torchvision
 
 from fastload import FastLoader, ImageFolder, make_image_folder
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 
 
 @pytest.fixture(scope="module")

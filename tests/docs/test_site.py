@@ -34,7 +34,7 @@ PUBLIC_MODULES = (
     "fastload.loader",
     "fastload.collate",
     "fastload.datasets",
-    "fastload.datasets.decode",
+    "fastload.decode.opencv",
     "fastload.lmdb",
     "fastload.shards",
     "fastload.transforms",

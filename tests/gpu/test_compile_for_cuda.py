@@ -31,8 +31,8 @@ from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
 import fastload  # noqa: E402
-from fastload.gpu.functional import resample_triton  # noqa: E402
-from fastload.gpu.functional.resample import Finish  # noqa: E402
+from fastload.decode import resample_triton  # noqa: E402
+from fastload.finishing import Finish  # noqa: E402
 
 HOPPER, AMPERE = GPUTarget("cuda", 90, 32), GPUTarget("cuda", 80, 32)
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -87,9 +87,7 @@ def crop_resize_finish_launches(monkeypatch: pytest.MonkeyPatch) -> list[Launch]
 
 
 LAUNCHES: dict[str, Callable[[pytest.MonkeyPatch], list[Launch]]] = {
-    "fastload.gpu.functional.resample_triton.crop_resize_finish_kernel": (
-        crop_resize_finish_launches
-    ),
+    "fastload.decode.resample_triton.crop_resize_finish_kernel": (crop_resize_finish_launches),
 }
 
 

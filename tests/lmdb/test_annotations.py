@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from torchvision import tv_tensors
 
-from fastload.datasets.decode import decode_image
+from fastload.decode.opencv import decode_image
 from fastload.lmdb import LMDBDataset
 from fastload.tools.cli import main
 from fastload.tools.synthetic import photo_like_image

@@ -22,7 +22,7 @@ from torchvision import tv_tensors
 
 import lmdb
 from fastload import LMDBDataset, make_image_folder, write_lmdb
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 from fastload.lmdb.format import META_KEY, Field, RecordFormatError, index_key, pack_record
 from fastload.lmdb.targets import TargetError
 from fastload.lmdb.verify import verify_lmdb

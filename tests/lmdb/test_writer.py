@@ -17,7 +17,7 @@ from torchvision.datasets import ImageFolder
 
 import lmdb
 from fastload import LMDBDataset, make_image_folder, write_lmdb
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 from fastload.lmdb.format import META_KEY, PROGRESS_KEY, RecordFormatError
 from fastload.lmdb.store import lock_path, read_transaction
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import make_image_folder
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, write_shards
 from fastload.shards.index import PROGRESS
 from fastload.shards.on_ray import split

@@ -19,7 +19,7 @@ import torch
 
 from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.cache import NodeCache
 from fastload.shards.index import INDEX, PROGRESS, ShardIndexError, shards_digest

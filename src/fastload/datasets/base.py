@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fastload.datasets.decode import DecodeMode, check_decode_mode, load_image
+from fastload.decode.opencv import DecodeMode, check_decode_mode, load_image
 
 __all__ = ["ImageDataset"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fastload.datasets.base import ImageDataset
-from fastload.datasets.decode import DecodeMode
+from fastload.decode.opencv import DecodeMode
 
 __all__ = ["ImageFolder", "folder_samples"]
 
@@ -44,7 +44,7 @@ class ImageFolder(ImageDataset):
             file's bytes as a 1-D uint8 tensor).
         min_size: The smallest image your transform needs: JPEGs at least twice as large
             are decoded at 1/2, 1/4 or 1/8 scale (see
-            :func:`fastload.datasets.decode.decode_image`).
+            :func:`fastload.decode.opencv.decode_image`).
 
     Example:
         >>> import tempfile, fastload

@@ -5,8 +5,9 @@ Arguments follow ``torchvision.transforms.v2``; each sample draws its own parame
 unless ``same_on_batch=True``. The kernels the modules call are in
 :mod:`fastload.gpu.functional`.
 
-The modules load on first use of a name, so that importing one submodule (the box draw
-that the CPU transforms share) does not load them all.
+The modules load on first use of a name, so that importing one submodule does not load
+them all. ``fastload.decode.GPUDecoder`` is the old name of
+:class:`fastload.decode.GPUDecoder`, kept for one release.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ _EXPORTS = {
     "Normalize": "fastload.gpu.color",
     "RandomGrayscale": "fastload.gpu.color",
     "ToDtype": "fastload.gpu.color",
-    "GPUDecoder": "fastload.gpu.decode",
     "RandomErasing": "fastload.gpu.erase",
     "BatchRandomResizedCrop": "fastload.gpu.geometric",  # RandomResizedCrop's own name
     "CenterCrop": "fastload.gpu.geometric",
@@ -65,7 +65,6 @@ __all__ = [
     "ColorJitter",
     "CutMix",
     "ElasticTransform",
-    "GPUDecoder",
     "GaussianBlur",
     "GaussianNoise",
     "MixUp",
@@ -98,7 +97,6 @@ if TYPE_CHECKING:
     from fastload.gpu.base import BatchTransform
     from fastload.gpu.blur import GaussianBlur
     from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
-    from fastload.gpu.decode import GPUDecoder
     from fastload.gpu.erase import RandomErasing
     from fastload.gpu.geometric import BatchRandomResizedCrop as BatchRandomResizedCrop
     from fastload.gpu.geometric import (
@@ -131,4 +129,7 @@ if TYPE_CHECKING:
     from fastload.gpu.warp import ElasticTransform, RandomPerspective
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
+#: Old names, still working for one release: where each went.
+_MOVED = {"GPUDecoder": "fastload.decode"}  # its home until decoding got its own package
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__, moved=_MOVED)

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from fastload._checks import finite, pair
+from fastload.finishing import Statistics
 from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.functional import (
     adjust_brightness,
@@ -18,7 +19,6 @@ from fastload.gpu.functional import (
     grayscale,
     max_value,
     normalize,
-    normalize_coefficients,
     restore,
     to_float,
 )
@@ -194,38 +194,21 @@ class Normalize(BatchTransform):
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
-        if len(mean) != len(std):
-            raise ValueError(f"mean and std differ in length: {len(mean)} and {len(std)}")
-        self.mean = tuple(finite(m, "mean") for m in mean)
-        self.std = tuple(finite(s, "std") for s in std)
-        if any(s <= 0 for s in self.std):
-            raise ValueError(f"std must be positive, got {tuple(std)}")
-        self._cache: dict[tuple[torch.device, torch.dtype, bool], tuple[Tensor, Tensor]] = {}
+        self.statistics = Statistics(mean, std)
+        self.mean, self.std = self.statistics.mean, self.statistics.std
 
     @classmethod
     def from_statistics(cls, mean: Sequence[float], std: Sequence[float]) -> Normalize:
-        """A ``Normalize`` for statistics on the 0..1 scale or, as in apex's recipe, on the
-        0..255 one (recognised by any mean above 1)."""
-        mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
-        for name, values in (("mean", mean), ("std", std)):
-            if not values:
-                raise ValueError(f"{name} must hold one value per channel, got an empty sequence")
-        if max(mean) > 1:
-            mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
-        return cls(mean, std)
+        """A ``Normalize`` for statistics on the 0..1 scale or on the 0..255 one, read as
+        :meth:`fastload.finishing.Statistics.read` reads them."""
+        statistics = Statistics.read(mean, std)
+        return cls(statistics.mean, statistics.std)
 
     def affine(
         self, device: torch.device, dtype: torch.dtype, *, uint8: bool = False
     ) -> tuple[Tensor, Tensor]:
-        """``(scale, shift)`` of shape (1, C, 1, 1) with ``normalised = pixel * scale +
-        shift``; ``uint8=True`` folds the division by 255 into ``scale``. Made once per
-        device and dtype: a tensor built from a list is a blocking host-to-device copy."""
-        key = (device, dtype, uint8)
-        if key not in self._cache:
-            self._cache[key] = normalize_coefficients(
-                self.mean, self.std, device=device, dtype=dtype, uint8=uint8
-            )
-        return self._cache[key]
+        """See :meth:`fastload.finishing.Statistics.affine`."""
+        return self.statistics.affine(device, dtype, uint8=uint8)
 
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from fastload._checks import finite, pair
+from fastload.boxes import TRIES, sample_boxes
 from fastload.gpu.base import BatchTransform, Params
-from fastload.gpu.boxes import TRIES, sample_boxes
 from fastload.gpu.functional import box_mask, erase
 
 __all__ = ["RandomErasing"]

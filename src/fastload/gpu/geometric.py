@@ -10,9 +10,9 @@ import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 
 from fastload._checks import check_int, finite, positive_pair
+from fastload.boxes import TRIES, sample_boxes
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import BatchTransform, Params, blend_where
-from fastload.gpu.boxes import TRIES, sample_boxes
 from fastload.gpu.functional import (
     PADDING_MODES,
     center_crop,
@@ -311,7 +311,7 @@ class BatchRandomResizedCrop(BatchTransform):
 
     ``size``, ``scale`` and ``ratio`` mean what they mean in torchvision, and the crop
     boxes are drawn by torchvision's algorithm (10 tries, then a central fallback; see
-    :mod:`fastload.gpu.boxes`), for every sample at once. All crops are resampled in one
+    :mod:`fastload.boxes`), for every sample at once. All crops are resampled in one
     ``torchvision.ops.roi_align`` call, which averages several bilinear samples per
     output pixel when a crop shrinks: the antialiasing that a plain ``grid_sample`` lacks.
 

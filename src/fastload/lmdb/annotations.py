@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from PIL import Image
 
-from fastload.datasets.decode import ImageDecodeError, decode_image
+from fastload.decode.opencv import ImageDecodeError, decode_image
 from fastload.lmdb.format import Field
 from fastload.lmdb.sources import Encoding, existing_folder, pack_item, read_file
 from fastload.lmdb.targets import ARRAY, BOXES, MASK, OUTSIDE, TargetError
@@ -294,13 +294,13 @@ def _instance_masks(
     """(K, H, W) uint8: each object's polygons or RLE (checked by :func:`_check_object`),
     as COCO's own API rasterises it. ``what`` names the image, ``whats`` each object: a
     segmentation that pycocotools still refuses is a TargetError naming it."""
-    from fastload.datasets.decode import MAX_PIXELS
+    from fastload.decode.opencv import MAX_PIXELS
 
     if MAX_PIXELS is not None and len(objects) * height * width > MAX_PIXELS:
         raise TargetError(
             f"{what}: {len(objects)} instance masks of {width}x{height} are "
             f"{len(objects) * height * width:,} pixels, over the limit of {MAX_PIXELS:,}; raise "
-            "fastload.datasets.decode.MAX_PIXELS to allow it"
+            "fastload.decode.opencv.MAX_PIXELS to allow it"
         )
     coco_mask = _pycocotools_mask()
     masks = np.zeros((len(objects), height, width), np.uint8)

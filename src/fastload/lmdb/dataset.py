@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fastload.datasets.base import ImageDataset
-from fastload.datasets.decode import DecodeMode, ImageDecodeError, as_output, displayed_size
+from fastload.decode.opencv import DecodeMode, ImageDecodeError, as_output, displayed_size
 from fastload.lmdb.format import (
     PROGRESS_KEY,
     Record,
@@ -51,7 +51,7 @@ class LMDBDataset(ImageDataset):
             are returned as arrays (or CHW tensors) in every mode.
         min_size: The smallest image your transform needs (an int for both sides, or
             ``(h, w)``): JPEGs at least twice as large are decoded at 1/2, 1/4 or 1/8
-            scale, which is faster (see :func:`fastload.datasets.decode.decode_image`).
+            scale, which is faster (see :func:`fastload.decode.opencv.decode_image`).
             Not for databases with fields: boxes and masks are at full scale.
         readahead: OS readahead on the memory map. On (the default) reads an image
             record, which spans many pages, in one go: with a cold cache 12x faster than

@@ -208,7 +208,7 @@ def _pack_field(name: str, field: Field) -> bytes:
 def _unpack_png(
     view: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, ...], *, what: str
 ) -> tuple[np.ndarray, int]:
-    from fastload.datasets.decode import MAX_PIXELS
+    from fastload.decode.opencv import MAX_PIXELS
 
     (length,) = struct.unpack_from("<I", view, offset)
     png = view[offset + 4 : offset + 4 + length]

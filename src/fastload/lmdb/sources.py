@@ -16,8 +16,8 @@ from typing import Any, Protocol
 import cv2
 import numpy as np
 
-from fastload.datasets.decode import ImageDecodeError, decode_image
 from fastload.datasets.folder import folder_samples
+from fastload.decode.opencv import ImageDecodeError, decode_image
 from fastload.lmdb.format import Field, pack_record
 from fastload.lmdb.targets import TargetError, resize_fields, target_fields
 

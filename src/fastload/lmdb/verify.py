@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 from fastload.lmdb.dataset import LMDBDataset
 from fastload.lmdb.format import RecordFormatError
 

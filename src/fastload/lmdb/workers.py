@@ -23,7 +23,7 @@ from typing import Any
 
 import cv2
 
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 from fastload.lmdb.sources import Encoding, Source
 from fastload.lmdb.targets import TargetError
 

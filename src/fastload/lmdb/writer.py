@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 import lmdb
 from fastload._checks import check_int
-from fastload.datasets.decode import ImageDecodeError
+from fastload.decode.opencv import ImageDecodeError
 from fastload.lmdb.annotations import CocoSource, MaskFolderSource
 from fastload.lmdb.format import (
     FORMAT_NAME,

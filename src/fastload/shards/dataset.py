@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fastload.datasets.base import ImageDataset
-from fastload.datasets.decode import DecodeMode
+from fastload.decode.opencv import DecodeMode
 from fastload.lmdb.dataset import decoded_size
 from fastload.lmdb.format import RecordFormatError, unpack_record
 from fastload.lmdb.targets import fields_target

@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 
 from fastload._checks import check_int
-from fastload.datasets.decode import ImageDecodeError, is_jpeg
+from fastload.decode.opencv import ImageDecodeError, is_jpeg
 from fastload.lmdb.format import pack_record, unpack_record
 from fastload.lmdb.sources import Encoding, Source
 from fastload.lmdb.writer import make_source

@@ -121,7 +121,7 @@ def _verify(args: argparse.Namespace) -> None:
     from fastload.lmdb.verify import verify_lmdb
 
     if _is_shard_set(args.database):
-        from fastload.datasets.decode import ImageDecodeError
+        from fastload.decode.opencv import ImageDecodeError
         from fastload.shards import ShardedDataset
         from fastload.shards.index import ShardIndexError
 

@@ -10,10 +10,11 @@ of shape (N, ...) and draws nothing. The modules draw the parameters, then call 
   autocontrast, equalize, noise, erasing;
 - :mod:`~fastload.gpu.functional.filters`: Gaussian blur;
 - :mod:`~fastload.gpu.functional.mix`: MixUp and CutMix;
-- :mod:`~fastload.gpu.functional.normalize`: normalisation on the device and on the CPU;
+- normalisation on the device and on the CPU (from :mod:`fastload.finishing`, its owner);
 - :mod:`~fastload.gpu.functional.dtype`: the working precision.
 """
 
+from fastload.finishing import normalize, normalize_coefficients, normalize_into
 from fastload.gpu.functional.color import (
     adjust_brightness,
     adjust_contrast,
@@ -48,7 +49,6 @@ from fastload.gpu.functional.geometry import (
     sample_grid,
 )
 from fastload.gpu.functional.mix import cutmix, mixup
-from fastload.gpu.functional.normalize import normalize, normalize_coefficients, normalize_into
 from fastload.gpu.functional.pixel import (
     add_noise,
     adjust_sharpness,

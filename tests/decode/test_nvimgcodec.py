@@ -16,9 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from fastload.datasets import decode as decode_module
-from fastload.datasets.decode import ImageDecodeError, decode_image
-from fastload.gpu import GPUDecoder, nvimgcodec
+from fastload.decode import GPUDecoder, nvimgcodec
+from fastload.decode import opencv as decode_module
+from fastload.decode.opencv import ImageDecodeError, decode_image
 from fastload.tools.synthetic import photo_like_image
 
 if not nvimgcodec.available():
@@ -119,7 +119,7 @@ def test_a_header_past_the_pixel_limit_is_refused_before_decoding(monkeypatch):
 
 def test_nothing_is_printed_on_import_or_construction():
     script = (
-        "from fastload.gpu import GPUDecoder\n"
+        "from fastload.decode import GPUDecoder\n"
         "decoder = GPUDecoder(8, device='cpu', threads=4)\n"
         "print(decoder.backend)\n"
     )

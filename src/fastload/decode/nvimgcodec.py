@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fastload.datasets import decode as decode_module
-from fastload.datasets.decode import displayed_size, is_jpeg, is_truncated_jpeg
+from fastload.decode import opencv as decode_module
+from fastload.decode.opencv import displayed_size, is_jpeg, is_truncated_jpeg
 
 __all__ = ["NvImageCodec", "available", "load"]
 

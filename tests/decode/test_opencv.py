@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from fastload.datasets import decode
-from fastload.datasets.decode import (
+from fastload.decode import opencv as decode
+from fastload.decode.opencv import (
     ImageDecodeError,
     decode_image,
     load_image,

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastload import gpu, transforms
-from fastload.gpu.boxes import TRIES, sample_box, sample_boxes
+from fastload.boxes import TRIES, sample_box, sample_boxes
+from fastload.decode import GPUDecoder
 
 uniform = st.floats(0.0, 1.0, exclude_max=True, width=32)  # exact in float32, as torch.rand
 tries = st.lists(st.tuples(uniform, uniform, uniform, uniform), min_size=TRIES, max_size=TRIES)
@@ -93,7 +94,7 @@ def test_crop_box_is_the_sample_form_on_four_uniforms_a_try(height, width, seed)
 
 def test_the_decoder_and_the_module_draw_the_same_boxes():
     sizes = torch.tensor([[48.0, 64.0]] * 16)
-    decoder = gpu.GPUDecoder(16, device="cpu", scale=(0.2, 0.9), ratio=(0.5, 2.0))
+    decoder = GPUDecoder(16, device="cpu", scale=(0.2, 0.9), ratio=(0.5, 2.0))
     module = gpu.BatchRandomResizedCrop(16, scale=(0.2, 0.9), ratio=(0.5, 2.0))
     from_decoder = decoder.sample_params(sizes, torch.Generator().manual_seed(3))
     from_module = module.sample_params(
@@ -115,7 +116,7 @@ def test_the_box_draw_loads_without_the_modules():
     import subprocess
     import sys
 
-    code = "import sys, fastload.gpu.boxes; print(any(m in sys.modules for m in " \
+    code = "import sys, fastload.boxes; print(any(m in sys.modules for m in " \
         "('fastload.gpu.geometric', 'fastload.gpu.base', 'fastload.gpu.policies')))"  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -15,12 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torchvision.transforms.v2 import functional as TF
 
-from fastload.gpu.functional.resample import (
-    Finish,
-    axis_weights,
-    crop_resize_finish,
-    crop_resize_finish_reference,
-)
+from fastload.decode.crop import crop_resize_finish
+from fastload.decode.resample import axis_weights, crop_resize_finish_reference
+from fastload.finishing import Finish
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -128,8 +125,9 @@ def test_fractional_boxes_weigh_taps_inside_the_box_only():
 FUSED_CHECK = textwrap.dedent(
     """
     import torch
-    from fastload.gpu.functional.resample import Finish, crop_resize_finish_reference
-    from fastload.gpu.functional.resample_triton import crop_resize_finish
+    from fastload.decode.resample import crop_resize_finish_reference
+    from fastload.finishing import Finish
+    from fastload.decode.resample_triton import crop_resize_finish
 
     device = {device!r}
     generator = torch.Generator().manual_seed(0)

@@ -164,7 +164,7 @@ def decode_image(
         raise ImageDecodeError(
             f"{source}: {size[1]}x{size[0]} is {size[0] * size[1]:,} pixels, over the limit of "
             f"{MAX_PIXELS:,} (a decompression bomb?); raise "
-            "fastload.datasets.decode.MAX_PIXELS to allow it"
+            "fastload.decode.opencv.MAX_PIXELS to allow it"
         )
     factor = reduction_factor(*size, min_size) if jpeg and size is not None else 1
     if factor > 1:

@@ -6,7 +6,7 @@ torchvision's); anything nvJPEG refuses (PNG, CMYK, a corrupt file) is decoded o
 CPU by OpenCV, for that image only. Images of any sizes then become one NCHW batch
 through per-sample boxes (a random resized crop, a centre crop or a plain resize),
 resampled, flipped and finished (dtype, normalisation, layout) in one pass
-(:func:`fastload.gpu.functional.resample.crop_resize_finish`).
+(:func:`fastload.decode.crop.crop_resize_finish`).
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ import torch
 from torch import Tensor, nn
 
 from fastload._checks import check_int, check_probability, finite, positive_pair
+from fastload.boxes import TRIES, sample_boxes
 from fastload.collate import EncodedBatch
-from fastload.datasets.decode import decode_image, is_jpeg
-from fastload.gpu import nvimgcodec
+from fastload.decode import nvimgcodec
+from fastload.decode.crop import crop_resize_finish
+from fastload.decode.opencv import decode_image, is_jpeg
+from fastload.finishing import Finish
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
-from fastload.gpu.boxes import TRIES, sample_boxes
-from fastload.gpu.functional.resample import Finish, crop_resize_finish
 from fastload.system import available_cpus, default_device
 
 __all__ = ["GPUDecoder"]
@@ -108,7 +109,7 @@ class GPUDecoder(nn.Module):
         TypeError: A ``dtype`` that is not floating; on a call, a batch that is neither
             an ``EncodedBatch`` nor a list of tensors.
         ImportError: ``backend="nvimgcodec"`` without nvImageCodec installed.
-        fastload.datasets.decode.ImageDecodeError: On a call, bytes that no backend
+        fastload.decode.opencv.ImageDecodeError: On a call, bytes that no backend
             decodes (a ``ValueError``).
 
     Example:

@@ -12,8 +12,8 @@ from torchvision.transforms.v2 import functional as TF
 
 from fastload import DataPrefetcher, FastLoader, LMDBDataset, write_lmdb
 from fastload.collate import EncodedBatch, encoded_collate
-from fastload.datasets.decode import ImageDecodeError, decode_image
-from fastload.gpu import GPUDecoder
+from fastload.decode import GPUDecoder
+from fastload.decode.opencv import ImageDecodeError, decode_image
 from fastload.tools.synthetic import photo_like_image
 
 
@@ -242,10 +242,10 @@ def test_an_empty_list_gives_an_empty_batch(crop):
 
 
 def test_one_jpeg_test_for_the_cpu_and_the_gpu_decode():
-    import fastload.gpu.decode
-    from fastload.datasets.decode import is_jpeg
+    import fastload.decode.gpu
+    from fastload.decode.opencv import is_jpeg
 
-    assert fastload.gpu.decode.is_jpeg is is_jpeg
+    assert fastload.decode.gpu.is_jpeg is is_jpeg
     jpeg, png = encode(8, 8), encode(8, 8, ".png")
     for encoded, want in ((jpeg, True), (png, False)):
         forms = (encoded, encoded.numpy(), encoded.numpy().tobytes(), memoryview(encoded.numpy()))
@@ -323,3 +323,13 @@ def test_statistics_on_the_255_scale_finish_as_the_0_1_ones():
     assert torch.allclose(unit(batch, params=params), apex(batch, params=params), atol=1e-5)
     with pytest.raises(ValueError, match="mean and std need 3 values"):
         GPUDecoder(24, device="cpu", mean=(0.5,), std=(0.2,), dtype=torch.float32)
+
+
+def test_the_old_name_in_fastload_gpu_still_works_for_one_release_and_says_where_it_went():
+    import fastload.decode
+    import fastload.gpu
+
+    with pytest.warns(FutureWarning, match=r"moved to fastload\.decode\.GPUDecoder"):
+        old = fastload.gpu.GPUDecoder
+    assert old is fastload.decode.GPUDecoder is GPUDecoder
+    assert "GPUDecoder" not in fastload.gpu.__all__  # listed where it lives now

@@ -4,7 +4,7 @@ Program ``(n, block)`` writes ``BLOCK`` output pixels of image ``n``, all three 
 for each, the antialiased bilinear taps of its row and column (at most ``taps_y[n]`` and
 ``taps_x[n]``, the box's support), read straight from the image's uint8 pixels in one
 flat buffer, weighted, normalised, and stored in the output's dtype and strides. Checked
-against :func:`fastload.gpu.functional.resample.crop_resize_finish_reference` (on the
+against :func:`fastload.decode.resample.crop_resize_finish_reference` (on the
 CPU too, through Triton's interpreter).
 """
 
@@ -19,7 +19,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from fastload.gpu.functional.resample import Finish, pack_images
+from fastload.decode.resample import pack_images
+from fastload.finishing import Finish
 
 __all__ = ["crop_resize_finish"]
 

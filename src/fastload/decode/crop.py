@@ -1,0 +1,58 @@
+"""Decoded images of any sizes to one finished batch in one pass: each sample's crop box
+resampled (antialiased where it shrinks, as torchvision's resized crop), flipped,
+normalised, cast and laid out, with no float canvas and no launch per image on a GPU.
+
+:func:`crop_resize_finish` runs the fused Triton kernel
+(:mod:`~fastload.decode.resample_triton`) on CUDA where Triton is installed, and the same
+maths in plain torch (:mod:`~fastload.decode.resample`) everywhere else.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+from torch import Tensor
+
+from fastload.decode.resample import crop_resize_finish_reference
+from fastload.finishing import Finish
+
+__all__ = ["crop_resize_finish"]
+
+
+def crop_resize_finish(
+    images: Sequence[Tensor],
+    boxes: Tensor,
+    size: tuple[int, int],
+    flip: Tensor,
+    finish: Finish,
+    *,
+    hwc: bool = False,
+) -> Tensor:
+    """:func:`crop_resize_finish_reference`'s result; on CUDA with Triton, from one fused
+    kernel for the whole batch. ``hwc``: the images are (H, W, 3), as decoders give
+    them.
+
+    Example:
+        >>> image = torch.arange(48, dtype=torch.uint8).view(1, 4, 12).expand(3, 4, 12)
+        >>> boxes = torch.tensor([[0.0, 0.0, 4.0, 12.0]])
+        >>> out = crop_resize_finish([image], boxes, (2, 3), torch.tensor([False]), Finish())
+        >>> out[0, 0].tolist()
+        [[10, 14, 18], [29, 33, 37]]
+    """
+    if len(images) and images[0].device.type == "cuda":
+        fused = _fused()
+        if fused is not None:
+            return fused(images, boxes, size, flip, finish, hwc=hwc)
+    return crop_resize_finish_reference(images, boxes, size, flip, finish, hwc=hwc)
+
+
+@functools.cache
+def _fused() -> Callable[..., Tensor] | None:
+    """The Triton kernel's entry point, or None where Triton does not import (it ships
+    with torch's CUDA wheels on Linux)."""
+    try:
+        from fastload.decode.resample_triton import crop_resize_finish as fused
+    except ImportError:
+        return None
+    return fused
