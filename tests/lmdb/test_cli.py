@@ -5,7 +5,7 @@ import json
 import pytest
 
 import lmdb
-from fastload.lmdb.format import index_key, pack_record
+from fastload.records.format import index_key, pack_record
 from fastload.tools.cli import main
 
 

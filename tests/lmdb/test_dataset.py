@@ -16,7 +16,13 @@ import torch
 import lmdb
 from fastload import FastLoader, LMDBDataset, write_lmdb
 from fastload.decode.opencv import ImageDecodeError
-from fastload.lmdb.format import META_KEY, PROGRESS_KEY, RecordFormatError, index_key, pack_record
+from fastload.records.format import (
+    META_KEY,
+    PROGRESS_KEY,
+    RecordFormatError,
+    index_key,
+    pack_record,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import NumberedImages, rgb

@@ -19,9 +19,9 @@ from torchvision.transforms import v2
 import lmdb
 from fastload import write_lmdb
 from fastload.lmdb import LMDBDataset
-from fastload.lmdb.format import Field, RecordFormatError, index_key, pack_record, unpack_record
-from fastload.lmdb.targets import TargetError, fields_target, resize_fields, target_fields
 from fastload.lmdb.verify import verify_lmdb
+from fastload.records.format import Field, RecordFormatError, index_key, pack_record, unpack_record
+from fastload.records.targets import TargetError, fields_target, resize_fields, target_fields
 from fastload.tools.shapes import ShapesDetection
 
 DTYPES = st.sampled_from(["u1", "<u2", "?", "<i4", "<f4", "<i8"])

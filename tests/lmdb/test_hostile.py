@@ -23,9 +23,9 @@ from torchvision import tv_tensors
 import lmdb
 from fastload import LMDBDataset, make_image_folder, write_lmdb
 from fastload.decode.opencv import ImageDecodeError
-from fastload.lmdb.format import META_KEY, Field, RecordFormatError, index_key, pack_record
-from fastload.lmdb.targets import TargetError
 from fastload.lmdb.verify import verify_lmdb
+from fastload.records.format import META_KEY, Field, RecordFormatError, index_key, pack_record
+from fastload.records.targets import TargetError
 from fastload.tools.shapes import ShapesDetection
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -157,8 +157,8 @@ def test_a_big_endian_array_is_stored_little_endian_and_read_as_it_was():
             array.astype("<f4").tobytes(), array.astype(">f4").tobytes()
         )
     )
-    from fastload.lmdb.format import unpack_record
-    from fastload.lmdb.targets import fields_target
+    from fastload.records.format import unpack_record
+    from fastload.records.targets import fields_target
 
     for candidate in (value, forged_value):
         fields = unpack_record(candidate, what="k", check=True).fields

@@ -41,7 +41,7 @@ WRITE = textwrap.dedent(
 CLI = textwrap.dedent(
     """
     import os, signal, sys
-    import fastload.lmdb.sources as sources
+    import fastload.records.sources as sources
     from fastload.tools.cli import main
     parent, decode = os.getpid(), sources.decode_image
     def killing_decode(data, *, source, **options):

@@ -18,8 +18,8 @@ from torchvision.datasets import ImageFolder
 import lmdb
 from fastload import LMDBDataset, make_image_folder, write_lmdb
 from fastload.decode.opencv import ImageDecodeError
-from fastload.lmdb.format import META_KEY, PROGRESS_KEY, RecordFormatError
 from fastload.lmdb.store import lock_path, read_transaction
+from fastload.records.format import META_KEY, PROGRESS_KEY, RecordFormatError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import NumberedImages, rgb

@@ -17,6 +17,7 @@ __all__ = [
     "as_output",
     "check_decode_mode",
     "decode_image",
+    "decoded_size",
     "displayed_size",
     "is_jpeg",
     "load_image",
@@ -218,3 +219,15 @@ def load_image(
     if decode is None:
         return torch.from_numpy(np.frombuffer(data, np.uint8).copy())
     return as_output(decode_image(data, source=source, min_size=min_size), decode)
+
+
+def decoded_size(image: Any, source: str) -> tuple[int, int]:
+    """(height, width) of a decoded image (HWC array, CHW tensor) or of encoded bytes."""
+    if isinstance(image, np.ndarray):
+        return image.shape[0], image.shape[1]
+    if image.ndim == 3:
+        return image.shape[-2], image.shape[-1]
+    size = displayed_size(image.numpy(), source)
+    if size is None:
+        raise ImageDecodeError(f"{source}: the image's header is unreadable")
+    return size

@@ -10,16 +10,16 @@ from typing import Any
 import numpy as np
 
 from fastload.datasets.base import ImageDataset
-from fastload.decode.opencv import DecodeMode, ImageDecodeError, as_output, displayed_size
-from fastload.lmdb.format import (
+from fastload.decode.opencv import DecodeMode, as_output, decoded_size
+from fastload.lmdb.store import close_reader, read_meta, read_transaction, record_entries
+from fastload.records.format import (
     PROGRESS_KEY,
     Record,
     RecordFormatError,
     index_key,
     unpack_record,
 )
-from fastload.lmdb.store import close_reader, read_meta, read_transaction, record_entries
-from fastload.lmdb.targets import fields_target
+from fastload.records.targets import fields_target
 
 __all__ = ["LMDBDataset"]
 
@@ -185,15 +185,3 @@ class LMDBDataset(ImageDataset):
 
     def __repr__(self) -> str:
         return f"LMDBDataset({str(self.path)!r}, records={len(self)}, decode={self.decode!r})"
-
-
-def decoded_size(image: Any, source: str) -> tuple[int, int]:
-    """(height, width) of a decoded image (HWC array, CHW tensor) or of encoded bytes."""
-    if isinstance(image, np.ndarray):
-        return image.shape[0], image.shape[1]
-    if image.ndim == 3:
-        return image.shape[-2], image.shape[-1]
-    size = displayed_size(image.numpy(), source)
-    if size is None:
-        raise ImageDecodeError(f"{source}: the image's header is unreadable")
-    return size

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-from fastload.lmdb.format import META_KEY, PROGRESS_KEY, RecordFormatError, decode_meta
+from fastload.records.format import META_KEY, PROGRESS_KEY, RecordFormatError, decode_meta
 
 __all__ = [
     "close_reader",

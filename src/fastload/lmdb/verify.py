@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from fastload.decode.opencv import ImageDecodeError
 from fastload.lmdb.dataset import LMDBDataset
-from fastload.lmdb.format import RecordFormatError
+from fastload.records.format import RecordFormatError
 
 __all__ = ["VerifyReport", "verify_lmdb"]
 

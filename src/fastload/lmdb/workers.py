@@ -24,8 +24,8 @@ from typing import Any
 import cv2
 
 from fastload.decode.opencv import ImageDecodeError
-from fastload.lmdb.sources import Encoding, Source
-from fastload.lmdb.targets import TargetError
+from fastload.records.sources import Encoding, Source
+from fastload.records.targets import TargetError
 
 __all__ = ["Died", "WorkerDiedError", "converted_items", "death"]
 

@@ -19,8 +19,17 @@ from tqdm import tqdm
 import lmdb
 from fastload._checks import check_int
 from fastload.decode.opencv import ImageDecodeError
-from fastload.lmdb.annotations import CocoSource, MaskFolderSource
-from fastload.lmdb.format import (
+from fastload.lmdb.store import (
+    close_reader,
+    is_lmdb_file,
+    lock_path,
+    open_for_writing,
+    read_meta,
+)
+from fastload.lmdb.workers import Died, WorkerDiedError, converted_items, death
+from fastload.records.choose import make_source
+from fastload.records.coco import CocoSource
+from fastload.records.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     META_KEY,
@@ -30,16 +39,9 @@ from fastload.lmdb.format import (
     encode_meta,
     index_key,
 )
-from fastload.lmdb.sources import DatasetSource, Encoding, FileSource, Source, as_source
-from fastload.lmdb.store import (
-    close_reader,
-    is_lmdb_file,
-    lock_path,
-    open_for_writing,
-    read_meta,
-)
-from fastload.lmdb.targets import TargetError
-from fastload.lmdb.workers import Died, WorkerDiedError, converted_items, death
+from fastload.records.masks import MaskFolderSource
+from fastload.records.sources import DatasetSource, Encoding, FileSource, Source
+from fastload.records.targets import TargetError
 from fastload.system import available_cpus
 
 __all__ = ["write_lmdb"]
@@ -287,25 +289,6 @@ def _leave_out(items: Source, path: Path) -> None:
         items.samples = [sample for sample in items.samples if keep(sample[0])]
     elif isinstance(items, MaskFolderSource):
         items.images = [image for image in items.images if keep(items.root / image)]
-
-
-def make_source(
-    source: Any,
-    annotations: str | os.PathLike | None,
-    instance_masks: bool,
-    masks: str | os.PathLike | None,
-) -> Source:
-    if annotations is not None and masks is not None:
-        raise ValueError("give annotations (detection) or masks (segmentation), not both")
-    if instance_masks and annotations is None:
-        raise ValueError("instance_masks come from annotations: give the annotation file")
-    if (annotations or masks) is not None and not isinstance(source, (str, os.PathLike)):
-        raise TypeError("with annotations or masks, source must be the image folder")
-    if annotations is not None:
-        return CocoSource(Path(source), Path(annotations), instance_masks)
-    if masks is not None:
-        return MaskFolderSource(Path(source), Path(masks))
-    return as_source(source)
 
 
 def _convert(

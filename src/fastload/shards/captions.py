@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastload.lmdb.sources import Encoding, FileSource
+from fastload.records.sources import Encoding, FileSource
 
 __all__ = ["CaptionedFiles", "captioned_source"]
 

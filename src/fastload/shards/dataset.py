@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 
 from fastload.datasets.base import ImageDataset
-from fastload.decode.opencv import DecodeMode
-from fastload.lmdb.dataset import decoded_size
-from fastload.lmdb.format import RecordFormatError, unpack_record
-from fastload.lmdb.targets import fields_target
+from fastload.decode.opencv import DecodeMode, decoded_size
+from fastload.records.format import RecordFormatError, unpack_record
+from fastload.records.targets import fields_target
 from fastload.shards.index import (
     INDEX,
     PROGRESS,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from fastload.lmdb.sources import Encoding, Source
+from fastload.records.sources import Encoding, Source
 from fastload.shards.destination import Destination, destination
 
 __all__ = ["convert_on_ray", "split"]

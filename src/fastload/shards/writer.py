@@ -24,9 +24,9 @@ import numpy as np
 
 from fastload._checks import check_int
 from fastload.decode.opencv import ImageDecodeError, is_jpeg
-from fastload.lmdb.format import pack_record, unpack_record
-from fastload.lmdb.sources import Encoding, Source
-from fastload.lmdb.writer import make_source
+from fastload.records.choose import make_source
+from fastload.records.format import pack_record, unpack_record
+from fastload.records.sources import Encoding, Source
 from fastload.shards.captions import CaptionedFiles, captioned_source
 from fastload.shards.destination import Destination, destination
 from fastload.shards.index import INDEX, Member, file_sha256, shard_entry

@@ -21,7 +21,7 @@ An array descriptor is: dtype string length (uint8), dtype string (NumPy's, e.g.
 ``<u1``; numeric and bool dtypes only), ndim (uint8), each dimension (uint32).
 
 A field is: name length (uint8), name (UTF-8), role length (uint8), role (ASCII: what
-the array is, e.g. ``boxes.XYXY`` or ``mask``, see :mod:`fastload.lmdb.targets`),
+the array is, e.g. ``boxes.XYXY`` or ``mask``, see :mod:`fastload.records.targets`),
 storage (uint8: 0 = raw, 1 = PNG), the array descriptor, then the array's bytes (raw)
 or a uint32 length and a lossless PNG of the array as a 2-D image (rows: every
 dimension but the last). uint8 and uint16 arrays of 2 or more dimensions, such as
@@ -93,11 +93,11 @@ class RecordFormatError(ValueError):
     """A value or database that is not in the fastload format; nothing was executed.
 
     Example:
-        >>> from fastload.lmdb.format import unpack_record
+        >>> from fastload.records.format import unpack_record
         >>> unpack_record(b"not a record", what="record 0")
         Traceback (most recent call last):
         ...
-        fastload.lmdb.format.RecordFormatError: record 0: not a fastload record
+        fastload.records.format.RecordFormatError: record 0: not a fastload record
     """
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fastload.lmdb.format import (
+from fastload.records.format import (
     FORMAT_NAME,
     META_KEY,
     PROGRESS_KEY,

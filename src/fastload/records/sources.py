@@ -1,7 +1,7 @@
 """What ``write_lmdb`` reads, and how one item becomes a record: an image folder or a list
 of files (kept byte for byte unless re-encoded), or a Dataset of arrays, tensors or PIL
 images (stored losslessly as arrays unless re-encoded) with a label or a target dict.
-COCO annotations and mask folders: :mod:`fastload.lmdb.annotations`."""
+COCO annotations and mask folders: :mod:`fastload.records.coco`."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import numpy as np
 
 from fastload.datasets.folder import folder_samples
 from fastload.decode.opencv import ImageDecodeError, decode_image
-from fastload.lmdb.format import Field, pack_record
-from fastload.lmdb.targets import TargetError, resize_fields, target_fields
+from fastload.records.format import Field, pack_record
+from fastload.records.targets import TargetError, resize_fields, target_fields
 
 __all__ = [
     "DatasetSource",

@@ -423,7 +423,7 @@ def test_what_coco_really_holds_converts_and_reads_back(coco, tmp_path, coco_mas
 
 
 def test_the_rle_helpers_agree_with_pycocotools(coco_mask):
-    from fastload.lmdb.annotations import _rle_string_counts
+    from fastload.records.coco import _rle_string_counts
 
     generator = np.random.default_rng(0)
     for mask in [blob(50, 60), np.ones((3, 4), np.uint8), generator.integers(0, 2, (30, 20))]:

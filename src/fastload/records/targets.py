@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torchvision import tv_tensors
 
-from fastload.lmdb.format import Field, RecordFormatError
+from fastload.records.format import Field, RecordFormatError
 
 __all__ = ["TargetError", "fields_target", "resize_fields", "target_fields"]
 
@@ -40,11 +40,11 @@ class TargetError(ValueError):
     item.
 
     Example:
-        >>> from fastload.lmdb.targets import target_fields
+        >>> from fastload.records.targets import target_fields
         >>> target_fields({1: [0, 0, 4, 4]}, what="item 3")
         Traceback (most recent call last):
         ...
-        fastload.lmdb.targets.TargetError: item 3: target keys must be strings, got 1
+        fastload.records.targets.TargetError: item 3: target keys must be strings, got 1
     """
 
 
