@@ -17,6 +17,7 @@ from typing import Any
 
 from fastload.records.sources import Encoding, Source
 from fastload.shards.destination import Destination, destination
+from fastload.shards.tar import write_range
 
 __all__ = ["convert_on_ray", "split"]
 
@@ -129,8 +130,6 @@ def write_part(
     skip_bad: bool,
 ) -> Entries:
     """One Ray task: samples ``span`` of ``items`` as shards ``shard-{number}-*.tar``."""
-    from fastload.shards.writer import write_range
-
     target = destination(where, options)
     shards: list[dict[str, Any]] = []
     skipped: list[list[str]] = []

@@ -1,6 +1,5 @@
-"""Writing a shard set: samples as tar members grouped by key (``000000123.jpg``,
-``000000123.cls``, and ``000000123.fastload`` for targets, in the pickle-free record
-encoding of the LMDB files), shards of about ``shard_size`` bytes, the index last.
+"""Writing a shard set: samples as tar shards (:mod:`fastload.shards.tar`) of about
+``shard_size`` bytes, here or on Ray workers, the index last.
 
 A shard is written to a temporary name and put into the destination when complete
 (:mod:`fastload.shards.destination`); the progress lists the finished ones, so
@@ -10,31 +9,21 @@ first unfinished sample, re-encoding nothing finished.
 
 from __future__ import annotations
 
-import io
 import itertools
 import os
-import tarfile
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
-
 from fastload._checks import check_int
-from fastload.decode.opencv import ImageDecodeError, is_jpeg
 from fastload.records.choose import make_source
-from fastload.records.format import pack_record, unpack_record
 from fastload.records.sources import Encoding, Source
-from fastload.shards.captions import CaptionedFiles, captioned_source
+from fastload.shards.captions import captioned_source
 from fastload.shards.destination import Destination, destination
-from fastload.shards.index import INDEX, Member, file_sha256, shard_entry
+from fastload.shards.index import INDEX
 from fastload.shards.remote import S3Shards
+from fastload.shards.tar import write_range
 
 __all__ = ["write_shards"]
-
-_PNG = b"\x89PNG"
 
 
 def write_shards(
@@ -180,56 +169,6 @@ def _convert(
     return shards, skipped
 
 
-def write_range(
-    items: Source,
-    start: int,
-    stop: int,
-    target: Destination,
-    names: Iterator[str],
-    *,
-    encoding: Encoding,
-    shard_size: int,
-    skip_bad: bool,
-    on_shard: Callable[[dict[str, Any], int, list[list[str]]], None],
-) -> list[list[str]]:
-    """Samples ``start`` to ``stop`` of ``items`` as shards of about ``shard_size`` bytes
-    named from ``names``, each put into ``target`` when complete, then announced by
-    ``on_shard(index entry, next position, samples skipped in it)``. Returns the
-    samples skipped after the last shard (a range ending in bad images)."""
-    writer: _ShardWriter | None = None
-    skipped: list[list[str]] = []
-    position = start
-    try:
-        while position < stop:
-            if writer is None:
-                writer = _ShardWriter(target.staging, next(names))
-            try:
-                record = unpack_record(items.record(position, encoding), what=items.name(position))
-            except (ImageDecodeError, OSError) as error:
-                if not skip_bad:
-                    raise
-                skipped.append([items.name(position), str(error)])
-            else:
-                members = _members(record, items.name(position))
-                if isinstance(items, CaptionedFiles):
-                    members["txt"] = items.text(position).encode("utf-8")
-                writer.add(f"{position:09d}", members)
-            position += 1
-            if writer.samples and (writer.size >= shard_size or position == stop):
-                entry, finished = writer.close()
-                target.put(finished, writer.name)
-                writer = None
-                on_shard(entry, position, skipped)
-                skipped = []
-    except BaseException:
-        if writer is not None:
-            writer.abandon()
-        raise
-    if writer is not None:  # only bad images since the last shard
-        writer.abandon()
-    return skipped
-
-
 def upload(folder: Path, url: str, options: dict[str, Any] | None = None) -> None:
     """The shard set in ``folder`` to ``url``, the index after every shard."""
     remote = S3Shards(url, options=options)
@@ -237,66 +176,3 @@ def upload(folder: Path, url: str, options: dict[str, Any] | None = None) -> Non
     names = sorted(name for name in os.listdir(folder) if name.endswith(".tar"))
     for name in [*names, INDEX]:
         client.upload_file(str(folder / name), remote.bucket, remote.key(name))
-
-
-def _members(record: Any, what: str) -> dict[str, bytes]:
-    payload = record.payload
-    if isinstance(payload, np.ndarray):  # a raw image: stored losslessly
-        rgb = payload if payload.ndim == 2 else cv2.cvtColor(payload, cv2.COLOR_RGB2BGR)
-        ok, png = cv2.imencode(".png", rgb)
-        if not ok:
-            raise ImageDecodeError(f"{what}: OpenCV could not encode it as PNG")
-        image, extension = png.tobytes(), "png"
-    else:
-        image = bytes(payload)
-        extension = "jpg" if is_jpeg(image) else "png" if image[:4] == _PNG else "img"
-    members = {extension: image}
-    label = record.label
-    if isinstance(label, (int, np.integer)):
-        members["cls"] = str(int(label)).encode()
-    if record.fields or (label is not None and "cls" not in members):
-        members["fastload"] = pack_record(
-            b"", None if "cls" in members else label, record.fields or None
-        )
-    return members
-
-
-class _ShardWriter:
-    """One tar being written under a temporary name, the offsets of its members kept."""
-
-    def __init__(self, folder: Path, name: str) -> None:
-        self.folder, self.name = folder, name
-        # an attempt of its own: a Ray task run again may overlap the one it replaces
-        self.temporary = folder / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
-        # closed by close() or abandon(): a shard outlives one call
-        self.tar = tarfile.open(self.temporary, "w", format=tarfile.USTAR_FORMAT)  # noqa: SIM115
-        self.samples: list[tuple[str, dict[str, Member]]] = []
-
-    @property
-    def size(self) -> int:
-        return self.tar.offset
-
-    def add(self, key: str, members: dict[str, bytes]) -> None:
-        spans = {}
-        for extension, data in members.items():
-            info = tarfile.TarInfo(f"{key}.{extension}")
-            info.size, info.mode = len(data), 0o444
-            header = len(info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"))
-            start = self.tar.offset  # the data follows this member's header
-            self.tar.addfile(info, io.BytesIO(data))
-            spans[extension] = Member(extension, start + header, len(data))
-        self.samples.append((key, spans))
-
-    def abandon(self) -> None:
-        """An interrupted shard: nothing of it stays (a resume writes it again)."""
-        self.tar.close()
-        self.temporary.unlink(missing_ok=True)
-
-    def close(self) -> tuple[dict[str, Any], Path]:
-        """The shard's index entry, and its complete file (still under the temporary
-        name: the destination puts it)."""
-        self.tar.close()
-        entry = shard_entry(
-            self.name, self.temporary.stat().st_size, file_sha256(self.temporary), self.samples
-        )
-        return entry, self.temporary
