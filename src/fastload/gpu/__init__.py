@@ -44,7 +44,7 @@ _EXPORTS = {
     "RandomInvert": "fastload.gpu.pixel",
     "RandomPosterize": "fastload.gpu.pixel",
     "RandomSolarize": "fastload.gpu.pixel",
-    "AugMix": "fastload.gpu.policies",
+    "AugMix": "fastload.gpu.augmix",
     "AutoAugment": "fastload.gpu.policies",
     "AutoAugmentPolicy": "fastload.gpu.policies",
     "RandAugment": "fastload.gpu.policies",
@@ -94,6 +94,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from fastload.gpu.affine import RandomAffine, RandomRotation
+    from fastload.gpu.augmix import AugMix
     from fastload.gpu.base import BatchTransform
     from fastload.gpu.blur import GaussianBlur
     from fastload.gpu.color import ColorJitter, Normalize, RandomGrayscale, ToDtype
@@ -119,7 +120,6 @@ if TYPE_CHECKING:
         RandomSolarize,
     )
     from fastload.gpu.policies import (
-        AugMix,
         AutoAugment,
         AutoAugmentPolicy,
         RandAugment,
