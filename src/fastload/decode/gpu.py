@@ -14,9 +14,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,6 +27,7 @@ from fastload.boxes import TRIES, sample_boxes
 from fastload.collate import EncodedBatch
 from fastload.decode import nvimgcodec
 from fastload.decode.crop import crop_resize_finish
+from fastload.decode.inputs import encoded_list, nvjpeg_decoder, pixel_region
 from fastload.decode.opencv import decode_image, is_jpeg
 from fastload.finishing import Finish
 from fastload.gpu.arguments import output_size
@@ -41,18 +41,6 @@ logger = logging.getLogger(__name__)
 CROPS = ("random", "center", "resize")
 BACKENDS = ("auto", "nvimgcodec", "nvjpeg", "opencv")
 BOX = ("top", "left", "height", "width")
-
-
-def _nvjpeg() -> Callable[[list[Tensor], torch.device], list[Tensor]]:
-    """The batched JPEG decoder of the installed PyTorch ecosystem."""
-    try:
-        from torchcodec.decoders import decode_jpeg
-
-        return lambda data, device: decode_jpeg(data, mode="RGB", device=device)
-    except (ImportError, OSError, RuntimeError):  # absent, or built for another torch
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        return lambda data, device: decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
 
 
 class GPUDecoder(nn.Module):
@@ -189,7 +177,7 @@ class GPUDecoder(nn.Module):
     def _start_backend(self) -> None:
         """The chosen backend's handles (not pickled: made again where it is unpickled)."""
         self._accelerated = self.backend == "nvjpeg"
-        self._nvjpeg = _nvjpeg() if self._accelerated else None
+        self._nvjpeg = nvjpeg_decoder() if self._accelerated else None
         self._codec = (
             nvimgcodec.NvImageCodec(self.device, self.threads)
             if self.backend == "nvimgcodec"
@@ -251,7 +239,7 @@ class GPUDecoder(nn.Module):
 
     def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
         """The images as CHW uint8 tensors on the device, in order."""
-        encoded = _encoded_list(encoded)
+        encoded = encoded_list(encoded)
         all_indices = list(range(len(encoded)))
         decoded: dict[int, Tensor] = {}
         if self._codec is not None:  # whole images: each one's full region
@@ -354,7 +342,7 @@ class GPUDecoder(nn.Module):
         if len(encoded) == 0:  # an empty batch (the last of a filtered epoch, say)
             return self.finish.empty(0, self.size, self.device)
         if self._codec is not None:
-            return self._forward_regions(_encoded_list(encoded), params)
+            return self._forward_regions(encoded_list(encoded), params)
         images = self.decode(encoded)
         # The sizes are known on the host: the boxes are drawn there, and go to the
         # kernel with the images, without a stream sync.
@@ -373,7 +361,7 @@ class GPUDecoder(nn.Module):
             dtype=torch.float32,
         )
         boxes, flip = self._boxes_and_flips(sizes, params)
-        regions = {i: _region(boxes[i], known[i]) for i in known}
+        regions = {i: pixel_region(boxes[i], known[i]) for i in known}
         images = self._decode_regions(encoded, regions, others)
         for i, (top, left, bottom, right) in regions.items():
             # a decoded region: the box in its coordinates (an image the CPU decoded
@@ -405,23 +393,3 @@ class GPUDecoder(nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._start_backend()
-
-
-def _region(box: Tensor, size: tuple[int, int]) -> tuple[int, int, int, int]:
-    """The whole pixels ``box`` (top, left, height, width) touches, within ``size``."""
-    top, left, height, width = (float(v) for v in box)
-    return (
-        max(0, math.floor(top)), max(0, math.floor(left)),
-        min(size[0], math.ceil(top + height)), min(size[1], math.ceil(left + width)),
-    )  # fmt: skip
-
-
-def _encoded_list(encoded: Any) -> list[Tensor]:
-    if isinstance(encoded, EncodedBatch):
-        return list(encoded)
-    if not isinstance(encoded, (list, tuple)) or not all(isinstance(e, Tensor) for e in encoded):
-        raise TypeError(
-            "GPUDecoder expects an EncodedBatch or a list of 1-D uint8 tensors of encoded "
-            "images (collate with fastload.collate.encoded_collate)"
-        )
-    return list(encoded)
