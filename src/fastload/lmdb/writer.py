@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from tqdm import tqdm
 
@@ -27,8 +27,8 @@ from fastload.lmdb.store import (
     read_meta,
 )
 from fastload.lmdb.workers import Died, WorkerDiedError, converted_items, death
-from fastload.records.choose import make_source
 from fastload.records.coco import CocoSource
+from fastload.records.conversion import Conversion, SourceOptions
 from fastload.records.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -144,17 +144,11 @@ def write_lmdb(
     source: Any,
     path: str | os.PathLike,
     *,
-    resume: bool = False,
-    skip_bad: bool = False,
-    resize: int | None = None,
-    quality: int | None = None,
-    annotations: str | os.PathLike | None = None,
-    instance_masks: bool = False,
-    masks: str | os.PathLike | None = None,
     num_workers: int | None = None,
     commit_every: int = 256,
     map_size: int = DEFAULT_MAP_SIZE,
     progress: bool = True,
+    **options: Unpack[SourceOptions],
 ) -> dict[str, Any]:
     """Convert ``source`` into the single-file LMDB database ``path``.
 
@@ -167,28 +161,15 @@ def write_lmdb(
             stored with the target's entries as fields. Presizing scales boxes, keypoints
             and masks with the image. Read back, fields are ``tv_tensors`` again.
         path: The database file to create.
-        resume: Continue an interrupted conversion of the same source into ``path``.
-            Without it an existing ``path`` is refused, never overwritten.
-        skip_bad: Skip unreadable, corrupt, truncated or non-image files (listed in the
-            metadata) instead of stopping at the first one.
-        resize: Presize: longest side to this many pixels (never enlarged), re-encoded
-            as JPEG at ``quality`` (90 if not given).
-        quality: JPEG quality for images fastload encodes. Files are kept byte for byte
-            unless ``resize`` or ``quality`` is given; Dataset images are stored as raw
-            arrays (lossless) unless one is.
-        annotations: A COCO-style annotation file (``instances_train2017.json``) for the
-            images under the folder ``source``: records get the fields ``boxes`` (XYXY),
-            ``labels``, ``iscrowd``, ``area`` and ``image_id``.
-        instance_masks: With ``annotations``: also ``masks``, each object's polygons or
-            RLE rasterised as (K, H, W) uint8 (needs pycocotools: ``fastload[coco]``).
-        masks: A folder of PNG class masks for the images under the folder ``source``
-            (same relative paths, ``.png``): records get the field ``mask``.
-
         num_workers: Processes that read and encode (default: the CPUs available); 0 runs
             in this process.
         commit_every: Records per transaction.
         map_size: Initial LMDB map size in bytes; it doubles whenever it is full.
         progress: Show a tqdm progress bar.
+        **options: What is read and how, as for ``write_shards``
+            (:class:`~fastload.records.conversion.SourceOptions`): ``resume``,
+            ``skip_bad``, ``resize``, ``quality``, ``annotations``, ``instance_masks``,
+            ``masks``.
 
     Returns:
         The metadata written, as a dict.
@@ -216,12 +197,13 @@ def write_lmdb(
         >>> meta["count"], meta["classes"]
         (4, ['class_00', 'class_01'])
     """
+    conversion = Conversion.of(options, "write_lmdb")
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(
             f"{path} is a directory; give the path of the database file to write"
         )
-    if path.exists() and not resume:
+    if path.exists() and not conversion.resume:
         if not (path.is_file() and is_lmdb_file(path)):
             raise FileExistsError(
                 f"{path} exists and is not an LMDB database; it is left as it is: give another "
@@ -234,18 +216,16 @@ def write_lmdb(
     for name, value, low, high in [
         ("commit_every", commit_every, 1, None),
         ("map_size", map_size, 1 << 12, None),
-        ("quality", quality, 1, 100),
-        ("resize", resize, 1, None),
         ("num_workers", num_workers, 0, None),
     ]:
         if value is not None:
             check_int(value, name, low=low, high=high)
-    items = make_source(source, annotations, instance_masks, masks)
+    items = conversion.source(source)
     _leave_out(items, path)
     if not len(items):
         raise ValueError(f"{items.description}: no images, nothing to convert")
     items.fields  # noqa: B018 (a Dataset's item 0 read: a bad target fails before any file)
-    encoding = Encoding(resize, quality)
+    encoding = conversion.encoding
     num_workers = available_cpus() if num_workers is None else num_workers
 
     close_reader(path)  # a dataset in this process may have it open for reading
@@ -259,8 +239,9 @@ def write_lmdb(
             logger.info("%s is already complete", path)
             with env.begin() as txn:
                 return read_meta(txn, path)
-        meta = _convert(env, items, encoding, state, skip_bad=skip_bad, workers=num_workers,
-                        commit_every=commit_every, progress=progress)  # fmt: skip
+        meta = _convert(env, items, encoding, state, skip_bad=conversion.skip_bad,
+                        workers=num_workers, commit_every=commit_every,
+                        progress=progress)  # fmt: skip
         env.sync()
     except BaseException:
         # A file this run made and nothing was converted into: nothing to resume, gone.

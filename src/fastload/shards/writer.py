@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from fastload._checks import check_int
-from fastload.records.choose import make_source
+from fastload.records.conversion import Conversion, SourceOptions
 from fastload.records.sources import Encoding, Source
 from fastload.shards.captions import captioned_source
 from fastload.shards.destination import Destination, destination
@@ -31,24 +31,20 @@ def write_shards(
     destination: str | os.PathLike,
     *,
     shard_size: int = 256 << 20,
-    resume: bool = False,
-    skip_bad: bool = False,
-    resize: int | None = None,
-    quality: int | None = None,
-    annotations: str | os.PathLike | None = None,
-    instance_masks: bool = False,
-    masks: str | os.PathLike | None = None,
     storage_options: dict[str, Any] | None = None,
     ray: bool = False,
     parts: int | None = None,
     captions: bool = False,
+    **options: Unpack[SourceOptions],
 ) -> dict[str, Any]:
     """Write ``source`` (an image folder, a list of ``(path, label)``, any Dataset, a COCO
     folder with ``annotations``, a segmentation folder with ``masks``: what
     :func:`fastload.write_lmdb` reads) as tar shards into the folder ``destination``, or
     to ``s3://bucket/prefix`` (each shard uploaded when complete, the index last; the AWS
     variables and ``storage_options`` configure the client);
-    ``resize`` (longest side) and ``quality`` re-encode as JPEG, as for LMDB.
+    ``options`` are :func:`fastload.write_lmdb`'s
+    (:class:`~fastload.records.conversion.SourceOptions`: ``resume``, ``skip_bad``,
+    ``resize``, ``quality``, ``annotations``, ``instance_masks``, ``masks``).
 
     ``captions=True``: image-text pairs, each sample's caption a ``txt`` member beside
     its image (:func:`~fastload.shards.captions.captioned_source`: a folder where
@@ -72,6 +68,7 @@ def write_shards(
         >>> meta["samples"], meta["fields"]
         (3, ['boxes', 'labels', 'masks'])
     """
+    conversion = Conversion.of(options, "write_shards")
     if shard_size < 1:
         raise ValueError(f"shard_size must be positive, got {shard_size}")
     if parts is not None and not ray:
@@ -80,25 +77,28 @@ def write_shards(
         check_int(parts, "parts", low=1)
     target = _destination(destination, storage_options)
     try:
-        if captions and (annotations or masks) is not None:
+        if captions and (conversion.annotations or conversion.masks) is not None:
             raise ValueError("captions are image-text pairs: give no annotations or masks")
         items = (
             captioned_source(source) if captions
-            else make_source(source, annotations, instance_masks, masks)
+            else conversion.source(source)
         )  # fmt: skip
-        what = {"description": items.description, "samples": len(items), "resize": resize,
-                "quality": quality, "shard_size": shard_size}  # fmt: skip
-        progress = _progress(target, what, resume)
-        encoding = Encoding(resize, quality)
+        encoding = conversion.encoding
+        what = {"description": items.description, "samples": len(items),
+                "resize": encoding.resize, "quality": encoding.quality,
+                "shard_size": shard_size}  # fmt: skip
+        progress = _progress(target, what, conversion.resume)
         if ray:
             from fastload.shards.on_ray import convert_on_ray
 
             shards, skipped = convert_on_ray(
                 items, target, progress, encoding=encoding, shard_size=shard_size,
-                skip_bad=skip_bad, parts=parts, options=storage_options,
+                skip_bad=conversion.skip_bad, parts=parts, options=storage_options,
             )  # fmt: skip
         else:
-            shards, skipped = _convert(items, target, progress, encoding, shard_size, skip_bad)
+            shards, skipped = _convert(
+                items, target, progress, encoding, shard_size, conversion.skip_bad
+            )
         meta = {
             "source": items.description,
             "samples": sum(len(shard["samples"]) for shard in shards),
