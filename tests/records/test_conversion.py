@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fastload import write_lmdb
-from fastload.shards import write_shards
 from fastload.records.conversion import Conversion, SourceOptions
+from fastload.shards import write_shards
 from fastload.tools.shapes import ShapesDetection
 
 WRITERS = [("write_lmdb", write_lmdb, "out.lmdb"), ("write_shards", write_shards, "shards")]

@@ -1,5 +1,6 @@
-"""Public WebDataset shards, without our index: scanned once, the index written beside
-them; a tar that cannot be indexed is refused naming it."""
+"""Public WebDataset shards, without our index: scanned, nothing written beside them unless
+asked (`fastload index`), the scan kept in a cache if given; a tar that cannot be indexed
+is refused naming it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from fastload.shards import ShardedDataset
 from fastload.shards.index import INDEX, ShardIndexError
+from fastload.tools.cli import main
 from fastload.tools.synthetic import photo_like_image
 
 
@@ -33,16 +35,51 @@ def test_webdataset_shards_are_indexed_once_and_read(tmp_path):
         ("part/000001.jpg", jpeg(1)), ("part/000001.cls", b"0"),
     ])  # fmt: skip
     write_tar(tmp_path / "train-000001.tar", [("000002.jpg", jpeg(2)), ("000002.cls", b"1")])
+    index = tmp_path / INDEX
+    main(["index", str(tmp_path)])  # the one way an index is written beside them
+    assert index.exists()
     with pytest.warns(UserWarning, match="each sample also holds json"):
         dataset = ShardedDataset(tmp_path)
-    assert (tmp_path / INDEX).exists() and len(dataset) == 3
+    assert len(dataset) == 3
     assert [dataset[i][1] for i in range(3)] == [2, 0, 1]
     assert dataset[0][0].shape == (24, 32, 3)
     assert dataset.shards[0].samples[0][0] == "part/000000"
     dataset.verify()
-    before = (tmp_path / INDEX).stat().st_mtime_ns
+    before = index.stat().st_mtime_ns
     assert len(ShardedDataset(tmp_path, keys="*")) == 3  # the index is read, not rebuilt
-    assert (tmp_path / INDEX).stat().st_mtime_ns == before
+    assert index.stat().st_mtime_ns == before
+
+
+def test_without_an_index_nothing_is_written_into_the_shards_folder(tmp_path):
+    shards, cache = tmp_path / "shards", tmp_path / "cache"
+    shards.mkdir()
+    write_tar(shards / "a.tar", [("0.jpg", jpeg(0)), ("0.cls", b"1"), ("1.jpg", jpeg(1))])
+    write_tar(shards / "b.tar", [("2.jpg", jpeg(2)), ("2.cls", b"0")])
+    listing = sorted((p.name, p.stat().st_mtime_ns) for p in shards.iterdir())
+    with pytest.warns(UserWarning, match=r"no index\.json: its 2 tar file\(s\) were read whole"):
+        scanned = ShardedDataset(shards, keys=("jpg",))
+    assert len(scanned) == 3 and scanned[2][0].shape == (24, 32, 3)
+    kept = ShardedDataset(shards, keys=("jpg",), cache_dir=cache)  # scanned, kept in the cache
+    again = ShardedDataset(shards, keys=("jpg",), cache_dir=cache)  # read from the cache
+    assert [len(kept), len(again)] == [3, 3]
+    assert [shard.sha256 for shard in again.shards] == [shard.sha256 for shard in scanned.shards]
+    assert len(list((cache / "fastload-scans").glob("*.json"))) == 1
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in shards.iterdir()) == listing
+    write_tar(shards / "b.tar", [("2.jpg", jpeg(2)), ("2.cls", b"0"), ("3.jpg", jpeg(3))])
+    assert len(ShardedDataset(shards, keys=("jpg",), cache_dir=cache)) == 4  # rewritten: rescanned
+
+
+def test_fastload_index_refuses_an_existing_index_and_a_missing_folder(tmp_path, capsys):
+    write_tar(tmp_path / "a.tar", [("0.jpg", jpeg(0)), ("0.cls", b"1")])
+    main(["index", str(tmp_path)])
+    assert capsys.readouterr().out == f"{tmp_path / INDEX}: 1 samples in 1 shards\n"
+    before = (tmp_path / INDEX).read_bytes()
+    for folder, message in [(tmp_path, "index.json exists; it is left as it is"),
+                            (tmp_path / "nope", "no such folder")]:  # fmt: skip
+        with pytest.raises(SystemExit) as stopped:
+            main(["index", str(folder)])
+        assert stopped.value.code == 2 and message in capsys.readouterr().err
+    assert (tmp_path / INDEX).read_bytes() == before
 
 
 def test_a_sample_spread_over_the_tar_is_refused(tmp_path):

@@ -1,4 +1,5 @@
-"""One memory-mapped file per dataset: the record format, the writer and the reader."""
+"""One memory-mapped file per dataset: the writer and the reader (the records they hold
+are :mod:`fastload.records`)."""
 
 from fastload.lmdb.dataset import LMDBDataset
 from fastload.lmdb.workers import WorkerDiedError

@@ -27,7 +27,7 @@ from fastload.shards.index import (
 )
 from fastload.shards.members import IMAGES, decode_member
 from fastload.shards.remote import S3Shards, is_remote
-from fastload.shards.scan import index_webdataset
+from fastload.shards.scan import scanned_index
 
 __all__ = ["ShardedDataset"]
 
@@ -44,7 +44,9 @@ class ShardedDataset(ImageDataset):
     """The samples of the shard set in folder ``path`` (written by :func:`write_shards`), or
     at ``s3://bucket/prefix`` (its shards fetched into ``cache_dir``, at most
     ``cache_limit`` bytes, ``storage_options`` for ``boto3.client("s3", ...)``; see
-    :mod:`fastload.shards.remote`),
+    :mod:`fastload.shards.remote`), or WebDataset shards without an index (scanned, the
+    scan kept in ``cache_dir`` if given; nothing is written beside them:
+    ``fastload index FOLDER`` writes their index there once),
     in index order: ``(image, label)``, or ``(image, target)`` for detection and
     segmentation data, as :class:`~fastload.LMDBDataset` gives them (same ``decode``,
     ``min_size``, ``transform``, ``target_transform``, ``transforms``).
@@ -110,8 +112,9 @@ class ShardedDataset(ImageDataset):
                 raise FileNotFoundError(f"{self.path}: no such shard folder")
             unfinished = (self.path / PROGRESS).exists()
             if not (self.path / INDEX).exists() and not unfinished and any(self.path.glob("*.tar")):
-                index_webdataset(self.path)  # WebDataset shards: indexed once, beside them
-            self.shards, self.meta = load_index(self.path)
+                self.shards, self.meta = scanned_index(self.path, cache_dir)  # WebDataset's
+            else:
+                self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
         self._say_what_is_left_out()
         self._starts = np.cumsum([0] + [len(shard.samples) for shard in self.shards]).tolist()

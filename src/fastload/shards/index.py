@@ -129,14 +129,20 @@ def load_index(folder: Path) -> tuple[list[Shard], dict[str, Any]]:
             f"{folder}: no {INDEX}: not a fastload shard set, or its conversion did not "
             "finish (the index is written last)"
         )
-    shards, meta = parse_index(path.read_bytes(), str(path))
+    return index_of(folder, path.read_bytes(), str(path))
+
+
+def index_of(folder: Path, data: bytes, where: str) -> tuple[list[Shard], dict[str, Any]]:
+    """The shards and metadata of the index ``data`` (named ``where`` in errors) of the
+    shards in ``folder``, checked as :func:`load_index` checks them."""
+    shards, meta = parse_index(data, where)
     for number, shard in enumerate(shards):
         file = folder / shard.name
         if not file.is_file():
-            raise ShardIndexError(f"{path}: shard {number}: {file} is missing")
+            raise ShardIndexError(f"{where}: shard {number}: {file} is missing")
         if file.stat().st_size != shard.size:
             raise ShardIndexError(
-                f"{path}: shard {number}: {file} has {file.stat().st_size} bytes, "
+                f"{where}: shard {number}: {file} has {file.stat().st_size} bytes, "
                 f"the index says {shard.size}"
             )
     return shards, meta

@@ -1,16 +1,36 @@
 """Indexing a shard set that has no index: public WebDataset shards (``*.tar`` whose
-members are grouped by key, ``dir/000123.jpg`` with ``dir/000123.cls``), scanned once and
-the index written beside them, so the next open reads it directly."""
+members are grouped by key, ``dir/000123.jpg`` with ``dir/000123.cls``). The index is
+written beside them only when asked (``fastload index FOLDER``: :func:`index_webdataset`);
+``ShardedDataset`` keeps a scan in its ``cache_dir`` when it has one, and otherwise scans
+at each start, saying so (:func:`scanned_index`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import tarfile
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
-from fastload.shards.index import Member, ShardIndexError, file_sha256, shard_entry, write_index
+from fastload.shards.index import (
+    INDEX,
+    Member,
+    Shard,
+    ShardIndexError,
+    file_sha256,
+    index_bytes,
+    index_of,
+    shard_entry,
+    write_index,
+)
 
-__all__ = ["index_webdataset"]
+__all__ = ["index_webdataset", "scanned_index"]
+
+#: The folder of ``cache_dir`` where scans of local shard folders are kept.
+SCANS = "fastload-scans"
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -30,24 +50,79 @@ def _kind(info: tarfile.TarInfo) -> str:
 
 
 def index_webdataset(folder: Path) -> Path:
-    """Scan every ``*.tar`` of ``folder`` (sorted by name) and write its index.
+    """Scan every ``*.tar`` of ``folder`` (sorted by name) and write its index beside
+    them (``fastload index FOLDER``).
 
     Raises:
         ShardIndexError: No tar files, one that is not a readable tar, or one with a
             sample spread over non-adjacent members.
     """
-    tars = sorted(path for path in folder.glob("*.tar"))
-    if not tars:
-        raise ShardIndexError(f"{folder}: no index.json and no *.tar shards to index")
-    return write_scanned_index(folder, [scan_tar(path) for path in tars], str(folder))
+    return write_scanned_index(folder, [scan_tar(path) for path in _tars(folder)], str(folder))
+
+
+def scanned_index(
+    folder: Path, cache_dir: str | os.PathLike[str] | None
+) -> tuple[list[Shard], dict[str, Any]]:
+    """The index of the WebDataset shards in ``folder``, which has none, with nothing
+    written into ``folder``: a scan kept in ``cache_dir`` (for these tars: their names,
+    sizes and times), or, without one, a scan now and a warning that says how to keep it.
+    """
+    tars = _tars(folder)
+    if cache_dir is None:
+        data = _scanned_bytes(folder, tars)
+        warnings.warn(
+            f"{folder}: no {INDEX}: its {len(tars)} tar file(s) were read whole to index "
+            f"them, as they will be at each start; `fastload index {folder}` writes the "
+            "index beside them once, or give cache_dir= to keep the scan there",
+            stacklevel=3,
+        )
+        return index_of(folder, data, f"the scan of {folder}")
+    kept = Path(cache_dir) / SCANS / f"{_tars_digest(folder, tars)}.json"
+    if not kept.is_file():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        data = _scanned_bytes(folder, tars)
+        handle, name = tempfile.mkstemp(dir=kept.parent, prefix=".scan.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as temporary:
+                temporary.write(data)
+            os.replace(name, kept)
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
+    return index_of(folder, kept.read_bytes(), str(kept))
 
 
 def write_scanned_index(folder: Path, shards: list[dict[str, Any]], where: str) -> Path:
     """The index of scanned shards, written into ``folder``."""
+    return write_index(folder, shards, _scanned_meta(shards, where))
+
+
+def _tars(folder: Path) -> list[Path]:
+    tars = sorted(path for path in folder.glob("*.tar"))
+    if not tars:
+        raise ShardIndexError(f"{folder}: no {INDEX} and no *.tar shards to index")
+    return tars
+
+
+def _scanned_meta(shards: list[dict[str, Any]], where: str) -> dict[str, Any]:
     samples = sum(len(shard["samples"]) for shard in shards)
-    meta = {"source": f"WebDataset shards scanned in {where}", "samples": samples,
+    return {"source": f"WebDataset shards scanned in {where}", "samples": samples,
             "classes": None, "fields": None}  # fmt: skip
-    return write_index(folder, shards, meta)
+
+
+def _scanned_bytes(folder: Path, tars: list[Path]) -> bytes:
+    shards = [scan_tar(path) for path in tars]
+    return index_bytes(shards, _scanned_meta(shards, str(folder)))
+
+
+def _tars_digest(folder: Path, tars: list[Path]) -> str:
+    """What a kept scan is of: the folder and each tar's name, size and modification
+    time (a tar rewritten in place is scanned again)."""
+    listing = [str(folder.resolve())]
+    for path in tars:
+        status = path.stat()
+        listing.append(f"{path.name}\0{status.st_size}\0{status.st_mtime_ns}")
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:32]
 
 
 def scan_tar(path: Path) -> dict[str, Any]:

@@ -117,6 +117,19 @@ def _info(args: argparse.Namespace) -> None:
     print(json.dumps(meta | {"file_bytes": size}, indent=2))
 
 
+def _index(args: argparse.Namespace) -> None:
+    from fastload.shards.index import INDEX, load_index
+    from fastload.shards.scan import index_webdataset
+
+    if not args.folder.is_dir():
+        raise FileNotFoundError(f"{args.folder}: no such folder")
+    if (args.folder / INDEX).exists():
+        raise FileExistsError(f"{args.folder / INDEX} exists; it is left as it is")
+    path = index_webdataset(args.folder)
+    shards, meta = load_index(args.folder)
+    print(f"{path}: {meta['samples']} samples in {len(shards)} shards")
+
+
 def _verify(args: argparse.Namespace) -> None:
     from fastload.lmdb.verify import verify_lmdb
 
@@ -395,6 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="print a database's or shard set's metadata")
     info.add_argument("database", type=_source, help="an LMDB file, a shard folder, s3://...")
     info.set_defaults(run=_info)
+
+    index = commands.add_parser(
+        "index", help="write index.json beside WebDataset shards (*.tar), read once by all"
+    )
+    index.add_argument("folder", type=Path, help="a folder of WebDataset .tar shards")
+    index.set_defaults(run=_index)
 
     verify = commands.add_parser(
         "verify", help="read, check and decode every record (shard sets: hashes and samples)"
