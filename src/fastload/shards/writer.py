@@ -39,16 +39,16 @@ _PNG = b"\x89PNG"
 
 def write_shards(
     source: Any,
-    destination: str | os.PathLike,
+    destination: str | os.PathLike[str],
     *,
     shard_size: int = 256 << 20,
     resume: bool = False,
     skip_bad: bool = False,
     resize: int | None = None,
     quality: int | None = None,
-    annotations: str | os.PathLike | None = None,
+    annotations: str | os.PathLike[str] | None = None,
     instance_masks: bool = False,
-    masks: str | os.PathLike | None = None,
+    masks: str | os.PathLike[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     ray: bool = False,
     parts: int | None = None,
@@ -123,7 +123,7 @@ def write_shards(
     return meta
 
 
-def _destination(where: str | os.PathLike, options: dict[str, Any] | None) -> Destination:
+def _destination(where: str | os.PathLike[str], options: dict[str, Any] | None) -> Destination:
     target = destination(where, options)
     if target.has_index():
         target.close()
