@@ -1,5 +1,5 @@
-"""The package type-checks clean with the configuration in pyproject.toml (``make lint``),
-fastload.gpu and fastload.loader under the flags of ``mypy --strict``."""
+"""The whole package type-checks clean under ``mypy --strict``, with the configuration in
+pyproject.toml (``make lint``)."""
 
 from __future__ import annotations
 

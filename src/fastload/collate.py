@@ -64,7 +64,8 @@ def _stack(images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
         # In a worker, stack straight into shared memory, as default_collate does: the
         # batch then crosses to the main process without a second copy.
         first = views[0]
-        storage = first._typed_storage()._new_shared(len(views) * first.numel(), device="cpu")
+        # (torch leaves Tensor._typed_storage, default_collate's way here, unannotated)
+        storage = first._typed_storage()._new_shared(len(views) * first.numel(), device="cpu")  # type: ignore[no-untyped-call]
         out = first.new(storage).resize_(len(views), *first.shape)
     return torch.stack(views, out=out)
 
@@ -198,11 +199,13 @@ def padded_collate(batch: Sequence[Any], *, multiple: int = 1, fill: int = 0) ->
                     f"its image of size {own}"
                 )
             padding = (0, width - item.shape[-1], 0, height - item.shape[-2])
-            return tv_tensors.wrap(
+            padded: torch.Tensor = tv_tensors.wrap(  # a Mask again (torchvision is untyped)
                 torch.nn.functional.pad(item.as_subclass(torch.Tensor), padding), like=item
             )
+            return padded
         if isinstance(item, tv_tensors.BoundingBoxes):
-            return tv_tensors.wrap(item, like=item, canvas_size=(height, width))
+            boxes: torch.Tensor = tv_tensors.wrap(item, like=item, canvas_size=(height, width))
+            return boxes
         return item
 
     fields = []

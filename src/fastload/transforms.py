@@ -14,7 +14,7 @@ import os
 import random
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ from fastload._checks import positive_pair
 from fastload.boxes import TRIES, sample_box
 from fastload.collate import chw
 from fastload.decode.opencv import decode_image, displayed_size, is_jpeg, reduction_factor
+
+if TYPE_CHECKING:
+    from fastload.decode.nvimgcodec import NvImageCodec
 
 __all__ = ["Albumentations", "DecodeRandomResizedCrop", "RandomResizedCrop", "crop_box"]
 
@@ -236,10 +239,10 @@ def _decode_region(data: np.ndarray, region: tuple[int, int, int, int]) -> torch
     return codec.decode([encoded], {0: region}).get(0)
 
 
-_REGION_DECODERS: dict[int, Any] = {}
+_REGION_DECODERS: dict[int, NvImageCodec] = {}
 
 
-def _region_decoder() -> Any:
+def _region_decoder() -> NvImageCodec | None:
     """This process's nvImageCodec CPU decoder (one thread: the DataLoader workers are the
     parallelism), made on first use: a forked worker makes its own."""
     from fastload.decode import nvimgcodec

@@ -12,7 +12,7 @@ from fastload.decode.opencv import DecodeMode, check_decode_mode, load_image
 __all__ = ["ImageDataset"]
 
 
-class ImageDataset(Dataset):
+class ImageDataset(Dataset[tuple[Any, Any]]):
     """Shared by ImageFolder and LMDBDataset: ``decode`` and ``min_size`` say what an
     image becomes; ``transform`` and ``target_transform`` run on the result, or
     ``transforms`` on both together (torchvision's VisionDataset names)."""

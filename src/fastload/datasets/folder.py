@@ -16,7 +16,7 @@ __all__ = ["ImageFolder", "folder_samples"]
 
 
 def folder_samples(
-    root: str | os.PathLike,
+    root: str | os.PathLike[str],
 ) -> tuple[list[str], dict[str, int], list[tuple[str, int]]]:
     """``(classes, class_to_idx, samples)`` exactly as torchvision's ImageFolder finds them."""
     root = Path(root)
@@ -56,7 +56,7 @@ class ImageFolder(ImageDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike,
+        root: str | os.PathLike[str],
         transform: Callable[[Any], Any] | None = None,
         target_transform: Callable[[Any], Any] | None = None,
         *,
@@ -82,7 +82,8 @@ class ImageFolder(ImageDataset):
 
     @property
     def targets(self) -> list[int]:
-        return self._labels.tolist()
+        labels: list[int] = self._labels.tolist()
+        return labels
 
     def __len__(self) -> int:
         return len(self._labels)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.dlpack import from_dlpack
 
 from fastload.decode import opencv as decode_module
 from fastload.decode.opencv import displayed_size, is_jpeg, is_truncated_jpeg
@@ -143,6 +144,6 @@ class NvImageCodec:
             if image is None:
                 continue
             decoded[index] = (
-                torch.from_dlpack(image) if cuda else torch.from_numpy(np.asarray(image.cpu()))
+                from_dlpack(image) if cuda else torch.from_numpy(np.asarray(image.cpu()))
             )
         return decoded

@@ -27,7 +27,9 @@ __all__ = ["crop_resize_finish"]
 BLOCK = 128
 
 
-@triton.jit
+# Triton ships no type information, so triton.jit is an untyped decorator; and Triton reads
+# a kernel's parameter annotations itself (tl.constexpr), so its pointers stay unannotated.
+@triton.jit  # type: ignore[untyped-decorator]
 def _store(  # type: ignore[no-untyped-def]
     target, value, scale, shift, channel, stride_c, mask, TO_UINT8: tl.constexpr
 ):
@@ -37,7 +39,7 @@ def _store(  # type: ignore[no-untyped-def]
     tl.store(target + channel * stride_c, value.to(target.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit  # type: ignore[untyped-decorator]
 def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
     source, starts, sizes, boxes, taps, flips, scale, shift, out,
     out_h, out_w, stride_n, stride_c, stride_h, stride_w,

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+import lmdb
 from fastload.datasets.base import ImageDataset
 from fastload.decode.opencv import DecodeMode, as_output, decoded_size
 from fastload.lmdb.store import close_reader, read_meta, read_transaction, record_entries
@@ -75,7 +76,7 @@ class LMDBDataset(ImageDataset):
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         transform: Callable[[Any], Any] | None = None,
         target_transform: Callable[[Any], Any] | None = None,
         *,
@@ -103,7 +104,7 @@ class LMDBDataset(ImageDataset):
                 "at full scale; leave min_size out"
             )
 
-    def _checked_count(self, txn) -> int:
+    def _checked_count(self, txn: lmdb.Transaction) -> int:
         """The metadata's record count, checked against the file: a count that lies would
         make a sampler allocate for records that do not exist."""
         count = self.meta.get("count")
@@ -134,7 +135,7 @@ class LMDBDataset(ImageDataset):
     def __len__(self) -> int:
         return self._count
 
-    def _transaction(self):
+    def _transaction(self) -> lmdb.Transaction:
         # Looked up at every read, never stored: after fork, pickling for spawn, or a
         # writer closing it, the next read opens the file afresh in this process.
         return read_transaction(self._path, readahead=self.readahead)
@@ -145,7 +146,9 @@ class LMDBDataset(ImageDataset):
         into the memory map: use it at once, it is not valid after the file is closed."""
         return self._record(self._transaction(), index, check=check, copy=copy)
 
-    def _record(self, txn, index: int, *, check: bool = False, copy: bool = True) -> Record:
+    def _record(
+        self, txn: lmdb.Transaction, index: int, *, check: bool = False, copy: bool = True
+    ) -> Record:
         count = self._count
         if not -count <= index < count:
             raise IndexError(f"index {index} is out of range for {self.path} ({count} records)")
@@ -163,7 +166,7 @@ class LMDBDataset(ImageDataset):
         txn = self._transaction()
         return [self._sample(txn, int(index)) for index in indices]
 
-    def _sample(self, txn, index: int) -> tuple[Any, Any]:
+    def _sample(self, txn: lmdb.Transaction, index: int) -> tuple[Any, Any]:
         # decoded or copied before the next read
         record = self._record(txn, index, check=self.check, copy=False)
         payload, source = record.payload, f"{self._path}:{index}"

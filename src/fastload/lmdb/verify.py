@@ -25,7 +25,7 @@ class VerifyReport:
         return not self.problems and self.checked == self.count
 
 
-def verify_lmdb(path: str | os.PathLike, *, progress: bool = True) -> VerifyReport:
+def verify_lmdb(path: str | os.PathLike[str], *, progress: bool = True) -> VerifyReport:
     """Check every record: present, CRC-32 intact, image decodable, label in range, and
     read as a sample (fields become a target for its image) as LMDBDataset reads it."""
     dataset = LMDBDataset(path, check=True)

@@ -142,7 +142,7 @@ def _start(env: lmdb.Environment, path: Path, items: Source, encoding: Encoding)
 
 def write_lmdb(
     source: Any,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     num_workers: int | None = None,
     commit_every: int = 256,
@@ -261,7 +261,7 @@ def _leave_out(items: Source, path: Path) -> None:
     written = [p for p in (path, lock_path(path)) if p.exists()]
     names = {p.name for p in written}
 
-    def keep(item: str | os.PathLike) -> bool:
+    def keep(item: str | os.PathLike[str]) -> bool:
         return Path(item).name not in names or not any(
             os.path.exists(item) and os.path.samefile(item, p) for p in written
         )

@@ -156,7 +156,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _inside(xs: Any, ys: Any, height: int, width: int) -> bool:
+def _inside(xs: Sequence[float], ys: Sequence[float], height: int, width: int) -> bool:
     return (
         min(xs) >= -OUTSIDE
         and min(ys) >= -OUTSIDE
@@ -328,4 +328,5 @@ def _rasterise(coco_mask: Any, segmentation: Any, height: int, width: int) -> np
         rle = coco_mask.frPyObjects(segmentation, height, width)
     else:  # compressed RLE
         rle = segmentation
-    return coco_mask.decode(rle)
+    mask: np.ndarray = coco_mask.decode(rle)
+    return mask

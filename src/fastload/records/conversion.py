@@ -98,9 +98,9 @@ class Conversion:
 
 def make_source(
     source: Any,
-    annotations: str | os.PathLike | None,
+    annotations: str | os.PathLike[str] | None,
     instance_masks: bool,
-    masks: str | os.PathLike | None,
+    masks: str | os.PathLike[str] | None,
 ) -> Source:
     if annotations is not None and masks is not None:
         raise ValueError("give annotations (detection) or masks (segmentation), not both")

@@ -41,7 +41,7 @@ def existing_folder(path: Path, what: str) -> Path:
     return path
 
 
-def read_file(path: str | os.PathLike) -> bytes:
+def read_file(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file ``path``. A pipe would block the conversion forever
     and a device (``/dev/zero``) never end: both are refused (ImageDecodeError), unread."""
     mode = os.stat(path).st_mode

@@ -57,7 +57,7 @@ class CaptionedFiles:
         return self.texts[position]
 
 
-def captioned_source(source: str | os.PathLike) -> CaptionedFiles:
+def captioned_source(source: str | os.PathLike[str]) -> CaptionedFiles:
     """The pairs in a folder of images with captions beside them, or in a ``.csv`` or
     ``.jsonl`` file of ``path`` and ``caption`` (or ``image``/``text``) columns.
 

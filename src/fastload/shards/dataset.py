@@ -76,14 +76,14 @@ class ShardedDataset(ImageDataset):
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         transform: Callable[[Any], Any] | None = None,
         target_transform: Callable[[Any], Any] | None = None,
         *,
         decode: DecodeMode = "numpy",
         min_size: int | tuple[int, int] | None = None,
         transforms: Callable[[Any, Any], tuple[Any, Any]] | None = None,
-        cache_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         storage_options: dict[str, Any] | None = None,
         keys: Sequence[str] | str | None = None,
@@ -117,7 +117,9 @@ class ShardedDataset(ImageDataset):
                 self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
         self._say_what_is_left_out()
-        self._starts = np.cumsum([0] + [len(shard.samples) for shard in self.shards]).tolist()
+        self._starts: list[int] = np.cumsum(
+            [0] + [len(shard.samples) for shard in self.shards]
+        ).tolist()
         self._files: dict[int, int] = {}  # shard number -> descriptor, in this process
         self._pid = os.getpid()
 

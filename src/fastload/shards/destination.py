@@ -42,7 +42,7 @@ def merged(header: dict[str, Any] | None, records: list[dict[str, Any]]) -> dict
 class Destination:
     """A local folder receiving a shard set."""
 
-    def __init__(self, folder: str | os.PathLike) -> None:
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder).resolve()  # Ray's workers run in other directories
         self.folder.mkdir(parents=True, exist_ok=True)
         self.staging = self.folder
@@ -181,7 +181,9 @@ class S3Destination(Destination):
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def destination(target: str | os.PathLike, options: dict[str, Any] | None = None) -> Destination:
+def destination(
+    target: str | os.PathLike[str], options: dict[str, Any] | None = None
+) -> Destination:
     """The :class:`Destination` for a folder or an ``s3://`` URL (``options`` go to
     ``boto3.client("s3", ...)``)."""
     if is_remote(target):

@@ -62,7 +62,7 @@ def convert_on_ray(
         ray.init(log_to_driver=False, configure_logging=False)
     try:
         if "parts" not in progress:
-            cpus = int(ray.cluster_resources().get("CPU", 1))
+            cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
             progress = {**progress, "parts": split(len(items), parts or 4 * cpus), "done": {}}
             target.save_progress(progress)  # the partition, for a resume
         return _run(ray, items, target, progress, encoding, shard_size, skip_bad, options)

@@ -76,7 +76,7 @@ class S3Shards:
         self,
         url: str,
         *,
-        cache_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         options: dict[str, Any] | None = None,
         parallel: int = 4,

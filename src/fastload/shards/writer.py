@@ -28,7 +28,7 @@ __all__ = ["write_shards"]
 
 def write_shards(
     source: Any,
-    destination: str | os.PathLike,
+    destination: str | os.PathLike[str],
     *,
     shard_size: int = 256 << 20,
     storage_options: dict[str, Any] | None = None,
@@ -112,7 +112,7 @@ def write_shards(
     return meta
 
 
-def _destination(where: str | os.PathLike, options: dict[str, Any] | None) -> Destination:
+def _destination(where: str | os.PathLike[str], options: dict[str, Any] | None) -> Destination:
     target = destination(where, options)
     if target.has_index():
         target.close()

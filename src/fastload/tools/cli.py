@@ -8,9 +8,13 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastload.datasets.folder import ImageFolder
+    from fastload.lmdb import LMDBDataset
 
 __all__ = ["main"]
 
@@ -156,7 +160,7 @@ def _verify(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
-def _image_dataset(data: Path, image_size: int):
+def _image_dataset(data: Path, image_size: int) -> LMDBDataset | ImageFolder:
     """An LMDB file or an image folder, decoded by OpenCV and augmented by albumentations
     (RandomResizedCrop, flip): the CPU pipeline that fastload recommends."""
     try:
@@ -229,7 +233,7 @@ def _model(value: str) -> str:
     return value
 
 
-def _int_list(low: int):
+def _int_list(low: int) -> Callable[[str], list[int]]:
     """An argparse type: comma-separated integers, each >= ``low``."""
 
     def parse(value: str) -> list[int]:
@@ -313,7 +317,7 @@ def _bench(args: argparse.Namespace) -> None:
 
     dataset = _image_dataset(args.data, args.image_size)
 
-    def make(workers: int, prefetch: int) -> FastLoader:
+    def make(workers: int, prefetch: int) -> FastLoader[tuple[Any, Any]]:
         return FastLoader(
             dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers,
             prefetch_factor=prefetch if workers else None, persistent_workers=False,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -15,6 +15,11 @@ from torch.utils.data import DataLoader
 from fastload.loader import FastLoader
 from fastload.tools.measure import Measurement, format_table, measure
 from fastload.tools.synthetic import make_image_folder
+
+if TYPE_CHECKING:
+    from torchvision.datasets import ImageFolder
+
+    from fastload.tools.diagnostics import DiagnoseReport
 
 __all__ = ["LoaderRun", "compare_loaders", "run_demo"]
 
@@ -31,7 +36,7 @@ class LoaderRun:
         return self.images / self.measurement.median
 
 
-def _imagefolder(root: Path, image_size: int):
+def _imagefolder(root: Path, image_size: int) -> ImageFolder:
     from torchvision.datasets import ImageFolder
     from torchvision.transforms import v2
 
@@ -42,7 +47,7 @@ def _imagefolder(root: Path, image_size: int):
     return ImageFolder(str(root), transform=transform)
 
 
-def _one_epoch(loader: DataLoader) -> None:
+def _one_epoch(loader: DataLoader[Any]) -> None:
     for _images, _labels in loader:
         pass
 
@@ -92,7 +97,7 @@ def loader_table(runs: list[LoaderRun]) -> str:
     )
 
 
-def diagnose_small_training(root: Path, *, batches: int = 6):
+def diagnose_small_training(root: Path, *, batches: int = 6) -> DiagnoseReport:
     """``fastload.diagnose`` on a ResNet-18 trained on ``root`` at 64 px: the report a
     user gets for their own loop."""
     from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 from fastload.tools.diagnostics.waits import WaitSummary
 
 __all__ = ["plot_timeline", "plot_workers"]
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
+    """``matplotlib.pyplot``, drawing off screen."""
     try:
         import matplotlib
     except ModuleNotFoundError as error:

@@ -18,7 +18,7 @@ __all__ = ["ShapesDetection"]
 SHAPES = ("background", "rectangle", "ellipse", "triangle")
 
 
-class ShapesDetection(Dataset):
+class ShapesDetection(Dataset[tuple[tv_tensors.Image, dict[str, torch.Tensor]]]):
     """``length`` images of ``size`` (height, width), each with 1 to ``max_objects``
     shapes: rectangles, ellipses and triangles in colours of their own.
 
@@ -54,7 +54,7 @@ class ShapesDetection(Dataset):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> tuple[tv_tensors.Image, dict]:
+    def __getitem__(self, index: int) -> tuple[tv_tensors.Image, dict[str, torch.Tensor]]:
         if not -self.length <= index < self.length:
             raise IndexError(f"index {index} of a ShapesDetection of {self.length}")
         rng = np.random.default_rng([self.seed, index % self.length])

@@ -54,7 +54,8 @@ def photo_like_image(rng: np.random.Generator, height: int, width: int) -> np.nd
         colour = rng.uniform(0, 255, size=3).astype(np.float32) + np.roll(texture, shift, (0, 1))
         image = image * (1 - mask) + colour * mask
     image += rng.standard_normal(image.shape, dtype=np.float32) * 4  # sensor grain
-    return np.clip(image, 0, 255).astype(np.uint8)
+    photo: np.ndarray = np.clip(image, 0, 255).astype(np.uint8)
+    return photo
 
 
 def make_image_folder(

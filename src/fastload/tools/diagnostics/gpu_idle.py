@@ -36,7 +36,8 @@ class StepEvents:
         self._ends: list[torch.cuda.Event] = []
 
     def _record(self, events: list[torch.cuda.Event]) -> None:
-        event = torch.cuda.Event(enable_timing=True)
+        # torch leaves torch.cuda.Event unannotated
+        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call, unused-ignore]
         event.record(torch.cuda.current_stream(self.device))
         events.append(event)
 

@@ -96,7 +96,8 @@ def _image_tensor(batch: Any) -> torch.Tensor | None:
         return None
     for key in path:
         batch = batch[key]
-    return batch
+    image: torch.Tensor = batch  # the tensor leaf image_leaf_path found
+    return image
 
 
 def diagnose(
@@ -231,7 +232,7 @@ def classifier_step(model: str, num_classes: int, device: torch.device) -> Calla
         images, labels = batch
         loss = torch.nn.functional.cross_entropy(network(images), labels)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         optimizer.step()
 
     return step
