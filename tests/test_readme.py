@@ -67,7 +67,7 @@ def test_the_command_line_table_names_every_option():
     table = CLI_PAGE.read_text().split("## Commands", 1)[1].split("\n\n", 2)[1]
     rows = {row.split("`")[1].split()[1]: row for row in table.splitlines()[2:]}
     commands = build_parser()._subparsers._group_actions[0].choices
-    assert set(rows) == set(commands) and len(set(rows)) == 6
+    assert set(rows) == set(commands) and len(set(rows)) == 7
     for name, parser in commands.items():
         for action in parser._actions:
             flags = [flag for flag in action.option_strings if flag.startswith("--")]
