@@ -48,7 +48,7 @@ from data import DATA, jpeg_folder
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.tools.measure import Measurement
-from fastload.tools.s3server import FaultyProxy, LocalS3, swift_installed
+from fastload.testing.s3server import FaultyProxy, LocalS3, swift_installed
 from streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastload.tools.s3server import LocalS3
+from fastload.testing.s3server import LocalS3
 
 Pass = Callable[[], dict[str, float]]
 Batches = Iterable[Iterable[tuple[int, Any]]]  # (JPEG size, label) pairs, batch by batch

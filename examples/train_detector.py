@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 
 from fastload import DataPrefetcher, FastLoader, LMDBDataset, gpu, write_lmdb
 from fastload.collate import padded_collate
-from fastload.tools.shapes import ShapesDetection
+from fastload.testing.shapes import ShapesDetection
 
 
 def main() -> None:

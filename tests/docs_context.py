@@ -93,7 +93,7 @@ def train_lmdb(docs_directory: Path) -> Path:
 def coco_lmdb(docs_directory: Path) -> Path:
     """`coco.lmdb`: images with boxes, labels and instance masks, as a COCO conversion."""
     from fastload import write_lmdb
-    from fastload.tools.shapes import ShapesDetection
+    from fastload.testing.shapes import ShapesDetection
 
     write_lmdb(ShapesDetection(8, size=(96, 128)), "coco.lmdb", num_workers=0, progress=False)
     return docs_directory / "coco.lmdb"
@@ -132,7 +132,7 @@ def s3_bucket(docs_directory: Path, monkeypatch: pytest.MonkeyPatch):
     S3 API on 127.0.0.1), the AWS variables pointing at it."""
     boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
     from fastload.shards import write_shards
-    from fastload.tools.s3server import LocalS3, swift_installed
+    from fastload.testing.s3server import LocalS3, swift_installed
 
     if not swift_installed():
         pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")

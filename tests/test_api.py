@@ -122,3 +122,16 @@ def test_the_lmdb_errors_users_catch_are_exported():
     }  # fmt: skip
     assert issubclass(lmdb.TargetError, ValueError)
     assert issubclass(lmdb.WorkerDiedError, OSError)
+
+
+@pytest.mark.parametrize("name", ["s3server", "shapes"])
+def test_the_test_helpers_old_module_paths_work_for_one_release(name):
+    import importlib
+    import sys
+
+    sys.modules.pop(f"fastload.tools.{name}", None)
+    with pytest.warns(FutureWarning, match=rf"fastload\.tools\.{name} moved to fastload\.testing"):
+        old = importlib.import_module(f"fastload.tools.{name}")
+    new = importlib.import_module(f"fastload.testing.{name}")
+    assert old.__all__ == new.__all__
+    assert all(getattr(old, item) is getattr(new, item) for item in new.__all__)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fastload.tools.s3server import swift_installed
+from fastload.testing.s3server import swift_installed
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 #: Peer -> (module, a name it has): whether it is installed here, asked outside the run.

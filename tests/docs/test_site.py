@@ -34,6 +34,7 @@ PUBLIC_MODULES = (
     "fastload.loader",
     "fastload.collate",
     "fastload.datasets",
+    "fastload.decode",
     "fastload.decode.opencv",
     "fastload.lmdb",
     "fastload.shards",
@@ -41,6 +42,9 @@ PUBLIC_MODULES = (
     "fastload.gpu",
     "fastload.gpu.functional",
     "fastload.tools.diagnostics",
+    "fastload.testing.s3server",
+    "fastload.testing.shapes",
+    "fastload.finishing",
 )
 
 

@@ -22,7 +22,7 @@ from fastload.lmdb import LMDBDataset
 from fastload.lmdb.verify import verify_lmdb
 from fastload.records.format import Field, RecordFormatError, index_key, pack_record, unpack_record
 from fastload.records.targets import TargetError, fields_target, resize_fields, target_fields
-from fastload.tools.shapes import ShapesDetection
+from fastload.testing.shapes import ShapesDetection
 
 DTYPES = st.sampled_from(["u1", "<u2", "?", "<i4", "<f4", "<i8"])
 NAMES = st.text(min_size=1, max_size=20).filter(lambda name: len(name.encode()) < 256)

@@ -26,7 +26,7 @@ from fastload.decode.opencv import ImageDecodeError
 from fastload.lmdb.verify import verify_lmdb
 from fastload.records.format import META_KEY, Field, RecordFormatError, index_key, pack_record
 from fastload.records.targets import TargetError
-from fastload.tools.shapes import ShapesDetection
+from fastload.testing.shapes import ShapesDetection
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import NumberedImages

@@ -127,7 +127,7 @@ THREADS_BEFORE_FORK = textwrap.dedent(
     """
     import torch
     from fastload import write_lmdb
-    from fastload.tools.shapes import ShapesDetection
+    from fastload.testing.shapes import ShapesDetection
     torch.ones(512, 512).sum(0).tolist()  # PyTorch's (OpenMP) threads at work before the fork
     write_lmdb(ShapesDetection(8, size=(240, 320)), {path!r}, num_workers=2, progress=False)
     print("converted")

@@ -7,7 +7,7 @@ import pytest
 from fastload import write_lmdb
 from fastload.records.conversion import Conversion, SourceOptions
 from fastload.shards import write_shards
-from fastload.tools.shapes import ShapesDetection
+from fastload.testing.shapes import ShapesDetection
 
 WRITERS = [("write_lmdb", write_lmdb, "out.lmdb"), ("write_shards", write_shards, "shards")]
 

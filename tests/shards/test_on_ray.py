@@ -124,7 +124,7 @@ def test_bad_images_are_skipped_and_listed_as_in_one_process(cluster, folder, tm
 
 def test_ray_uploads_each_part_to_a_bucket(cluster, folder, one_process, tmp_path):
     boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
-    from fastload.tools.s3server import LocalS3, swift_installed
+    from fastload.testing.s3server import LocalS3, swift_installed
 
     if not swift_installed():
         pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")

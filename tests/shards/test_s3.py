@@ -18,7 +18,7 @@ from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
-from fastload.tools.s3server import LocalS3, swift_installed
+from fastload.testing.s3server import LocalS3, swift_installed
 
 boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
 if not swift_installed():
@@ -125,7 +125,7 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
     from botocore.config import Config
 
     from fastload.shards import remote
-    from fastload.tools.s3server import FaultyProxy
+    from fastload.testing.s3server import FaultyProxy
 
     monkeypatch.setattr(remote, "CHUNK", 4096)  # many ranged GETs a shard: many faults
 

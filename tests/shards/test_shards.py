@@ -23,7 +23,7 @@ from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.cache import NodeCache
 from fastload.shards.index import INDEX, PROGRESS, ShardIndexError, shards_digest
-from fastload.tools.shapes import ShapesDetection
+from fastload.testing.shapes import ShapesDetection
 
 
 @pytest.fixture(scope="module")

@@ -215,7 +215,7 @@ def databases(places, tmp_path_factory):
     """Databases diagnose and bench cannot measure a classifier on: detection targets,
     labels without class names, no records (every file skipped)."""
     from fastload import write_lmdb
-    from fastload.tools.shapes import ShapesDetection
+    from fastload.testing.shapes import ShapesDetection
 
     root = tmp_path_factory.mktemp("databases")
     write_lmdb(ShapesDetection(2, size=(32, 32)), root / "det.lmdb", num_workers=0, progress=False)

@@ -65,7 +65,7 @@ class ShardedDataset(ImageDataset):
 
     Example:
         >>> from fastload.shards import write_shards
-        >>> from fastload.tools.shapes import ShapesDetection
+        >>> from fastload.testing.shapes import ShapesDetection
         >>> import tempfile
         >>> folder = tempfile.mkdtemp()
         >>> _ = write_shards(ShapesDetection(3, size=(32, 32)), folder)

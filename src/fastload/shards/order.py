@@ -76,7 +76,7 @@ class ShardShuffle(Sampler[int]):
     Example:
         >>> import tempfile
         >>> from fastload.shards import ShardedDataset, write_shards
-        >>> from fastload.tools.shapes import ShapesDetection
+        >>> from fastload.testing.shapes import ShapesDetection
         >>> folder = tempfile.mkdtemp()
         >>> _ = write_shards(ShapesDetection(16, size=(16, 16)), folder, shard_size=1)
         >>> dataset = ShardedDataset(folder)  # 16 shards of one sample each

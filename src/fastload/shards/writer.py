@@ -62,7 +62,7 @@ def write_shards(
     finished shards are kept, neither re-encoded nor re-uploaded).
 
     Example:
-        >>> from fastload.tools.shapes import ShapesDetection
+        >>> from fastload.testing.shapes import ShapesDetection
         >>> import tempfile
         >>> meta = write_shards(ShapesDetection(3, size=(32, 32)), tempfile.mkdtemp())
         >>> meta["samples"], meta["fields"]

@@ -1,0 +1,299 @@
+"""A real S3-compatible server on 127.0.0.1 for tests and benchmarks: OpenStack Swift
+(``pip install '.[testing]'``) with its S3 API (``s3api`` and ``tempauth`` in the proxy's
+pipeline, ``slo`` for multipart uploads), every server in one process (``workers = 0``),
+its data in a temporary folder. It checks request signatures and serves range reads, as
+S3 does.
+
+Example::
+
+    with LocalS3() as server:
+        client = boto3.client("s3", **server.client_options())
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FaultyProxy", "LocalS3", "swift_installed"]
+
+ACCESS_KEY, SECRET_KEY = "test:tester", "testing"
+_SERVERS = {"object": 0, "container": 1, "account": 2}
+
+
+def _bin(name: str) -> Path:
+    return Path(sys.executable).parent / name
+
+
+def swift_installed() -> bool:
+    try:
+        import swift  # noqa: F401
+    except ImportError:
+        return False
+    return _bin("swift-proxy-server").exists() and _bin("swift-ring-builder").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _server_conf(root: Path, kind: str, port: int) -> str:
+    return f"""[DEFAULT]
+devices = {root / "node"}
+mount_check = false
+bind_ip = 127.0.0.1
+bind_port = {port}
+workers = 0
+swift_dir = {root / "etc"}
+log_level = ERROR
+[pipeline:main]
+pipeline = {kind}-server
+[app:{kind}-server]
+use = egg:swift#{kind}
+"""
+
+
+def _proxy_conf(root: Path, port: int) -> str:
+    return f"""[DEFAULT]
+bind_ip = 127.0.0.1
+bind_port = {port}
+workers = 0
+swift_dir = {root / "etc"}
+log_level = ERROR
+[pipeline:main]
+pipeline = catch_errors proxy-logging cache listing_formats s3api tempauth copy slo dlo
+    proxy-logging proxy-server
+[app:proxy-server]
+use = egg:swift#proxy
+account_autocreate = true
+[filter:catch_errors]
+use = egg:swift#catch_errors
+[filter:proxy-logging]
+use = egg:swift#proxy_logging
+[filter:cache]
+use = egg:swift#memcache
+[filter:s3api]
+use = egg:swift#s3api
+[filter:listing_formats]
+use = egg:swift#listing_formats
+[filter:copy]
+use = egg:swift#copy
+[filter:slo]
+use = egg:swift#slo
+[filter:dlo]
+use = egg:swift#dlo
+[filter:tempauth]
+use = egg:swift#tempauth
+user_test_tester = {SECRET_KEY} .admin
+"""
+
+
+class LocalS3:
+    """Start Swift's four servers on free ports; ``endpoint`` is the S3 endpoint. Stopped
+    and its folder removed on exit."""
+
+    def __init__(self) -> None:
+        if not swift_installed():
+            raise RuntimeError(
+                "the local S3 server needs OpenStack Swift: pip install '.[testing]'"
+            )
+        self.root = Path(tempfile.mkdtemp(prefix="fastload-s3-"))
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._processes: list[subprocess.Popen[bytes]] = []
+
+    def client_options(self) -> dict[str, Any]:
+        """What ``boto3.client("s3", ...)`` needs to reach it."""
+        return {
+            "endpoint_url": self.endpoint, "aws_access_key_id": ACCESS_KEY,
+            "aws_secret_access_key": SECRET_KEY, "region_name": "us-east-1",
+        }  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        """The usual AWS variables for it."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1",
+        }  # fmt: skip
+
+    def __enter__(self) -> LocalS3:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _start(self) -> None:
+        etc, node = self.root / "etc", self.root / "node" / "sdb1"
+        etc.mkdir()
+        node.mkdir(parents=True)
+        (etc / "swift.conf").write_text(
+            "[swift-hash]\nswift_hash_path_suffix = fastload\nswift_hash_path_prefix = fastload\n"
+            "[storage-policy:0]\nname = gold\ndefault = yes\n"
+        )
+        builder = str(_bin("swift-ring-builder"))
+        for kind in _SERVERS:
+            port = _free_port()
+            ring = str(etc / f"{kind}.builder")
+            steps = (["create", "4", "1", "1"], ["add", f"r1z1-127.0.0.1:{port}/sdb1", "1"],
+                     ["rebalance"])  # fmt: skip
+            for arguments in steps:
+                subprocess.run([builder, ring, *arguments], check=True, capture_output=True)
+            (etc / f"{kind}-server.conf").write_text(_server_conf(self.root, kind, port))
+        (etc / "proxy-server.conf").write_text(_proxy_conf(self.root, self.port))
+        for kind in (*_SERVERS, "proxy"):
+            command = [str(_bin(f"swift-{kind}-server")), str(etc / f"{kind}-server.conf")]
+            with open(self.root / f"{kind}.log", "wb") as log:  # the server keeps its own copy
+                self._processes.append(
+                    subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+                )
+        self._wait_until_it_answers()
+
+    def _wait_until_it_answers(self, timeout: float = 60.0) -> None:
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = boto3.client("s3", **self.client_options())
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.list_buckets()
+                return
+            except (BotoCoreError, ClientError) as error:
+                dead = [p for p in self._processes if p.poll() is not None]
+                if dead or time.monotonic() > deadline:
+                    logs = {p.name: p.read_text()[-500:] for p in self.root.glob("*.log")}
+                    message = f"the local S3 server did not start ({error}): {logs}"
+                    raise RuntimeError(message) from None
+                time.sleep(0.2)
+
+    def kill_endpoint(self) -> None:
+        """Kill the S3 endpoint (Swift's proxy) with SIGKILL, as a crash would: requests
+        are refused until :meth:`restart_endpoint`; the stored objects stay."""
+        proxy = self._processes.pop()
+        proxy.kill()
+        proxy.wait()
+
+    def restart_endpoint(self) -> None:
+        """Start the S3 endpoint again on its port, and wait until it answers."""
+        etc = self.root / "etc"
+        command = [str(_bin("swift-proxy-server")), str(etc / "proxy-server.conf")]
+        with open(self.root / "proxy.log", "ab") as log:
+            self._processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        self._wait_until_it_answers()
+
+    def stop(self) -> None:
+        for process in self._processes:
+            process.terminate()
+        for process in self._processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._processes.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class FaultyProxy:
+    """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that misbehaves as object
+    stores do under load, on a fixed schedule (request numbers, from 1): ``slow_down``
+    every n-th request answered ``503 SlowDown``; ``truncate`` every n-th body cut in
+    half (the connection closed early); ``corrupt`` every n-th body of a ranged GET with
+    one byte changed (its length right: only a checksum sees it); ``stall`` every n-th answered
+    only after ``stall_s`` seconds. ``endpoint`` replaces the server's."""
+
+    def __init__(
+        self, upstream: str, *, slow_down: int = 0, truncate: int = 0, corrupt: int = 0,
+        stall: int = 0, stall_s: float = 0.0,
+    ) -> None:  # fmt: skip
+        import http.server
+        import threading
+        import urllib.parse
+
+        target = urllib.parse.urlparse(upstream)
+        self.counts = {"requests": 0, "slow_down": 0, "truncate": 0, "corrupt": 0, "stall": 0}
+        lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                return
+
+            def _forward(self) -> None:
+                import http.client
+
+                with lock:
+                    proxy.counts["requests"] += 1
+                    number = proxy.counts["requests"]
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if slow_down and number % slow_down == 0:
+                    proxy.counts["slow_down"] += 1
+                    message = b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(message)))
+                    self.end_headers()
+                    self.wfile.write(message)
+                    return
+                if stall and number % stall == 0:
+                    proxy.counts["stall"] += 1
+                    time.sleep(stall_s)
+                host = target.hostname or "127.0.0.1"
+                connection = http.client.HTTPConnection(host, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                connection.request(self.command, self.path, body=body, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("connection", "transfer-encoding"):
+                        self.send_header(name, value)
+                self.end_headers()
+                cut = (
+                    truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1
+                )
+                ranged = self.command == "GET" and "Range" in self.headers and data
+                if corrupt and number % corrupt == 0 and ranged:  # shard bytes, not an index
+                    proxy.counts["corrupt"] += 1
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                if cut:
+                    proxy.counts["truncate"] += 1
+                    self.wfile.write(data[: len(data) // 2])
+                    self.close_connection = True
+                else:
+                    self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client gave up
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultyProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
