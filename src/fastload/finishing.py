@@ -62,9 +62,9 @@ def normalize_into(out: Tensor, pixels: Tensor, scale: Tensor, shift: Tensor) ->
     """``out = pixels * scale + shift`` on the CPU, ``scale`` and ``shift`` per channel.
 
     A contiguous uint8 NCHW batch into float32 takes one OpenCV pass per channel, the
-    conversion and the multiply-add in one SIMD loop (4 ms for 64 images of 224 px);
-    otherwise torch converts, then multiplies and adds in place (7.6 ms; torch's
-    multiply-add reading uint8 directly is not vectorised: 33 ms).
+    conversion and the multiply-add in one SIMD loop; otherwise torch converts, then
+    multiplies and adds in place (torch's multiply-add reading uint8 directly is not
+    vectorised).
     """
     channels = pixels.shape[1]
     if not (

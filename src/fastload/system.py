@@ -29,7 +29,7 @@ def default_device() -> torch.device:
 
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
-    """torch's intra-op parallelism off for the block (setting it costs about 1 us)."""
+    """torch's intra-op parallelism off for the block (cheap to set and restore)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

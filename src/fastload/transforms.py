@@ -133,7 +133,7 @@ class DecodeRandomResizedCrop:
     decodes it too, as DALI's ``image_random_crop`` and FFCV's crop decoder do: the box
     is drawn from the JPEG header, and the image decoded at 1/2, 1/4 or 1/8 scale inside
     libjpeg whenever the box, so reduced, still covers ``size``. On large photos that
-    is most draws (a 2000x1500 JPEG to 160 px: 2.2x faster than decoding it whole);
+    is most draws, and decoding fewer pixels is faster (benchmarks/crop_decode.py);
     the pixels differ from the full decode's by the DCT's own downscaling and a box
     rounded to the reduced grid (1 to 3 levels on average). Where no reduced scale
     applies and NVIDIA nvImageCodec is installed, only the box's region is decoded, on

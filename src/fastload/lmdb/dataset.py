@@ -55,9 +55,9 @@ class LMDBDataset(ImageDataset):
             scale, which is faster (see :func:`fastload.decode.opencv.decode_image`).
             Not for databases with fields: boxes and masks are at full scale.
         readahead: OS readahead on the memory map. On (the default) reads an image
-            record, which spans many pages, in one go: with a cold cache 12x faster than
-            off in benchmarks/lmdb_vs_files.py. Off only pays for records of a page or
-            two in a database much larger than RAM.
+            record, which spans many pages, in one go (measured with a cold cache in
+            benchmarks/lmdb_vs_files.py). Off only pays for records of a page or two in
+            a database much larger than RAM.
         check: Verify each record's CRC-32 as it is read (about 2% of a JPEG's decode),
             so that a damaged or tampered record raises a ``RecordFormatError`` naming it
             instead of giving a wrong image, label or target.
