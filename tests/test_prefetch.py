@@ -56,8 +56,12 @@ def test_uint8_images_are_normalised_like_torchvision(device):
 def test_statistics_on_the_255_scale_as_in_apex(device):
     images = uint8_images()
     apex_mean, apex_std = [m * 255 for m in MEAN], [s * 255 for s in STD]
-    (out,) = DataPrefetcher([images], device, mean=apex_mean, std=apex_std)
+    (out,) = DataPrefetcher([images], device, mean=apex_mean, std=apex_std, statistics_scale=255)
     torch.testing.assert_close(out.cpu(), reference(images), **TOLERANCE)
+    with pytest.raises(ValueError, match=r"not on the 0\.\.1 scale: .*statistics_scale=255"):
+        DataPrefetcher([images], device, mean=apex_mean, std=apex_std)  # not guessed
+    with pytest.raises(ValueError, match="statistics_scale is 1 .* or 255, got 100"):
+        DataPrefetcher([images], device, mean=MEAN, std=STD, statistics_scale=100)
 
 
 def test_float_images_in_0_1_are_not_rescaled():

@@ -114,13 +114,26 @@ class Statistics:
         self._cache: dict[tuple[torch.device, torch.dtype, bool], tuple[Tensor, Tensor]] = {}
 
     @classmethod
-    def read(cls, mean: Sequence[float], std: Sequence[float]) -> Statistics:
-        """Statistics on the 0..1 scale or, as in apex's recipe, on the 0..255 one
-        (recognised by any mean above 1), as DataPrefetcher and GPUDecoder take them."""
+    def read(cls, mean: Sequence[float], std: Sequence[float], scale: float = 1) -> Statistics:
+        """Statistics given on the pixel scale ``scale``: 1 (torchvision's 0..1), or 255
+        for values on the 0..255 scale (apex's recipe, DALI's), as DataPrefetcher and
+        GPUDecoder take them (``statistics_scale=``). A mean above 1 on the 0..1 scale
+        is refused, not guessed at.
+
+        Example:
+            >>> Statistics.read([127.5], [63.75], scale=255).mean
+            (0.5,)
+        """
+        scale = finite(scale, "statistics_scale")
+        if scale not in (1, 255):
+            raise ValueError(f"statistics_scale is 1 (0..1 values) or 255, got {scale}")
         mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
-        if mean and max(mean) > 1:
-            mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
-        return cls(mean, std)
+        if scale == 1 and mean and max(mean) > 1:
+            raise ValueError(
+                f"mean {mean} is not on the 0..1 scale: for statistics on the 0..255 scale "
+                "(apex's, DALI's), pass statistics_scale=255"
+            )
+        return cls(tuple(m / scale for m in mean), tuple(s / scale for s in std))
 
     def affine(
         self, device: torch.device, dtype: torch.dtype, *, uint8: bool = False
@@ -168,12 +181,13 @@ class Finish:
         std: Sequence[float] | None,
         dtype: torch.dtype = torch.float32,
         channels_last: bool = False,
+        statistics_scale: float = 1,
     ) -> Finish:
-        """0..1 floats (``mean``/``std`` None), or normalised ones: statistics on the 0..1
-        scale or on the 0..255 one, as ``DataPrefetcher`` takes them."""
+        """0..1 floats (``mean``/``std`` None), or normalised ones: statistics on the
+        pixel scale ``statistics_scale`` (see :meth:`Statistics.read`)."""
         if mean is None or std is None:
             return cls((1 / 255,) * 3, (0.0,) * 3, dtype, channels_last)
-        scale, shift = Statistics.read(mean, std).affine(
+        scale, shift = Statistics.read(mean, std, statistics_scale).affine(
             torch.device("cpu"), torch.float32, uint8=True
         )
         if scale.numel() != 3:
@@ -215,13 +229,16 @@ class ImageFinisher:
         std: Sequence[float] | None = None,
         channels_last: bool = False,
         buffers: BufferPool | None = None,
+        statistics_scale: float = 1,
     ) -> None:
         if dtype is not None and dtype not in FLOAT_DTYPES:
             raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
         self.dtype, self.channels_last = dtype, channels_last
-        self.statistics = None if mean is None or std is None else Statistics.read(mean, std)
+        self.statistics = (
+            None if mean is None or std is None else Statistics.read(mean, std, statistics_scale)
+        )
         self.buffers = BufferPool() if buffers is None else buffers
         self._scale_checked = False
 

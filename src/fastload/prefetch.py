@@ -44,9 +44,10 @@ class DataPrefetcher(LoaderProxy):
     Args:
         loader: Any iterable of batches: a FastLoader, a DataLoader, a list.
         device: Where batches go; the current CUDA device if available, else the CPU.
-        mean: Per-channel mean on the 0..1 scale, as in torchvision (values on the
-            0..255 scale, as in apex's recipe, are recognised: any value above 1).
+        mean: Per-channel mean on the 0..1 scale, as in torchvision.
         std: Per-channel standard deviation, on the same scale as ``mean``.
+        statistics_scale: 255 for ``mean`` and ``std`` on the 0..255 scale, as in
+            apex's recipe; a mean above 1 without it is refused.
         dtype: Floating dtype of the image (float32, float16, bfloat16), or None to
             leave the image's dtype alone.
         channels_last: Return 4-D images in ``torch.channels_last`` memory format.
@@ -83,6 +84,7 @@ class DataPrefetcher(LoaderProxy):
         *,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
+        statistics_scale: float = 1,
         dtype: torch.dtype | None = torch.float32,
         channels_last: bool = False,
         transform: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -103,7 +105,7 @@ class DataPrefetcher(LoaderProxy):
         # CPU buffers: the ones in flight, and yours
         self._finisher = ImageFinisher(
             dtype, mean=mean, std=std, channels_last=channels_last,
-            buffers=BufferPool(size=depth + 2),
+            buffers=BufferPool(size=depth + 2), statistics_scale=statistics_scale,
         )  # fmt: skip
 
         self.loader = loader

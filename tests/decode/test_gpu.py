@@ -319,8 +319,12 @@ def test_statistics_on_the_255_scale_finish_as_the_0_1_ones():
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     unit = GPUDecoder(24, device="cpu", mean=mean, std=std, dtype=torch.float32)
     apex = GPUDecoder(24, device="cpu", mean=[255 * m for m in mean],
-                      std=[255 * s for s in std], dtype=torch.float32)  # fmt: skip
+                      std=[255 * s for s in std], dtype=torch.float32,
+                      statistics_scale=255)  # fmt: skip
     assert torch.allclose(unit(batch, params=params), apex(batch, params=params), atol=1e-5)
+    with pytest.raises(ValueError, match="pass statistics_scale=255"):
+        GPUDecoder(24, device="cpu", mean=[255 * m for m in mean],
+                   std=[255 * s for s in std], dtype=torch.float32)  # fmt: skip
     with pytest.raises(ValueError, match="mean and std need 3 values"):
         GPUDecoder(24, device="cpu", mean=(0.5,), std=(0.2,), dtype=torch.float32)
 

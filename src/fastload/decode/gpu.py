@@ -73,6 +73,8 @@ class GPUDecoder(nn.Module):
             ``dtype``, the decoder finishes the batch and ``DataPrefetcher`` leaves its
             image alone (give it no ``mean``/``std`` of its own).
         std: The standard deviations that go with ``mean``.
+        statistics_scale: 255 for ``mean`` and ``std`` on the 0..255 scale (DALI's,
+            apex's); a mean above 1 without it is refused.
         dtype: The output's dtype: None keeps uint8 (0..255); a floating dtype gives
             0..1 values, normalised with ``mean``/``std`` (float32 maths, one cast).
         channels_last: The output in ``torch.channels_last`` memory format.
@@ -127,6 +129,7 @@ class GPUDecoder(nn.Module):
         channels_last: bool = False,
         generator: torch.Generator | None = None,
         backend: str = "auto",
+        statistics_scale: float = 1,
     ) -> None:
         super().__init__()
         if crop not in CROPS:
@@ -154,7 +157,7 @@ class GPUDecoder(nn.Module):
         self.finish = (
             Finish(channels_last=self.channels_last)
             if dtype is None
-            else Finish.normalized(mean, std, dtype, self.channels_last)
+            else Finish.normalized(mean, std, dtype, self.channels_last, statistics_scale)
         )
         self.generator = generator
         self.cpu_fallbacks = 0

@@ -198,10 +198,12 @@ class Normalize(BatchTransform):
         self.mean, self.std = self.statistics.mean, self.statistics.std
 
     @classmethod
-    def from_statistics(cls, mean: Sequence[float], std: Sequence[float]) -> Normalize:
-        """A ``Normalize`` for statistics on the 0..1 scale or on the 0..255 one, read as
+    def from_statistics(
+        cls, mean: Sequence[float], std: Sequence[float], scale: float = 1
+    ) -> Normalize:
+        """A ``Normalize`` for statistics on the pixel scale ``scale`` (1 or 255), read as
         :meth:`fastload.finishing.Statistics.read` reads them."""
-        statistics = Statistics.read(mean, std)
+        statistics = Statistics.read(mean, std, scale)
         return cls(statistics.mean, statistics.std)
 
     def affine(
