@@ -60,7 +60,7 @@ def test_statistics_on_the_255_scale_as_in_apex(device):
     torch.testing.assert_close(out.cpu(), reference(images), **TOLERANCE)
     with pytest.raises(ValueError, match=r"not on the 0\.\.1 scale: .*statistics_scale=255"):
         DataPrefetcher([images], device, mean=apex_mean, std=apex_std)  # not guessed
-    with pytest.raises(ValueError, match="statistics_scale is 1 .* or 255, got 100"):
+    with pytest.raises(ValueError, match=r"statistics_scale is 1 .* or 255, got 100"):
         DataPrefetcher([images], device, mean=MEAN, std=STD, statistics_scale=100)
 
 

@@ -24,7 +24,7 @@ class StandIn:
     """What ShardShuffle reads of a ShardedDataset, without files: shards of ``sizes``
     samples, in index order."""
 
-    remote, cache_limit = False, None
+    transport = None  # a local folder
 
     def __init__(self, sizes: list[int]) -> None:
         self.meta = {"shards_sha256": "0" * 64}  # what names the shard set
@@ -292,7 +292,7 @@ class Sized:
         from types import SimpleNamespace
 
         self.shards = [SimpleNamespace(size=size, samples=[None]) for _ in range(count)]
-        self.remote, self.cache_limit = remote, limit
+        self.transport = SimpleNamespace(cache_limit=limit) if remote else None
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,7 @@ def test_a_bucket_reads_back_as_the_folder_does(url, folder, aws, tmp_path):
         image, label = dataset[index]
         assert label == reference[index][1] and np.array_equal(image, reference[index][0])
     dataset.verify()
-    cached = dataset._remote.cache  # the index's own namespace under cache_dir
+    cached = dataset.transport.cache  # the index's own namespace under cache_dir
     assert cached.is_relative_to(tmp_path / "fastload-shards")
     assert sorted(p.name for p in cached.glob("*.tar")) == [s.name for s in dataset.shards]
 
@@ -86,7 +86,7 @@ def test_the_cache_stays_under_its_budget(url, aws, tmp_path):
     largest = max(shard.size for shard in dataset.shards)
     for index in range(len(dataset)):
         dataset[index]
-        cached = sum(path.stat().st_size for path in dataset._remote.cache.glob("*.tar"))
+        cached = sum(path.stat().st_size for path in dataset.transport.cache.glob("*.tar"))
         assert cached <= 70_000 + largest  # the one being read may push it past, briefly
 
 
@@ -229,7 +229,7 @@ def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
     assert len(dataset) == 10 and [shard.name for shard in dataset.shards] == [
         "train-0.tar", "train-1.tar"]  # fmt: skip
     assert [(dataset[i][0].numpy().tobytes(), dataset[i][1]) for i in range(10)] == reference
-    index = dataset._remote.cache / INDEX
+    index = dataset.transport.cache / INDEX
     assert index.exists() and index.parent.name == "scanned"
     scanned = index.stat().st_mtime_ns
     again = ShardedDataset("s3://data/wds", cache_dir=tmp_path, decode=None)
@@ -244,7 +244,7 @@ def test_a_shard_is_trusted_only_by_a_hash_record_written_after_it(url, aws, tmp
 
     expected = ShardedDataset(url, cache_dir=tmp_path)[0]
     dataset = ShardedDataset(url, cache_dir=tmp_path)
-    cache, shard = dataset._remote, dataset.shards[0]
+    cache, shard = dataset.transport, dataset.shards[0]
     stale = cache.cache / f".{shard.name}.sha256"
     (cache.cache / shard.name).unlink()
     (cache.cache / shard.name).write_bytes(b"\0" * shard.size)  # another shard's bytes...
@@ -325,7 +325,7 @@ def test_a_warm_read_only_cache_is_read_and_a_cold_one_says_so(url, aws, read_on
         image, label = dataset[index]
         assert label == expected[index][1] and np.array_equal(image, expected[index][0])
     shard = dataset.shards[-1]
-    (writable / dataset._remote.cache.relative_to(view) / shard.name).unlink()  # now cold
+    (writable / dataset.transport.cache.relative_to(view) / shard.name).unlink()  # now cold
     cold = ShardedDataset(url, cache_dir=view)
     with pytest.raises(OSError, match=f"{view}.*: the shard cache is read-only and {shard.name} "
                                       "is not in it: give a writable cache_dir"):  # fmt: skip

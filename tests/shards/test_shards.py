@@ -405,12 +405,13 @@ def test_the_command_line_converts_describes_and_verifies_a_shard_set(folder, tm
 
 
 class Fetches:
-    """A remote dataset's interface, recording the shards fetched ahead."""
+    """A dataset in object storage as the sampler sees it: its transport records the
+    shards fetched ahead (by number) and the plans it is given."""
 
-    remote, cache_limit = True, None
+    cache_limit = None
 
     def __init__(self, dataset: ShardedDataset) -> None:
-        self.dataset, self.fetched = dataset, []
+        self.dataset, self.fetched, self.transport = dataset, [], self
         self.shards, self.shard_range = dataset.shards, dataset.shard_range
 
     def __len__(self) -> int:
@@ -419,12 +420,12 @@ class Fetches:
     def shard_of(self, index: int) -> int:
         return self.dataset.shard_of(index)
 
-    def fetch(self, shard: int, use: int = 0) -> bool:
-        self.fetched.append(shard)
+    def prefetch(self, shard, use: int) -> bool:
+        self.fetched.append(self.shards.index(shard))
         return True
 
-    def plan(self, shards: list[int]) -> None:
-        self.planned = shards
+    def plan(self, names: list[str]) -> None:
+        self.planned = names
 
     def forget_plan(self) -> None:
         self.planned = None

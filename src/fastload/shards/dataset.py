@@ -26,8 +26,8 @@ from fastload.shards.index import (
     load_index,
 )
 from fastload.shards.members import IMAGES, decode_member
-from fastload.shards.remote import S3Shards, is_remote
 from fastload.shards.scan import scanned_index
+from fastload.shards.transport import Transport, connect, is_remote
 
 __all__ = ["ShardedDataset"]
 
@@ -95,17 +95,17 @@ class ShardedDataset(ImageDataset):
         if isinstance(keys, str) and keys != "*":
             raise ValueError(f"keys: extensions such as ('jpg', 'txt'), or '*'; not {keys!r}")
         self.keys = keys if keys is None or keys == "*" else tuple(keys)
-        self._remote = (
-            S3Shards(
-                str(path), cache_dir=cache_dir, cache_limit=cache_limit, options=storage_options
-            )
+        #: Where the shards come from when not a local folder (None for a folder).
+        self.transport: Transport | None = (
+            connect(str(path), cache_dir=cache_dir, cache_limit=cache_limit,
+                    options=storage_options)
             if is_remote(path)
             else None
-        )
+        )  # fmt: skip
         self.path: Path | str
-        if self._remote is not None:
-            self.path = self._remote.url
-            self.shards, self.meta = self._remote.index()
+        if self.transport is not None:
+            self.path = self.transport.url
+            self.shards, self.meta = self.transport.index()
         else:
             self.path = Path(path)
             if not self.path.is_dir():
@@ -158,42 +158,14 @@ class ShardedDataset(ImageDataset):
             )
         return data
 
-    @property
-    def remote(self) -> bool:
-        """Whether the shards come from object storage (and a read may download one)."""
-        return self._remote is not None
-
-    @property
-    def cache_limit(self) -> int | None:
-        """The byte budget of the shard cache (None: no limit, or a local folder)."""
-        return None if self._remote is None else self._remote.cache_limit
-
-    def fetch(self, shard: int, use: int = 0) -> bool:
-        """Bring shard number ``shard`` into the local cache now, for a read ``use`` places
-        down the last :meth:`plan` (a prefetch); not when that would evict a shard needed
-        sooner (returns False). Nothing to do for a local folder."""
-        if self._remote is None:
-            return True
-        return self._remote.prefetch(self.shards[shard], use)
-
-    def plan(self, shards: list[int]) -> None:
-        """The shard numbers this process reads next, soonest first: the cache, shared by
-        the node's processes, evicts what no plan needs, or needs last."""
-        if self._remote is not None:
-            self._remote.plan([self.shards[shard].name for shard in shards])
-
-    def forget_plan(self) -> None:
-        if self._remote is not None:
-            self._remote.forget_plan()
-
     def _open(self, shard: int) -> int:
-        if self._remote is not None:  # opened under the shard's lock, in the cache
-            return self._remote.open(self.shards[shard])
+        if self.transport is not None:  # opened under the shard's lock, in the cache
+            return self.transport.open(self.shards[shard])
         return os.open(Path(self.path) / self.shards[shard].name, os.O_RDONLY)
 
     def _local_file(self, shard: int) -> Path:
-        if self._remote is not None:  # fetched into the cache first, its hash checked
-            return self._remote.local_path(self.shards[shard])
+        if self.transport is not None:  # fetched into the cache first, its hash checked
+            return self.transport.local_path(self.shards[shard])
         return Path(self.path) / self.shards[shard].name
 
     def _where(self, shard: int) -> str:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from fastload.shards.index import INDEX, PROGRESS, write_index
-from fastload.shards.remote import S3Shards, is_remote
+from fastload.shards.remote import S3Shards
+from fastload.shards.transport import is_remote
 
 __all__ = ["Destination", "destination"]
 

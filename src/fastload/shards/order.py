@@ -18,6 +18,8 @@ from torch.utils.data import Sampler
 from fastload._checks import check_int
 from fastload.hashing import splitmix64
 from fastload.shards.dataset import ShardedDataset
+from fastload.shards.index import Shard
+from fastload.shards.transport import Transport
 
 __all__ = ["ShardShuffle"]
 
@@ -245,12 +247,14 @@ class ShardShuffle(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         mine = self.rank_order()
-        if not (self.prefetch and self.dataset.remote):
+        transport = self.dataset.transport
+        if not (self.prefetch and transport is not None):
             yield from mine
             return
         # The order is known here, in the loader's process: a thread brings the next
         # ``prefetch`` shards into the node's cache before the workers ask for them.
-        prefetcher = ShardPrefetcher(self.dataset, [self.dataset.shard_of(i) for i in mine],
+        prefetcher = ShardPrefetcher(transport, self.dataset.shards,
+                                     [self.dataset.shard_of(i) for i in mine],
                                      ahead=self.prefetch)  # fmt: skip
         try:
             for position, index in enumerate(mine):
@@ -279,11 +283,11 @@ def default_window(dataset: ShardedDataset, groups: int) -> int:
     depends on the data set only, never on a node's own settings (its cache limit):
     every rank must draw the same order."""
     per_group = max(1, -(-len(dataset.shards) // groups))
-    return min(per_group, 16 if dataset.remote else 64)
+    return min(per_group, 16 if dataset.transport is not None else 64)
 
 
 def _warn_if_the_cache_cannot_hold(dataset: ShardedDataset, window: int, prefetch: int) -> None:
-    limit = dataset.cache_limit
+    limit = None if dataset.transport is None else dataset.transport.cache_limit
     if limit is None:
         return
     sizes = sorted(shard.size for shard in dataset.shards)
@@ -302,9 +306,14 @@ class ShardPrefetcher:
     plan (the shards read now, then the next ones) up to date for its eviction."""
 
     def __init__(
-        self, dataset: ShardedDataset, shards_of_samples: list[int], *, ahead: int
+        self,
+        transport: Transport,
+        shards: list[Shard],
+        shards_of_samples: list[int],
+        *,
+        ahead: int,
     ) -> None:
-        self.dataset, self.ahead = dataset, ahead
+        self.transport, self.shards, self.ahead = transport, shards, ahead
         self.spans: dict[int, list[int]] = {}  # shard -> [first, last] position of use
         for position, shard in enumerate(shards_of_samples):
             self.spans.setdefault(shard, [position, position])[1] = position
@@ -328,7 +337,7 @@ class ShardPrefetcher:
             self.stopped = True
             self.condition.notify()
         self.thread.join()
-        self.dataset.forget_plan()
+        self.transport.forget_plan()
 
     def plan(self) -> list[int]:
         """The shards still to be read: those being read now, then by first use."""
@@ -350,7 +359,7 @@ class ShardPrefetcher:
                     if self.stopped:
                         return
                     plan = self.plan()
-                self.dataset.plan(plan)
+                self.transport.plan([self.shards[number].name for number in plan])
                 pool.submit(self._fetch, shard, plan.index(shard) if shard in plan else 0)
         finally:
             # stop() (a break, an error in the loop) waits for no download: those not
@@ -359,7 +368,7 @@ class ShardPrefetcher:
 
     def _fetch(self, shard: int, use: int) -> None:
         try:
-            self.dataset.fetch(shard, use)
+            self.transport.prefetch(self.shards[shard], use)
         except Exception:  # the worker that reads it fetches it again and says why
             return
 

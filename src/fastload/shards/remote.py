@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 from fastload.shards.cache import READ_ONLY, NodeCache
 from fastload.shards.index import INDEX, PROGRESS, Shard, ShardIndexError, parse_index
 
-__all__ = ["S3Shards", "is_remote"]
+__all__ = ["S3Shards"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
 _BODY_ATTEMPTS = 5
@@ -63,10 +63,6 @@ def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
     count = max(1, round(size / chunk))
     edges = [size * part // count for part in range(count + 1)]
     return [(first, after - 1) for first, after in itertools.pairwise(edges)]
-
-
-def is_remote(path: Any) -> bool:
-    return isinstance(path, str) and path.startswith("s3://")
 
 
 class S3Shards:
