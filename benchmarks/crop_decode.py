@@ -34,8 +34,11 @@ import cv2
 import numpy as np
 import torch
 
-from common import RESULTS, Row, describe, interleaved, plot, report
-from data import jpeg_folder
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import RESULTS, Row, describe, interleaved, plot, report
+from benchmarks.lib.data import jpeg_folder
 from fastload.datasets.decode import decode_image
 from fastload.tools.measure import Measurement
 from fastload.tools.synthetic import photo_like_image

@@ -33,7 +33,10 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from common import (
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
     RESULTS,
     Budget,
     Row,

@@ -347,7 +347,7 @@ shards) from the local S3 server, with 2 workers. Each reader's workers read eve
 sample's bytes and hand over its size and label. Every pass is checked against the
 shards' samples, bytes and labels. The peers read the same samples from the same server
 in the same rounds, each in its own format and its own usual way
-(`benchmarks/streaming_peers.py`; writing and uploading their formats is not timed).
+(`benchmarks/lib/streaming_peers.py`; writing and uploading their formats is not timed).
 The faults pass goes through a loopback proxy that answers 10 % of requests 503
 SlowDown, cuts 1 % of bodies short, changes a byte in 1 % and stalls 1 % for 30 s.""",
         """\

@@ -47,9 +47,20 @@ from pathlib import Path
 
 import torch
 
-from common import RESULTS, Budget, Row, budget_argument, describe, device_name, plot, report
-from data import DATA, jpeg_folder, photo_folder
-from fastload import write_lmdb
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
+    RESULTS,
+    Budget,
+    Row,
+    budget_argument,
+    describe,
+    device_name,
+    plot,
+    report,
+)
+from benchmarks.lib.data import data_sets
 from fastload.tools.measure import Measurement
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_classifier.py"
@@ -67,24 +78,6 @@ def run(data: Path, options: list[str], epochs: int, timeout: float) -> list[dic
         lines = completed.stderr.strip().splitlines()
         raise RuntimeError(lines[-1] if lines else f"exit status {completed.returncode}")
     return [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
-
-
-def data_sets(images: int, source: str) -> tuple[Path, Path]:
-    """The JPEG folder and its LMDB copy, generated on first use."""
-    if source == "photos":
-        folder, database = (
-            photo_folder(DATA / f"photos-{images}", images),
-            DATA / f"photos-{images}.lmdb",
-        )
-    elif images == 1000:
-        folder, database = jpeg_folder(), DATA / "train.lmdb"
-    else:
-        per_class = max(1, images // 10)
-        folder = jpeg_folder(DATA / f"jpeg-{per_class * 10}", per_class)
-        database = DATA / f"train-{per_class * 10}.lmdb"
-    if not database.exists():
-        write_lmdb(folder, database, progress=False)
-    return folder, database
 
 
 def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[str]] | str]:

@@ -41,9 +41,19 @@ from pathlib import Path
 
 import torch
 
-from common import RESULTS, machine
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import RESULTS, machine
+from benchmarks.lib.parts import (
+    Part,
+    finished,
+    not_started,
+    prepare_environment,
+    run_part,
+    unknown_parts,
+)
 from fastload.system import available_cpus
-from parts import Part, finished, not_started, prepare_environment, run_part, unknown_parts
 
 #: Peers whose rows say "not installed" where they are missing.
 PEERS = ("nvidia.dali", "nvidia.nvimgcodec")

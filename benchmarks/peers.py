@@ -49,9 +49,11 @@ from pathlib import Path
 
 import torch
 
-from common import RESULTS, Row, plot, report
-from data import DATA
-from end_to_end import data_sets
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import RESULTS, Row, plot, report
+from benchmarks.lib.data import DATA, data_sets
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
 

@@ -59,7 +59,10 @@ from typing import Any
 
 import numpy as np
 
-from common import RESULTS, machine, pyplot, save_figure
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import RESULTS, machine, pyplot, save_figure
 from fastload.shards.order import ShardShuffle
 from fastload.tools.measure import format_table
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+from benchmarks import docs_page
 
-import docs_page  # noqa: E402
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 RESULTS = BENCHMARKS / "results"
 COMMITTED = sorted([*RESULTS.glob("*.json"), *RESULTS.glob("*/*.json")])

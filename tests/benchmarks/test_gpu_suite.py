@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+from benchmarks import docs_page, gpu_suite
+from benchmarks.lib import common, parts
 
-import common  # noqa: E402
-import docs_page  # noqa: E402
-import gpu_suite  # noqa: E402
-import parts  # noqa: E402
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 MACHINE_KEYS = {"device", "driver", "cuda", "torch", "torchvision", "cpus"}
 

@@ -22,7 +22,7 @@ from fastload.loader.defaults import shared_memory_free
 from fastload.system import available_cpus
 from fastload.tools.measure import Measurement, format_table
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"  # benchmarks/results
 T = TypeVar("T")
 
 
