@@ -37,7 +37,7 @@ import torch
 if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
-from benchmarks.lib.common import RESULTS, Row, describe, interleaved, plot, report
+from benchmarks.lib.common import Row, describe, interleaved, plot, report, results_folder
 from benchmarks.lib.data import jpeg_folder
 from fastload.datasets.decode import decode_image
 from fastload.tools.measure import Measurement
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=60, help="2000x1500 JPEGs to make")
     parser.add_argument("--sizes", default="160,224")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -37,7 +37,6 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
 from benchmarks.lib.common import (
-    RESULTS,
     Budget,
     Row,
     budget_argument,
@@ -45,6 +44,7 @@ from benchmarks.lib.common import (
     interleaved,
     plot,
     report,
+    results_folder,
     synchronize,
 )
 from fastload import gpu
@@ -196,7 +196,7 @@ def main() -> None:
         rows.append(Row(name, Measurement(tuple(run["seconds"] for run in runs)),
                         runs[0]["images"], {"CPU ms/image": f"{1000 * cpu:.2f}"}))  # fmt: skip
     print(f"device: {device_name()}")
-    out = RESULTS / ("gpu" if device.type == "cuda" else "cpu") if args.out is None else args.out
+    out = results_folder() if args.out is None else args.out
     result = report(
         "detection_augment", rows, baseline=baseline, unit="images",
         settings={k: v for k, v in vars(args).items() if k != "out"} | {"device": str(device)},

@@ -51,7 +51,6 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
 from benchmarks.lib.common import (
-    RESULTS,
     Budget,
     Row,
     budget_argument,
@@ -59,6 +58,7 @@ from benchmarks.lib.common import (
     device_name,
     plot,
     report,
+    results_folder,
 )
 from benchmarks.lib.data import data_sets
 from fastload.tools.measure import Measurement
@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--augment", choices=["cpu", "gpu"], default=None)
     budget_argument(parser)
     parser.add_argument("--name", default="end_to_end", help="the result files' name")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, three variants")
     args = parser.parse_args()

@@ -43,7 +43,15 @@ from torch import nn
 if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
-from benchmarks.lib.common import RESULTS, Budget, Row, budget_argument, describe, plot, report
+from benchmarks.lib.common import (
+    Budget,
+    Row,
+    budget_argument,
+    describe,
+    plot,
+    report,
+    results_folder,
+)
 from benchmarks.lib.data import jpeg_folder
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
@@ -212,7 +220,7 @@ def main() -> None:
     parser.add_argument("--model", default="small", help="small, or a torchvision model")
     parser.add_argument("--data", type=Path, default=None, help="an image folder")
     parser.add_argument("--variant", nargs=2, metavar=("FRAMEWORK", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round")
     budget_argument(parser)

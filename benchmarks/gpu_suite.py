@@ -42,7 +42,7 @@ from pathlib import Path
 if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
-from benchmarks.lib.common import RESULTS
+from benchmarks.lib.common import results_folder
 from benchmarks.lib.parts import (
     BENCHMARKS,
     Part,
@@ -131,7 +131,9 @@ def main() -> None:
         "--budget-s", type=float, default=540,
         help="no part runs past this many seconds from the start (a device call allows 600)",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, help="default: results/gpu")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: results/gpu (cpu/ without CUDA)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, scratch folder")
     args = parser.parse_args()
     names = list(PARTS) if args.parts == "all" else args.parts.split(",")
@@ -139,7 +141,7 @@ def main() -> None:
         names = [name for name in names if name not in SMOKE_SAME_AS]
     unknown_parts(names, list(PARTS), "gpu_suite")
     out = args.out or (
-        Path(tempfile.mkdtemp(prefix="gpu-suite-")) if args.smoke else RESULTS / "gpu"
+        Path(tempfile.mkdtemp(prefix="gpu-suite-")) if args.smoke else results_folder()
     )
     out.mkdir(parents=True, exist_ok=True)
 

@@ -46,7 +46,7 @@ from pathlib import Path
 if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
-from benchmarks.lib.common import RESULTS, Row, describe, interleaved, plot, report
+from benchmarks.lib.common import Row, describe, interleaved, plot, report, results_folder
 from benchmarks.lib.data import DATA, jpeg_folder
 from benchmarks.lib.streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 from fastload import FastLoader
@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=4, help="GETs at once, raw")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--fault-chunk", type=int, default=1 << 20,
                         help="bytes per ranged GET in the faults pass")  # fmt: skip

@@ -37,6 +37,15 @@ def test_every_result_has_its_section_table_and_plot():
             assert f"../benchmarks/results/{path.relative_to(RESULTS).with_suffix('.png')})" in text
 
 
+def test_results_are_one_tree_by_the_machine_that_measured_them():
+    assert {path.parent.relative_to(RESULTS).as_posix() for path in COMMITTED} == {"cpu", "gpu"}
+    for path in COMMITTED:
+        machine = json.loads(path.read_text()).get("machine")
+        if machine:  # cpu/: measured without a GPU; gpu/: with one
+            without_gpu = machine["device"] == "no GPU (CPU only)"
+            assert without_gpu == (path.parent.name == "cpu"), path
+
+
 def test_anchors_are_the_file_stem_or_folder_and_stem():
     assert docs_page.heading("lmdb_vs_files") == "lmdb_vs_files"
     assert docs_page.heading("gpu/prefetch") == "gpu: prefetch"
@@ -64,6 +73,6 @@ def test_check_says_when_the_page_is_out_of_date(tmp_path: Path):
     assert check().returncode == 1  # no page yet
     assert docs_page.write(results, page)
     assert check().returncode == 0
-    shutil.copy(RESULTS / "lmdb_vs_files.json", results)  # a new result
+    shutil.copytree(RESULTS / "cpu", results / "cpu")  # new results
     stale = check()
     assert stale.returncode == 1 and "out of date" in stale.stdout
