@@ -188,7 +188,7 @@ What the first GPU run (one H100, 16 CPU cores) showed:
     "cpu/end_to_end": Notes(
         "End to end on the CPU",
         """\
-`examples/train_classifier.py` trains a torchvision ResNet on an image folder or an
+`benchmarks/train_harness.py` trains a torchvision ResNet on an image folder or an
 LMDB file, with fastload's pipeline or, with `--baseline`, the plain torchvision one
 (ImageFolder, PIL transforms with ToTensor and Normalize, DataLoader with persistent
 workers, `.to(device)`). `benchmarks/end_to_end.py` runs it on the 1000 generated JPEGs:

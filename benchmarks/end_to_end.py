@@ -1,7 +1,7 @@
 """End to end: the plain torchvision pipeline vs fastload's, files to a normalised batch
 on the device, alone or with a training step.
 
-Each variant runs examples/train_classifier.py in its own process on generated JPEGs
+Each variant runs benchmarks/train_harness.py in its own process on generated JPEGs
 (``--images``, 500x375, as a folder and as an LMDB file); rounds are interleaved (every
 variant once, then again), each process runs ``--epochs`` epochs and the first is a
 warm-up; the table holds the median over the timed epochs.
@@ -63,11 +63,11 @@ from benchmarks.lib.common import (
 from benchmarks.lib.data import data_sets
 from fastload.tools.measure import Measurement
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_classifier.py"
+HARNESS = Path(__file__).resolve().parent / "train_harness.py"
 
 
 def run(data: Path, options: list[str], epochs: int, timeout: float) -> list[dict]:
-    command = [sys.executable, str(EXAMPLE), str(data), "--epochs", str(epochs), "--json", *options]
+    command = [sys.executable, str(HARNESS), str(data), "--epochs", str(epochs), "--json", *options]
     limit = timeout if math.isfinite(timeout) else None
     try:
         completed = subprocess.run(command, capture_output=True, text=True, timeout=limit)

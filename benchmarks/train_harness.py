@@ -1,13 +1,14 @@
-"""Train a ResNet on an image folder or a fastload LMDB file: fastload's pipeline, the
-plain torchvision one with --baseline, or NVIDIA DALI's with --dali. Runs alone or
-under torchrun.
+"""The end-to-end benchmarks' training harness (benchmarks/end_to_end.py runs each variant
+through it): train a ResNet on an image folder or a fastload LMDB file with fastload's
+pipeline, the plain torchvision one with --baseline, or NVIDIA DALI's with --dali. Runs
+alone or under torchrun. The short example for users is examples/train_classifier.py.
 
-    python examples/train_classifier.py data/train                  # fastload
-    python examples/train_classifier.py data/train --baseline       # torchvision + DataLoader
-    python examples/train_classifier.py train.lmdb --decode gpu     # bytes only on the CPU
-    python examples/train_classifier.py train.lmdb --decode gpu-fused --dtype bfloat16
-    python examples/train_classifier.py data/train --dali           # DALI, for comparison
-    torchrun --nproc-per-node 8 examples/train_classifier.py train.lmdb
+    python benchmarks/train_harness.py data/train                  # fastload
+    python benchmarks/train_harness.py data/train --baseline       # torchvision + DataLoader
+    python benchmarks/train_harness.py train.lmdb --decode gpu     # bytes only on the CPU
+    python benchmarks/train_harness.py train.lmdb --decode gpu-fused --dtype bfloat16
+    python benchmarks/train_harness.py data/train --dali           # DALI, for comparison
+    torchrun --nproc-per-node 8 benchmarks/train_harness.py train.lmdb
 
 fastload: FastLoader + (OpenCV decode and RandomResizedCrop in the workers, or
 GPUDecoder) + DataPrefetcher; flip and colour jitter per sample on the GPU, or, without
