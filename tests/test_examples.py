@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from common_utils import run_script
 
@@ -23,6 +26,21 @@ def test_train_tensors_learns():
         if "accuracy" in line
     ]
     assert len(accuracies) == 3 and accuracies[-1] > 0.85
+
+
+@pytest.mark.slow
+def test_train_classifier_trains_on_a_folder_of_jpegs_without_warnings(tmp_path):
+    from fastload import make_image_folder
+
+    root = make_image_folder(tmp_path, num_classes=2, images_per_class=8, size=(64, 48))
+    script = EXAMPLES / "train_classifier.py"
+    assert "FastLoader's workers decode" in run_script(script, "--help")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        options = ["--epochs", "2", "--batch-size", "4", "--image-size", "32", "--workers", "2"]
+        out = run_script(script, str(root), *options, "--model", "squeezenet1_1")
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the same code without a GPU
+    assert re.fullmatch(rf"(epoch [01]: loss [\d.]+, [\d,]+ images/s on {device}\n){{2}}", out), out
 
 
 @pytest.mark.slow
