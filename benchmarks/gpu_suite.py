@@ -99,16 +99,12 @@ SMOKE_SAME_AS = {"end_to_end_r18": "end_to_end"}
 def run_part_here(part: Part, out: Path) -> dict[str, object]:
     """A smoke run of one part in this process (each process would spend seconds importing
     torch again); a crash is recorded as a process's would be."""
-    argv, sys.argv = (
-        sys.argv,
-        [str(BENCHMARKS / part.script), "--out", str(out), "--plot", "--smoke"],
-    )
+    script = BENCHMARKS / part.script
+    argv, sys.argv = sys.argv, [str(script), "--out", str(out), "--plot", "--smoke"]
     print(f"\n=== {part.name}: {' '.join(sys.argv)} (in this process)", flush=True)
     start = time.perf_counter()
     try:
-        runpy.run_module(
-            f"benchmarks.{Path(part.script).stem}", run_name="__main__", alter_sys=True
-        )
+        runpy.run_module(f"benchmarks.{script.stem}", run_name="__main__", alter_sys=True)
         status = "ok"
     except SystemExit as stop:
         status = "ok" if stop.code in (0, None) else f"failed (exit status {stop.code})"
