@@ -30,8 +30,11 @@ from albumentations.pytorch import ToTensorV2
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import transforms as T
 
-from common import Row, plot, report
-from data import jpeg_folder
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import Row, plot, report
+from benchmarks.lib.data import jpeg_folder
 from fastload import FastLoader, ImageFolder
 from fastload.collate import uint8_collate
 from fastload.decode.opencv import decode_image

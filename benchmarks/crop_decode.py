@@ -34,8 +34,11 @@ import cv2
 import numpy as np
 import torch
 
-from common import RESULTS, Row, describe, interleaved, plot, report
-from data import jpeg_folder
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import Row, describe, interleaved, plot, report, results_folder
+from benchmarks.lib.data import jpeg_folder
 from fastload.decode.opencv import decode_image
 from fastload.tools.measure import Measurement
 from fastload.tools.synthetic import photo_like_image
@@ -121,7 +124,7 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=60, help="2000x1500 JPEGs to make")
     parser.add_argument("--sizes", default="160,224")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)

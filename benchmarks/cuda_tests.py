@@ -1,7 +1,7 @@
 """The test suite with CUDA visible: pass, fail and skip counts, and every failure by name.
 
 Runs pytest in a subprocess and writes ``<name>.json`` and a bar chart. Each outcome is
-logged as it happens (``outcome_log.py``), so a run stopped by ``--budget-s`` keeps what
+logged as it happens (``lib/outcome_log.py``), so a run stopped by ``--budget-s`` keeps what
 it finished and says it was cut short. ``--select``:
 
 - ``all``: the whole suite, slow tests included;
@@ -29,12 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Budget, machine, pyplot, save_figure, sentence, suite_arguments
-from fastload.tools.measure import format_table
-from outcome_log import ENVIRONMENT
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from benchmarks.lib.common import Budget, machine, pyplot, save_figure, sentence, suite_arguments
+from benchmarks.lib.outcome_log import ENVIRONMENT
+from fastload.tools.measure import format_table
+
+ROOT = Path(__file__).resolve().parents[1]
 # The suite runs this script; its own smoke test would run the suite again.
 DESELECT = ["tests/benchmarks/test_gpu_suite.py", "tests/benchmarks/test_gpu_check.py"]
 
@@ -109,9 +111,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         log = Path(work) / "outcomes.jsonl"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "-p", "outcome_log", "--continue-on-collection-errors",
+                   "-p", "benchmarks.lib.outcome_log", "--continue-on-collection-errors",
                    *(f"--deselect={path}" for path in DESELECT), *arguments]  # fmt: skip
-        path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         environment = {**os.environ, ENVIRONMENT: str(log), "PYTHONPATH": path}
         limit = budget.left() - 5  # the rest: this report
         start = time.perf_counter()

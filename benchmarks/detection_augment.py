@@ -33,8 +33,10 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from common import (
-    RESULTS,
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
     Budget,
     Row,
     budget_argument,
@@ -42,6 +44,7 @@ from common import (
     interleaved,
     plot,
     report,
+    results_folder,
     synchronize,
 )
 from fastload import gpu
@@ -193,7 +196,7 @@ def main() -> None:
         rows.append(Row(name, Measurement(tuple(run["seconds"] for run in runs)),
                         runs[0]["images"], {"CPU ms/image": f"{1000 * cpu:.2f}"}))  # fmt: skip
     print(f"device: {device_name()}")
-    out = RESULTS / ("gpu" if device.type == "cuda" else "cpu") if args.out is None else args.out
+    out = results_folder() if args.out is None else args.out
     result = report(
         "detection_augment", rows, baseline=baseline, unit="images",
         settings={k: v for k, v in vars(args).items() if k != "out"} | {"device": str(device)},

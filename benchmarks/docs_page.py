@@ -1,6 +1,7 @@
 """Write the documentation's benchmarks page, docs/benchmarks.md, from the results: one
-section per JSON file under benchmarks/results/ (the GPU suite's under results/gpu/), each
-with the machine it ran on, its settings, its table, its plot and its notes. Every figure
+section per JSON file under benchmarks/results/, whose folders name the machine that
+measured it (cpu/: no GPU; gpu/: the GPU suite and check), each with the machine it ran
+on, its settings, its table, its plot and its notes. Every figure
 on the page is one that a script here measured; a test checks that the page matches the
 committed results, and `make docs` runs this first.
 
@@ -184,10 +185,10 @@ What the first GPU run (one H100, 16 CPU cores) showed:
     "gpu/gpu_memory": Notes(
         "Memory over epochs", "Reserved CUDA memory after each of 5 epochs. Goal: flat."
     ),
-    "end_to_end": Notes(
+    "cpu/end_to_end": Notes(
         "End to end on the CPU",
         """\
-`examples/train_classifier.py` trains a torchvision ResNet on an image folder or an
+`benchmarks/train_harness.py` trains a torchvision ResNet on an image folder or an
 LMDB file, with fastload's pipeline or, with `--baseline`, the plain torchvision one
 (ImageFolder, PIL transforms with ToTensor and Normalize, DataLoader with persistent
 workers, `.to(device)`). `benchmarks/end_to_end.py` runs it on the 1000 generated JPEGs:
@@ -205,7 +206,7 @@ about 55 % of its CPU time per image, and 2.8x DataLoader with its defaults. The
 suite runs the same script with a ResNet-50 step, 20,000 JPEGs and GPU decoding
 ([`gpu: end_to_end`](#gpu-end_to_end)).""",
     ),
-    "frameworks": Notes(
+    "cpu/frameworks": Notes(
         "Inside Lightning and Accelerate",
         """\
 `benchmarks/frameworks.py` trains the same small CNN (SGD, batches of 64 at 112 px) on
@@ -219,7 +220,7 @@ against the framework's usual path; "of fastload's own loop" is the integration'
 throughput as a share of the hand-written loop's. Goal: at least 0.95x of the own loop
 under Lightning, ahead of the usual path in the same run.""",
     ),
-    "peers": Notes(
+    "cpu/peers": Notes(
         "Peers: files to a normalised batch on the CPU",
         """\
 `benchmarks/peers.py` puts fastload beside the libraries built for this job, in one
@@ -262,15 +263,15 @@ instead of a figure.""",
 - **Not reached: 2.3x the baseline, at most 1.8 ms per image.** On 2 cores that leaves
   at most 1.63 CPU ms per image for everything, only 0.05 ms above what the decode and
   crop cost with no loader at all. Decoding only the crop's region of the JPEG (see
-  [`crop_decode`](#crop_decode)) is the way there.""",
+  [`cpu/crop_decode`](#cpu-crop_decode)) is the way there.""",
     ),
-    "nvimgcodec/peers": Notes(
+    "cpu/peers_nvimgcodec": Notes(
         "Peers, with nvImageCodec installed",
         "`benchmarks/peers.py` again, on 500 images, with nvImageCodec installed and a "
         "crop-aware fastload variant (encoded bytes in, the crop decodes); peers that do "
         "not install here are listed with the reason.",
     ),
-    "crop_decode": Notes(
+    "cpu/crop_decode": Notes(
         "Crop-aware decoding",
         """\
 `benchmarks/crop_decode.py`: `fastload.transforms.RandomResizedCrop` given the encoded
@@ -289,7 +290,7 @@ pixels differ from the full decode's by the DCT's own downscaling and a box roun
 the reduced grid (1 to 3 levels on average, `tests/test_transforms.py`). Use it for
 datasets of large photos.""",
     ),
-    "tensor_dataset": Notes(
+    "cpu/tensor_dataset": Notes(
         "A TensorDataset in memory",
         """\
 The setting of *Faster Data Loading in PyTorch*: 100 shuffled batches of 8192 rows x 128
@@ -303,13 +304,13 @@ with `index_select`, so what is left is memory bandwidth: it is ahead of the
 BatchSampler fix and of indexing a tensor by hand (`x[perm[i:i + n]]`). The ratios move
 with the machine's load (this machine is shared).""",
     ),
-    "loader_defaults": Notes(
+    "cpu/loader_defaults": Notes(
         "Each loader with its own defaults",
         "1000 generated 500x375 JPEGs, torchvision `ImageFolder`, RandomResizedCrop 224 + "
         "flip + uint8 tensor, batch 64; each loader with its own defaults; epochs "
         "interleaved, medians of 5 after a warm-up epoch each.",
     ),
-    "lmdb_vs_files": Notes(
+    "cpu/lmdb_vs_files": Notes(
         "LMDB against a folder of files",
         "The 1000 generated JPEGs (50 MB), read in a shuffled order from the folder of files "
         "vs from one LMDB file; raw bytes (into a buffer you own) and decoded to RGB, with a "
@@ -323,7 +324,7 @@ raw bytes 3.7x faster, and readahead matters: off, each 4 KiB page of a record i
 separate read (12x slower). Decoding dominates a warm epoch, which is where reduced-size
 and GPU decoding come in.""",
     ),
-    "cpu_augment": Notes(
+    "cpu/cpu_augment": Notes(
         "Albumentations vs torchvision, and fastload",
         """\
 The table "Albumentations vs torchvision" of the seed article, reproduced on the
@@ -339,7 +340,7 @@ much as a decode); the article measured albumentations at about 70 % of torchvis
 time. With one image per batch and two workers on two cores, every path is bound by
 passing batches between processes.""",
     ),
-    "object_storage": Notes(
+    "cpu/object_storage": Notes(
         "Streaming shards from object storage",
         """\
 `benchmarks/object_storage.py` reads 2,000 generated 500x375 JPEGs (about 100 MB, 8 MB
@@ -347,7 +348,7 @@ shards) from the local S3 server, with 2 workers. Each reader's workers read eve
 sample's bytes and hand over its size and label. Every pass is checked against the
 shards' samples, bytes and labels. The peers read the same samples from the same server
 in the same rounds, each in its own format and its own usual way
-(`benchmarks/streaming_peers.py`; writing and uploading their formats is not timed).
+(`benchmarks/lib/streaming_peers.py`; writing and uploading their formats is not timed).
 The faults pass goes through a loopback proxy that answers 10 % of requests 503
 SlowDown, cuts 1 % of bodies short, changes a byte in 1 % and stalls 1 % for 30 s.""",
         """\
@@ -357,7 +358,7 @@ CPU, and every reader here is CPU-bound. With faults injected the epoch is exact
 corrupted body was caught by the shard's hash. The summary counts the faults and the
 longest wait for a batch over 20 cold runs.""",
     ),
-    "shuffle_quality": Notes(
+    "cpu/shuffle_quality": Notes(
         "Shuffle quality of sharded orders",
         "Computed, not timed: 1,000 classes written in label order, 256 MiB shards, 32 "
         "samples a GPU, 8 GPUs a node, a 16 GiB cache a node. Ratios are to a true "
@@ -390,12 +391,13 @@ INTRO = """\
 
 Scripts in `benchmarks/`, one per question; each compares against what you would use
 otherwise, in the same run, reports the median of several repeats after a warm-up, and
-writes JSON (machine, versions, settings, every timing) to `benchmarks/results/`;
-`--plot` draws a PNG. `make bench` runs the CPU ones; `make bench-gpu` runs the GPU
-suite, and `make gpu-check` what a short GPU window measures first. This page is written
-from those files by `python benchmarks/docs_page.py` (`make docs` runs it first).
-Figures measured without a GPU come from this project's 2-core CPU machine; they are
-ratios, because the machine is shared and noisy.
+writes JSON (machine, versions, settings, every timing) to `benchmarks/results/cpu/` on
+a machine without a GPU, `benchmarks/results/gpu/` on one with; `--plot` draws a PNG.
+`make bench` runs the CPU ones; `make bench-gpu` runs the GPU suite, and `make
+gpu-check` what a short GPU window measures first. This page is written from those
+files by `python benchmarks/docs_page.py` (`make docs` runs it first). Figures measured
+without a GPU come from this project's 2-core CPU machine; they are ratios, because the
+machine is shared and noisy.
 """
 
 
@@ -417,8 +419,8 @@ def key(path: Path, results: Path) -> str:
 
 def heading(name: str) -> str:
     """A result's heading: its file stem, after its folder for one in a folder
-    (``gpu: prefetch``). Its anchor, on the site as on GitHub, is ``#prefetch`` for
-    ``results/prefetch.json`` and ``#gpu-prefetch`` for ``results/gpu/prefetch.json``."""
+    (``gpu: prefetch``). Its anchor, on the site as on GitHub, is ``#gpu-prefetch`` for
+    ``results/gpu/prefetch.json`` (``#prefetch`` for a file at the top of ``results``)."""
     folder, _, stem = name.rpartition("/")
     return f"{folder}: {stem}" if folder else stem
 

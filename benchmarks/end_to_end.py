@@ -1,7 +1,7 @@
 """End to end: the plain torchvision pipeline vs fastload's, files to a normalised batch
 on the device, alone or with a training step.
 
-Each variant runs examples/train_classifier.py in its own process on generated JPEGs
+Each variant runs benchmarks/train_harness.py in its own process on generated JPEGs
 (``--images``, 500x375, as a folder and as an LMDB file); rounds are interleaved (every
 variant once, then again), each process runs ``--epochs`` epochs and the first is a
 warm-up; the table holds the median over the timed epochs.
@@ -47,16 +47,27 @@ from pathlib import Path
 
 import torch
 
-from common import RESULTS, Budget, Row, budget_argument, describe, device_name, plot, report
-from data import DATA, jpeg_folder, photo_folder
-from fastload import write_lmdb
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
+    Budget,
+    Row,
+    budget_argument,
+    describe,
+    device_name,
+    plot,
+    report,
+    results_folder,
+)
+from benchmarks.lib.data import data_sets
 from fastload.tools.measure import Measurement
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_classifier.py"
+HARNESS = Path(__file__).resolve().parent / "train_harness.py"
 
 
 def run(data: Path, options: list[str], epochs: int, timeout: float) -> list[dict]:
-    command = [sys.executable, str(EXAMPLE), str(data), "--epochs", str(epochs), "--json", *options]
+    command = [sys.executable, str(HARNESS), str(data), "--epochs", str(epochs), "--json", *options]
     limit = timeout if math.isfinite(timeout) else None
     try:
         completed = subprocess.run(command, capture_output=True, text=True, timeout=limit)
@@ -67,24 +78,6 @@ def run(data: Path, options: list[str], epochs: int, timeout: float) -> list[dic
         lines = completed.stderr.strip().splitlines()
         raise RuntimeError(lines[-1] if lines else f"exit status {completed.returncode}")
     return [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
-
-
-def data_sets(images: int, source: str) -> tuple[Path, Path]:
-    """The JPEG folder and its LMDB copy, generated on first use."""
-    if source == "photos":
-        folder, database = (
-            photo_folder(DATA / f"photos-{images}", images),
-            DATA / f"photos-{images}.lmdb",
-        )
-    elif images == 1000:
-        folder, database = jpeg_folder(), DATA / "train.lmdb"
-    else:
-        per_class = max(1, images // 10)
-        folder = jpeg_folder(DATA / f"jpeg-{per_class * 10}", per_class)
-        database = DATA / f"train-{per_class * 10}.lmdb"
-    if not database.exists():
-        write_lmdb(folder, database, progress=False)
-    return folder, database
 
 
 def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[str]] | str]:
@@ -149,7 +142,7 @@ def main() -> None:
     parser.add_argument("--augment", choices=["cpu", "gpu"], default=None)
     budget_argument(parser)
     parser.add_argument("--name", default="end_to_end", help="the result files' name")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, three variants")
     args = parser.parse_args()

@@ -3,7 +3,7 @@ Face Accelerate, each framework's usual data path against fastload's integration
 fastload in a hand-written loop, on the same model and data, in one run.
 
 Every variant trains ``--model`` (a small CNN, or a torchvision model) with SGD on the
-1000 photo-like 500x375 JPEGs of ``benchmarks/data.py``, batches of ``--batch-size`` at
+1000 photo-like 500x375 JPEGs of ``benchmarks/lib/data.py``, batches of ``--batch-size`` at
 ``--image-size`` px: RandomResizedCrop (antialiased where it shrinks), a random flip and
 ImageNet normalisation, ``--workers`` worker processes.
 
@@ -40,8 +40,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common import RESULTS, Budget, Row, budget_argument, describe, plot, report
-from data import jpeg_folder
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
+    Budget,
+    Row,
+    budget_argument,
+    describe,
+    plot,
+    report,
+    results_folder,
+)
+from benchmarks.lib.data import jpeg_folder
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
 
@@ -209,7 +220,7 @@ def main() -> None:
     parser.add_argument("--model", default="small", help="small, or a torchvision model")
     parser.add_argument("--data", type=Path, default=None, help="an image folder")
     parser.add_argument("--variant", nargs=2, metavar=("FRAMEWORK", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round")
     budget_argument(parser)

@@ -44,7 +44,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
-from common import (
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
     Budget,
     Row,
     device_name,

@@ -41,9 +41,19 @@ from pathlib import Path
 
 import torch
 
-from common import RESULTS, machine
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import machine, results_folder
+from benchmarks.lib.parts import (
+    Part,
+    finished,
+    not_started,
+    prepare_environment,
+    run_part,
+    unknown_parts,
+)
 from fastload.system import available_cpus
-from parts import Part, finished, not_started, prepare_environment, run_part, unknown_parts
 
 #: Peers whose rows say "not installed" where they are missing.
 PEERS = ("nvidia.dali", "nvidia.nvimgcodec")
@@ -113,7 +123,9 @@ def main() -> None:
     parser.add_argument(
         "--budget-s", type=float, default=540, help="the whole plan's time (a device call: 600)"
     )
-    parser.add_argument("--out", type=Path, default=None, help="default: results/gpu")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: results/gpu (cpu/ without CUDA)"
+    )
     parser.add_argument(
         "--parts",
         default=None,
@@ -128,7 +140,7 @@ def main() -> None:
     unknown_parts(chosen, names, "gpu_check.py")
     args.smoke = not torch.cuda.is_available() if args.smoke is None else args.smoke
     out = args.out or (
-        Path(tempfile.mkdtemp(prefix="gpu-check-")) if args.smoke else RESULTS / "gpu"
+        Path(tempfile.mkdtemp(prefix="gpu-check-")) if args.smoke else results_folder()
     )
     out.mkdir(parents=True, exist_ok=True)
     summary = out / "check.json"

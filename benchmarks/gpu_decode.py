@@ -43,7 +43,10 @@ import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg
 
-from common import (
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
     Budget,
     Row,
     device_name,
@@ -53,7 +56,7 @@ from common import (
     suite_arguments,
     synchronize,
 )
-from data import photo_jpegs
+from benchmarks.lib.data import photo_jpegs
 from fastload.decode import GPUDecoder
 from fastload.decode.opencv import decode_image
 from fastload.system import available_cpus

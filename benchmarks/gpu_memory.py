@@ -29,7 +29,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from common import (
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
     Budget,
     Row,
     device_name,
@@ -39,7 +42,7 @@ from common import (
     suite_arguments,
     synchronize,
 )
-from data import photo_jpegs
+from benchmarks.lib.data import photo_jpegs
 from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.collate import encoded_collate
 from fastload.decode import GPUDecoder

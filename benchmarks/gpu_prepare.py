@@ -31,7 +31,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_check import PLAN
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.gpu_check import PLAN
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20

@@ -13,7 +13,7 @@ Parts, in the order they run (each compares with its baseline in the same run):
   end_to_end  ResNet-50 training from 10,000 photos: fastload's decodes, torchvision, DALI
   end_to_end_r18  the same with ResNet-18, the GPU-starved case (end_to_end.py)
 
-Each part runs in its own process within its time (``parts.py``); one that crashes or
+Each part runs in its own process within its time (``lib/parts.py``); one that crashes or
 runs out of time is recorded as such in ``suite.json`` and the next one starts. For a
 short GPU window, ``gpu_check.py`` (``make gpu-check``) runs what matters first.
 ``--smoke`` runs every part at tiny sizes, one after another in this process (on a CPU
@@ -39,9 +39,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import results_folder
+from benchmarks.lib.parts import (
+    BENCHMARKS,
+    Part,
+    finished,
+    not_started,
+    prepare_environment,
+    run_part,
+    unknown_parts,
+)
 from fastload.system import available_cpus
-from parts import HERE, Part, finished, not_started, prepare_environment, run_part, unknown_parts
 
 
 def end_to_end_options(model: str) -> list[str]:
@@ -88,11 +99,12 @@ SMOKE_SAME_AS = {"end_to_end_r18": "end_to_end"}
 def run_part_here(part: Part, out: Path) -> dict[str, object]:
     """A smoke run of one part in this process (each process would spend seconds importing
     torch again); a crash is recorded as a process's would be."""
-    argv, sys.argv = sys.argv, [str(HERE / part.script), "--out", str(out), "--plot", "--smoke"]
+    script = BENCHMARKS / part.script
+    argv, sys.argv = sys.argv, [str(script), "--out", str(out), "--plot", "--smoke"]
     print(f"\n=== {part.name}: {' '.join(sys.argv)} (in this process)", flush=True)
     start = time.perf_counter()
     try:
-        runpy.run_path(str(HERE / part.script), run_name="__main__")
+        runpy.run_module(f"benchmarks.{script.stem}", run_name="__main__", alter_sys=True)
         status = "ok"
     except SystemExit as stop:
         status = "ok" if stop.code in (0, None) else f"failed (exit status {stop.code})"
@@ -115,7 +127,9 @@ def main() -> None:
         "--budget-s", type=float, default=540,
         help="no part runs past this many seconds from the start (a device call allows 600)",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, help="default: results/gpu")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: results/gpu (cpu/ without CUDA)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, scratch folder")
     args = parser.parse_args()
     names = list(PARTS) if args.parts == "all" else args.parts.split(",")
@@ -123,7 +137,7 @@ def main() -> None:
         names = [name for name in names if name not in SMOKE_SAME_AS]
     unknown_parts(names, list(PARTS), "gpu_suite")
     out = args.out or (
-        Path(tempfile.mkdtemp(prefix="gpu-suite-")) if args.smoke else RESULTS / "gpu"
+        Path(tempfile.mkdtemp(prefix="gpu-suite-")) if args.smoke else results_folder()
     )
     out.mkdir(parents=True, exist_ok=True)
 

@@ -21,8 +21,11 @@ from pathlib import Path
 
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
-from common import Row, plot, report
-from data import jpeg_folder
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import Row, plot, report
+from benchmarks.lib.data import jpeg_folder
 from fastload import LMDBDataset, write_lmdb
 from fastload.decode.opencv import read_image
 from fastload.lmdb.store import close_reader

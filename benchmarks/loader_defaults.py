@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 
-from common import Row, plot, report
-from data import jpeg_folder
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import Row, plot, report
+from benchmarks.lib.data import jpeg_folder
 from fastload.tools.demo import compare_loaders
 
 

@@ -16,7 +16,7 @@ equivalent:
 - fastload, local disk: ShardedDataset on the shard folder;
 - MosaicML Streaming, litdata, WebDataset, Ray Data: each reads the same samples from the
   same server, cold, in its own format where it has one (written and uploaded before the
-  rounds, untimed) and its own usual way; see streaming_peers.py. A peer that is not
+  rounds, untimed) and its own usual way; see lib/streaming_peers.py. A peer that is not
   installed, or fails, says why in its row; one that reads other samples than the shards
   hold says so in its note.
 
@@ -43,13 +43,16 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from common import RESULTS, Row, describe, interleaved, plot, report
-from data import DATA, jpeg_folder
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import Row, describe, interleaved, plot, report, results_folder
+from benchmarks.lib.data import DATA, jpeg_folder
+from benchmarks.lib.streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.tools.measure import Measurement
 from fastload.testing.s3server import FaultyProxy, LocalS3, swift_installed
-from streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
+from fastload.tools.measure import Measurement
 
 
 def epoch_of(dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
@@ -181,7 +184,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=4, help="GETs at once, raw")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--fault-chunk", type=int, default=1 << 20,
                         help="bytes per ranged GET in the faults pass")  # fmt: skip

@@ -49,9 +49,11 @@ from pathlib import Path
 
 import torch
 
-from common import RESULTS, Row, plot, report
-from data import DATA
-from end_to_end import data_sets
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import Row, plot, report, results_folder
+from benchmarks.lib.data import DATA, data_sets
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
 
@@ -333,7 +335,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="seconds per process")
     parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
     args.folder, args.database = data_sets(args.images, "synthetic")

@@ -37,7 +37,10 @@ import torchvision
 from torch import nn
 from torch.utils.data import Dataset
 
-from common import (
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import (
     Budget,
     Row,
     device_name,

@@ -59,7 +59,10 @@ from typing import Any
 
 import numpy as np
 
-from common import RESULTS, machine, pyplot, save_figure
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import machine, pyplot, results_folder, save_figure
 from fastload.shards.order import ShardShuffle
 from fastload.tools.measure import format_table
 
@@ -404,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wds-shardshuffle", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epoch", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="a small data set: does it run?")
     args = parser.parse_args(argv)

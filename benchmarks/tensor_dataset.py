@@ -22,7 +22,10 @@ from collections.abc import Callable
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
-from common import Row, interleaved, plot, report
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.common import Row, interleaved, plot, report
 from fastload import FastLoader
 from fastload.tools.measure import Measurement
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+from benchmarks import docs_page
 
-import docs_page  # noqa: E402
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 RESULTS = BENCHMARKS / "results"
 COMMITTED = sorted([*RESULTS.glob("*.json"), *RESULTS.glob("*/*.json")])
@@ -36,6 +35,15 @@ def test_every_result_has_its_section_table_and_plot():
             assert data["table"] in text, path
         if path.with_suffix(".png").exists():
             assert f"../benchmarks/results/{path.relative_to(RESULTS).with_suffix('.png')})" in text
+
+
+def test_results_are_one_tree_by_the_machine_that_measured_them():
+    assert {path.parent.relative_to(RESULTS).as_posix() for path in COMMITTED} == {"cpu", "gpu"}
+    for path in COMMITTED:
+        machine = json.loads(path.read_text()).get("machine")
+        if machine:  # cpu/: measured without a GPU; gpu/: with one
+            without_gpu = machine["device"] == "no GPU (CPU only)"
+            assert without_gpu == (path.parent.name == "cpu"), path
 
 
 def test_anchors_are_the_file_stem_or_folder_and_stem():
@@ -65,6 +73,6 @@ def test_check_says_when_the_page_is_out_of_date(tmp_path: Path):
     assert check().returncode == 1  # no page yet
     assert docs_page.write(results, page)
     assert check().returncode == 0
-    shutil.copy(RESULTS / "lmdb_vs_files.json", results)  # a new result
+    shutil.copytree(RESULTS / "cpu", results / "cpu")  # new results
     stale = check()
     assert stale.returncode == 1 and "out of date" in stale.stdout

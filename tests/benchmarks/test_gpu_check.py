@@ -16,15 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import cuda_tests, gpu_check, gpu_prepare
+from benchmarks.lib import common, parts
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import common  # noqa: E402
-import cuda_tests  # noqa: E402
-import gpu_check  # noqa: E402
-import gpu_prepare  # noqa: E402
-import parts  # noqa: E402
 
 MACHINE_KEYS = {"device", "driver", "cuda", "torch", "torchvision", "cpus"}
 
@@ -218,11 +214,11 @@ def test_outcomes_are_logged_as_they_happen_and_survive_a_killed_run(tmp_path):
     )
     (tmp_path / "test_not_importable.py").write_text("import no_such_module\n")
     log = tmp_path / "outcomes.jsonl"
-    environment = {**os.environ, "FASTLOAD_OUTCOME_LOG": str(log), "PYTHONPATH": str(BENCHMARKS)}
+    environment = {**os.environ, "FASTLOAD_OUTCOME_LOG": str(log), "PYTHONPATH": str(ROOT)}
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "outcome_log",
-         "-o", "addopts=", "--continue-on-collection-errors", "test_not_importable.py",
-         "test_sample.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-p", "benchmarks.lib.outcome_log", "-o", "addopts=", "--continue-on-collection-errors",
+         "test_not_importable.py", "test_sample.py"],
         cwd=tmp_path, env=environment, capture_output=True, timeout=120,
     )  # fmt: skip
     counts, failures = cuda_tests.outcomes(log)

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+from benchmarks import docs_page, gpu_suite
+from benchmarks.lib import common, parts
 
-import common  # noqa: E402
-import docs_page  # noqa: E402
-import gpu_suite  # noqa: E402
-import parts  # noqa: E402
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 MACHINE_KEYS = {"device", "driver", "cuda", "torch", "torchvision", "cpus"}
 
@@ -177,9 +174,10 @@ def test_a_part_that_crashes_or_overruns_is_recorded(tmp_path: Path):
 
 
 def test_without_gpu_results_the_page_says_nothing_was_measured(tmp_path: Path):
-    shutil.copy(common.RESULTS / "lmdb_vs_files.json", tmp_path)
+    (tmp_path / "cpu").mkdir()
+    shutil.copy(common.RESULTS / "cpu" / "lmdb_vs_files.json", tmp_path / "cpu")
     text = docs_page.render(tmp_path, tmp_path / "benchmarks.md")
-    assert "**No GPU run yet.**" in text and "## lmdb_vs_files" in text
+    assert "**No GPU run yet.**" in text and "## cpu: lmdb_vs_files" in text
 
 
 def test_unknown_part_is_refused_in_one_line():

@@ -13,12 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import shuffle_quality as sq
 from fastload.shards.order import ShardShuffle
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import shuffle_quality as sq  # noqa: E402
 
 WORLDS = (1, 8, 64)
 WINDOWS = (2, 4, 8, 16, 32)  # the smoke run's, below its 400 shards

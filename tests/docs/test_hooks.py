@@ -37,19 +37,20 @@ def build(hooks):
 def test_a_link_outside_docs_points_at_a_copy_in_the_site(hooks, build):
     config, page, files = build
     markdown = (
-        "![plot](../../benchmarks/results/lmdb_vs_files.png)\n"
+        "![plot](../../benchmarks/results/cpu/lmdb_vs_files.png)\n"
         '[script](../../benchmarks/lmdb_vs_files.py#L1 "title")\n'
         "[page](loader.md#top) [web](https://example.com/x.png) [missing](../../nothing.png)\n"
     )
     out = hooks.on_page_markdown(markdown, page=page, config=config, files=files)
     assert out == (
-        "![plot](../benchmarks/results/lmdb_vs_files.png)\n"
+        "![plot](../benchmarks/results/cpu/lmdb_vs_files.png)\n"
         '[script](../benchmarks/lmdb_vs_files.py#L1 "title")\n'
         "[page](loader.md#top) [web](https://example.com/x.png) [missing](../../nothing.png)\n"
     )
     copies = {file.src_uri: file.abs_src_path for file in files}
+    plot = "benchmarks/results/cpu/lmdb_vs_files.png"
     assert copies == {
-        "benchmarks/results/lmdb_vs_files.png": str(ROOT / "benchmarks/results/lmdb_vs_files.png"),
+        plot: str(ROOT / plot),
         "benchmarks/lmdb_vs_files.py": str(ROOT / "benchmarks/lmdb_vs_files.py"),
     }
 
@@ -58,14 +59,14 @@ def test_code_blocks_are_left_alone_but_lose_the_tests_options(hooks, build):
     config, page, files = build
     markdown = (
         "```python fixture:train_lmdb fixture:world_size\n"
-        'x = "![plot](../../benchmarks/results/lmdb_vs_files.png)"\n'
+        'x = "![plot](../../benchmarks/results/cpu/lmdb_vs_files.png)"\n'
         "```\n"
         "````markdown\n```python fixture:shard_set\n```\n````\n"
     )
     out = hooks.on_page_markdown(markdown, page=page, config=config, files=files)
     assert out == (
         "```python\n"
-        'x = "![plot](../../benchmarks/results/lmdb_vs_files.png)"\n'
+        'x = "![plot](../../benchmarks/results/cpu/lmdb_vs_files.png)"\n'
         "```\n"
         "````markdown\n```python fixture:shard_set\n```\n````\n"
     )

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+BENCHMARKS = Path(__file__).resolve().parents[1]  # the scripts: benchmarks/<Part.script>
 
 #: Seconds a part keeps, inside its time, to write its JSON and PNG after its own budget.
 MARGIN_S = 15
@@ -66,10 +66,10 @@ def run_part(part: Part, out: Path, *, smoke: bool, timeout: float) -> dict[str,
     """Run ``part`` for at most ``timeout`` seconds; its status, time and result file."""
     options = [*(["--smoke", *part.smoke_options] if smoke else part.options),
                "--budget-s", f"{max(timeout - MARGIN_S, 1):.0f}"]  # fmt: skip
-    command = [sys.executable, str(HERE / part.script), "--out", str(out), "--plot", *options]
+    command = [sys.executable, str(BENCHMARKS / part.script), "--out", str(out), "--plot", *options]
     print(f"\n=== {part.name}: {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=HERE, start_new_session=True)
+    process = subprocess.Popen(command, cwd=BENCHMARKS, start_new_session=True)
 
     def stop(signum, frame):  # the whole run is being stopped: take the part with it
         os.killpg(process.pid, signal.SIGKILL)

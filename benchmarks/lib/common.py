@@ -22,8 +22,15 @@ from fastload.loader.defaults import shared_memory_free
 from fastload.system import available_cpus
 from fastload.tools.measure import Measurement, format_table
 
-RESULTS = Path(__file__).resolve().parent / "results"
+#: benchmarks/results: one folder per kind of machine, cpu/ (no GPU) and gpu/
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 T = TypeVar("T")
+
+
+def results_folder() -> Path:
+    """Where a result measured here goes by default: ``results/gpu/`` on a machine with
+    CUDA, ``results/cpu/`` on one without."""
+    return RESULTS / ("gpu" if torch.cuda.is_available() else "cpu")
 
 
 @dataclass
@@ -98,7 +105,7 @@ def suite_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every part of the GPU suite takes."""
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: does it run?")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per variant")
-    parser.add_argument("--out", type=Path, default=RESULTS / "gpu", help="folder for JSON, PNG")
+    parser.add_argument("--out", type=Path, default=results_folder(), help="folder for JSON, PNG")
     parser.add_argument("--plot", action="store_true")
     budget_argument(parser)
 
@@ -194,12 +201,14 @@ def report(
     baseline: str,
     unit: str,
     settings: dict[str, object],
-    out: Path = RESULTS,
+    out: Path | None = None,
     summary: dict[str, object] | None = None,
     cut_short: str | None = None,
 ) -> Path:
-    """Print the table (ratios against ``baseline``) and write ``<out>/<benchmark>.json``;
-    ``cut_short`` (a :class:`Budget`'s) is said under the table and kept in the JSON."""
+    """Print the table (ratios against ``baseline``) and write ``<out>/<benchmark>.json``
+    (``out``: :func:`results_folder` by default); ``cut_short`` (a :class:`Budget`'s) is
+    said under the table and kept in the JSON."""
+    out = results_folder() if out is None else out
     by_name = {row.name: row for row in rows}
 
     def speedup(row: Row) -> float | None:

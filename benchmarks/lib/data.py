@@ -3,11 +3,12 @@
 - ``jpeg_folder``: 1000 JPEGs of 500x375 (a typical ImageNet photo) in 10 class
   sub-folders, about 50 kB each, under benchmarks/.data/ (ignored by git). The same seed
   gives the same bytes, so every benchmark and every machine reads the same files.
+- ``data_sets``: an image folder and its LMDB copy, for the end-to-end benchmarks.
 - ``photo_jpegs``: encoded JPEGs in memory cut from real photographs (scikit-image's
   bundled ones), ImageNet-like in size and content, for decoder benchmarks.
 
 Usage:
-    python benchmarks/data.py [--images-per-class 100] [--root DIR]
+    python -m benchmarks.lib.data [--images-per-class 100] [--root DIR]
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from fastload import make_image_folder
+from fastload import make_image_folder, write_lmdb
 from fastload.tools.synthetic import photo_like_image
 
-DATA = Path(__file__).resolve().parent / ".data"
+DATA = Path(__file__).resolve().parents[1] / ".data"  # benchmarks/.data
 DEFAULT_ROOT = DATA / "jpeg"
 PHOTOGRAPHS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field",
                "immunohistochemistry", "retina", "stereo_motorcycle")  # fmt: skip
@@ -96,6 +97,24 @@ def photo_jpegs(count: int, *, quality: int = 90, seed: int = 0) -> tuple[list[b
             raise RuntimeError(f"OpenCV could not encode photo JPEG {index}")
         encoded.append(data.tobytes())
     return encoded, source
+
+
+def data_sets(images: int, source: str) -> tuple[Path, Path]:
+    """The JPEG folder and its LMDB copy, generated on first use."""
+    if source == "photos":
+        folder, database = (
+            photo_folder(DATA / f"photos-{images}", images),
+            DATA / f"photos-{images}.lmdb",
+        )
+    elif images == 1000:
+        folder, database = jpeg_folder(), DATA / "train.lmdb"
+    else:
+        per_class = max(1, images // 10)
+        folder = jpeg_folder(DATA / f"jpeg-{per_class * 10}", per_class)
+        database = DATA / f"train-{per_class * 10}.lmdb"
+    if not database.exists():
+        write_lmdb(folder, database, progress=False)
+    return folder, database
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
-"""A pytest plugin (``-p outcome_log``) that appends each test's outcome to the JSON-lines
-file named by ``$FASTLOAD_OUTCOME_LOG`` as soon as it is known, so that a run stopped at
-its time limit still says what it finished (a JUnit report is written only at the end).
+"""A pytest plugin (``-p benchmarks.lib.outcome_log``) that appends each test's outcome to
+the JSON-lines file named by ``$FASTLOAD_OUTCOME_LOG`` as soon as it is known, so that a
+run stopped at its time limit still says what it finished (a JUnit report is written only
+at the end).
 
 One line per outcome: ``{"test": nodeid, "outcome": "passed" | "failed" | "errors" |
 "skipped", "message": first line of the failure or the skip reason}``; a test file that
