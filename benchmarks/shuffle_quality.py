@@ -93,8 +93,7 @@ class LabelOrdered:
     per_shard: int
     sample_bytes: int
     shards: list[StandInShard] = field(init=False)
-    remote: bool = False
-    cache_limit: int | None = None
+    transport: None = None  # a local folder: nothing fetched
 
     def __post_init__(self) -> None:
         total = self.classes * self.per_class
