@@ -22,7 +22,6 @@ from fastload._checks import finite
 from fastload.buffers import BufferPool
 
 __all__ = [
-    "FLOAT_DTYPES",
     "Finish",
     "FinishesImages",
     "ImageFinisher",
@@ -32,7 +31,7 @@ __all__ = [
     "normalize_into",
 ]
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def normalize_coefficients(
@@ -231,7 +230,7 @@ class ImageFinisher:
         buffers: BufferPool | None = None,
         statistics_scale: float = 1,
     ) -> None:
-        if dtype is not None and dtype not in FLOAT_DTYPES:
+        if dtype is not None and dtype not in _FLOAT_DTYPES:
             raise TypeError(f"dtype must be a floating dtype or None, got {dtype}")
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
