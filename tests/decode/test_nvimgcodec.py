@@ -64,6 +64,14 @@ def test_region_decoding_gives_the_whole_decodes_batch():
         assert (regions.int() - whole.int()).abs().max() <= 1, crop  # rounding at .5 only
 
 
+@pytest.mark.parametrize(
+    ("device", "chosen"),
+    [("cpu", "nvimgcodec"), pytest.param("cuda", "nvjpeg", marks=pytest.mark.needs_cuda)],
+)
+def test_auto_chooses_nvjpeg_on_a_gpu_and_nvimgcodec_on_the_cpu(device, chosen):
+    assert GPUDecoder(8, device=device).backend == chosen
+
+
 def test_the_backend_is_chosen_at_construction_and_said():
     assert GPUDecoder(8, device="cpu").backend == "nvimgcodec"
     assert "backend='nvimgcodec'" in repr(GPUDecoder(8, device="cpu"))
@@ -137,7 +145,7 @@ def test_on_cuda_the_hardware_chain_gives_the_cpu_backends_batch():
     )
     cpu = GPUDecoder(24, device="cpu")(batch, params)
     with pytest.warns(UserWarning, match="1 image\\(s\\) decoded on the CPU"):
-        decoder = GPUDecoder(24, device="cuda")
+        decoder = GPUDecoder(24, device="cuda", backend="nvimgcodec")
         cuda = decoder(batch, params)
     assert decoder.backend == "nvimgcodec" and decoder.decoded == {"nvimgcodec": 3, "opencv": 1}
     # nvJPEG's IDCT and upsampling differ from libjpeg-turbo's by a level or two
