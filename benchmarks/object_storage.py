@@ -207,11 +207,11 @@ def main() -> None:
         with LocalS3() as server:
             import boto3
 
-            boto3.client("s3", **server.client_options()).create_bucket(Bucket="bench")
-            from fastload.shards.writer import upload
-
-            upload(local, "s3://bench/shards", options=server.client_options())
             options = server.client_options()
+            boto3.client("s3", **options).create_bucket(Bucket="bench")
+            # the same shards as the local set (files kept byte for byte), as a user writes
+            write_shards(folder, "s3://bench/shards", shard_size=args.shard_size,
+                         storage_options=options)  # fmt: skip
             remote = ShardedDataset("s3://bench/shards", decode=None, cache_dir=work / "cache",
                                     storage_options=options)  # fmt: skip
             on_disk = ShardedDataset(local, decode=None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from pathlib import Path
 from typing import Any, Unpack
 
 from fastload._checks import check_int
@@ -20,7 +19,6 @@ from fastload.records.sources import Encoding, Source
 from fastload.shards.captions import captioned_source
 from fastload.shards.destination import Destination, destination
 from fastload.shards.index import INDEX
-from fastload.shards.remote import S3Shards
 from fastload.shards.tar import write_range
 
 __all__ = ["write_shards"]
@@ -167,12 +165,3 @@ def _convert(
                        on_shard=finished)  # fmt: skip
     skipped.extend(rest)
     return shards, skipped
-
-
-def upload(folder: Path, url: str, options: dict[str, Any] | None = None) -> None:
-    """The shard set in ``folder`` to ``url``, the index after every shard."""
-    remote = S3Shards(url, options=options)
-    client = remote.client()
-    names = sorted(name for name in os.listdir(folder) if name.endswith(".tar"))
-    for name in [*names, INDEX]:
-        client.upload_file(str(folder / name), remote.bucket, remote.key(name))
