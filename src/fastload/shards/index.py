@@ -104,7 +104,14 @@ def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]
     path = folder / INDEX
     data = index_bytes(shards, meta)
     parse_index(data, str(path))
-    handle, name = tempfile.mkstemp(dir=folder, prefix=f".{INDEX}.", suffix=".tmp")
+    write_whole(path, data)
+    return path
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` whole or not at all: a temporary file of this writer's own
+    beside it (writers of one folder at once never share it), renamed over it."""
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as temporary:
             temporary.write(data)
@@ -112,7 +119,6 @@ def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
-    return path
 
 
 def load_index(folder: Path) -> tuple[list[Shard], dict[str, Any]]:

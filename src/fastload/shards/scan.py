@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import tarfile
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from fastload.shards.index import (
     index_of,
     shard_entry,
     write_index,
+    write_whole,
 )
 
 __all__ = ["index_webdataset", "scanned_index"]
@@ -80,15 +80,7 @@ def scanned_index(
     kept = Path(cache_dir) / SCANS / f"{_tars_digest(folder, tars)}.json"
     if not kept.is_file():
         kept.parent.mkdir(parents=True, exist_ok=True)
-        data = _scanned_bytes(folder, tars)
-        handle, name = tempfile.mkstemp(dir=kept.parent, prefix=".scan.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as temporary:
-                temporary.write(data)
-            os.replace(name, kept)
-        except BaseException:
-            Path(name).unlink(missing_ok=True)
-            raise
+        write_whole(kept, _scanned_bytes(folder, tars))
     return index_of(folder, kept.read_bytes(), str(kept))
 
 
