@@ -15,15 +15,14 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
 from fastload._checks import finite, pair
-from fastload.gpu.arguments import symmetric
-from fastload.gpu.base import Params
+from fastload.gpu.arguments import resampling, symmetric
+from fastload.gpu.base import BatchTransform, Params
 from fastload.gpu.functional import Fill, affine, inverse_affine_matrices
-from fastload.gpu.kinds import ResamplingTransform
 
 __all__ = ["RandomAffine", "RandomRotation"]
 
 
-class _RandomAffineBase(ResamplingTransform):
+class _RandomAffineBase(BatchTransform):
     """What RandomAffine and RandomRotation share: each sample's inverse matrix
     (``matrices``) warps its image with ``interpolation`` and ``fill``, and its masks
     nearest, with 0 (background) where they come from outside."""
@@ -39,7 +38,8 @@ class _RandomAffineBase(ResamplingTransform):
         same_on_batch: bool,
         generator: torch.Generator | None,
     ) -> None:
-        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        self.interpolation, self.fill = resampling(interpolation, fill)
         self.center = None if center is None else [finite(c, "center") for c in center]
 
     def _matrices(self, shape: torch.Size, params: Params, device: torch.device) -> Tensor:

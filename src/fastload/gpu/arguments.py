@@ -10,7 +10,7 @@ from torchvision.transforms import InterpolationMode
 from fastload._checks import finite, pair
 from fastload.gpu.functional.geometry import Fill
 
-__all__ = ["check_fill", "interpolation_name", "output_size", "symmetric", "xy"]
+__all__ = ["check_fill", "interpolation_name", "output_size", "resampling", "symmetric", "xy"]
 
 
 def output_size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
@@ -24,6 +24,12 @@ def output_size(size: int | Sequence[int], name: str = "size") -> tuple[int, int
     ):
         raise ValueError(f"{name} must be a positive int or (h, w), got {size!r}")
     return size[0], size[1]
+
+
+def resampling(value: InterpolationMode | str, fill: Fill) -> tuple[str, Fill]:
+    """The ``interpolation`` (its name) and ``fill`` of a module that takes each output
+    pixel from elsewhere in the image, checked."""
+    return interpolation_name(value), check_fill(fill)
 
 
 def interpolation_name(value: InterpolationMode | str) -> str:

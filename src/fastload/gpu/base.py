@@ -109,16 +109,19 @@ class BatchTransform(nn.Module):
     #: Parameters that ``transform_target`` takes as tensors, not as Python values (a
     #: whole displacement field: too large to bring to the host).
     device_params: tuple[str, ...] = ()
+    #: ``p`` when none is given: 1.0, or torchvision's 0.5 for a coin-only transform
+    #: (a flip, an invert, ...).
+    default_p = 1.0
 
     def __init__(
         self,
+        p: float | None = None,
         *,
-        p: float = 1.0,
         same_on_batch: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        self.p = check_probability(p)
+        self.p = check_probability(self.default_p if p is None else p)
         self.same_on_batch = same_on_batch
         self.generator = generator
 
@@ -263,7 +266,8 @@ class BatchTransform(nn.Module):
     def sample_params(
         self, shape: torch.Size, device: torch.device, generator: torch.Generator | None = None
     ) -> Params:
-        raise NotImplementedError
+        """The draws for a batch of ``shape``; by default each sample's coin alone."""
+        return {"apply": self._applies(shape[0], device, generator)}
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         raise NotImplementedError

@@ -22,7 +22,6 @@ from fastload.gpu.functional import (
     restore,
     to_float,
 )
-from fastload.gpu.kinds import CoinTransform
 
 __all__ = ["ColorJitter", "Normalize", "RandomGrayscale", "ToDtype", "normalize"]
 
@@ -135,7 +134,7 @@ class ColorJitter(BatchTransform):
         return blend_where(params["apply"], restore(out, images.dtype), images)
 
 
-class RandomGrayscale(CoinTransform):
+class RandomGrayscale(BatchTransform):
     """Turn each image to grayscale (kept as 3 channels) with probability ``p``.
 
     Args:
@@ -152,6 +151,8 @@ class RandomGrayscale(CoinTransform):
         >>> RandomGrayscale(p=1.0)(red).flatten().tolist()
         [76, 76, 76]
     """
+
+    default_p = 0.5
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
 

@@ -23,7 +23,6 @@ from fastload.gpu.functional import (
     resize,
     resized_crops,
 )
-from fastload.gpu.kinds import CoinTransform
 
 __all__ = [
     "BatchRandomResizedCrop",
@@ -36,7 +35,8 @@ __all__ = [
 ]
 
 
-class _RandomFlip(CoinTransform):
+class _RandomFlip(BatchTransform):
+    default_p = 0.5
     dim = -1
     targets = "transform"
 

@@ -20,7 +20,6 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
-from fastload.gpu.kinds import CoinTransform
 
 __all__ = [
     "GaussianNoise",
@@ -33,8 +32,10 @@ __all__ = [
 ]
 
 
-class _RandomPixelOp(CoinTransform):
+class _RandomPixelOp(BatchTransform):
     """Applies the operation to each sample with probability ``p`` (torchvision's 0.5)."""
+
+    default_p = 0.5
 
     targets = "pass"  # masks, boxes and keypoints stay as they are
 

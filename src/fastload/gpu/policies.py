@@ -21,7 +21,8 @@ from torch import Tensor
 from torchvision.transforms import AutoAugmentPolicy, InterpolationMode, v2
 
 from fastload._checks import check_int
-from fastload.gpu.base import Params
+from fastload.gpu.arguments import resampling
+from fastload.gpu.base import BatchTransform, Params
 from fastload.gpu.functional import (
     Fill,
     adjust_brightness,
@@ -37,7 +38,6 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
-from fastload.gpu.kinds import ResamplingTransform
 
 __all__ = [
     "AutoAugment",
@@ -104,11 +104,22 @@ def apply_op(
     raise ValueError(f"no operation named {op!r}")
 
 
-class Policy(ResamplingTransform):
+class Policy(BatchTransform):
     """Draw ``ops`` (N, steps) and ``magnitudes`` (N, steps); apply them step by step,
     grouping the samples that drew the same operation."""
 
     space: Space
+
+    def __init__(
+        self,
+        interpolation: InterpolationMode | str,
+        fill: Fill,
+        *,
+        same_on_batch: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        self.interpolation, self.fill = resampling(interpolation, fill)
 
     @property
     def op_names(self) -> tuple[str, ...]:

@@ -16,15 +16,14 @@ from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode
 
 from fastload._checks import finite
-from fastload.gpu.arguments import xy
-from fastload.gpu.base import Params, blend_where
+from fastload.gpu.arguments import resampling, xy
+from fastload.gpu.base import BatchTransform, Params, blend_where
 from fastload.gpu.functional import Fill, elastic, perspective, perspective_coefficients
-from fastload.gpu.kinds import ResamplingTransform
 
 __all__ = ["ElasticTransform", "RandomPerspective"]
 
 
-class RandomPerspective(ResamplingTransform):
+class RandomPerspective(BatchTransform):
     """Move each image's corners inwards at random and warp the image to match.
 
     Each corner moves up to ``distortion_scale`` of half the size, for each sample with
@@ -64,7 +63,8 @@ class RandomPerspective(ResamplingTransform):
         same_on_batch: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(interpolation, fill, p=p, same_on_batch=same_on_batch, generator=generator)
+        super().__init__(p, same_on_batch=same_on_batch, generator=generator)
+        self.interpolation, self.fill = resampling(interpolation, fill)
         self.distortion_scale = finite(distortion_scale, "distortion_scale")
         if not 0 <= self.distortion_scale <= 1:
             raise ValueError(f"distortion_scale must be in [0, 1], got {distortion_scale!r}")
@@ -119,7 +119,7 @@ class RandomPerspective(ResamplingTransform):
         return TF.perspective(target, corners, params["endpoints"])
 
 
-class ElasticTransform(ResamplingTransform):
+class ElasticTransform(BatchTransform):
     """Displace each image's pixels by its own smooth random field.
 
     The field is uniform noise blurred with a Gaussian of ``sigma``, scaled by ``alpha``
@@ -161,7 +161,8 @@ class ElasticTransform(ResamplingTransform):
         same_on_batch: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(interpolation, fill, same_on_batch=same_on_batch, generator=generator)
+        super().__init__(same_on_batch=same_on_batch, generator=generator)
+        self.interpolation, self.fill = resampling(interpolation, fill)
         self.alpha, self.sigma = xy(alpha, "alpha"), xy(sigma, "sigma")
 
     def sample_params(
