@@ -84,10 +84,8 @@ class GPUDecoder(nn.Module):
             engines, then the GPU, then the CPU; only each sample's crop region, the box
             drawn from the header's sizes first), ``"nvjpeg"`` (torchcodec's or
             torchvision's batched nvJPEG, whole images, CUDA only), ``"opencv"`` (the CPU);
-            ``"auto"``: ``"nvjpeg"`` on a CUDA device (on an H200 it finished batches about
-            4x faster than ``"nvimgcodec"``, whose hardware engines refused region decodes
-            with CUDA 13.0's nvJPEG: the benchmarks page's GPU decode table);
-            ``"nvimgcodec"`` on the CPU where it is installed, else ``"opencv"``.
+            ``"auto"``: ``"nvjpeg"`` on a CUDA device (faster there: the GPU decoding
+            guide says why), ``"nvimgcodec"`` on the CPU if installed, else ``"opencv"``.
             ``backend`` afterwards names the one chosen.
 
     ``decoded`` counts the images each backend decoded (``"opencv"`` also takes what a GPU
