@@ -574,15 +574,12 @@ def test_a_loaded_state_saved_again_before_its_epoch_begins_is_the_same_state(
     assert [b[0].tolist() for b in third] == [b[0].tolist() for b in loader]  # epoch 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found this session, not fixed: with seed=, epoch 1's order depends on the worker "
-    "count (probably: without persistent workers each epoch's new DataLoader iterator draws "
-    "a base seed from the order's generator); the order should follow (seed, epoch) alone",
-)
 def test_with_a_seed_every_epochs_order_is_the_same_whatever_the_worker_count():
-    def orders(workers: int) -> list[list[int]]:
-        loader = FastLoader(Draws(12), batch_size=4, shuffle=True, seed=3, num_workers=workers)
-        return [[i for b in loader for i in b[0].tolist()] for _ in range(2)]
+    def orders(workers: int, persistent: bool | None = None) -> list[list[int]]:
+        loader = FastLoader(Draws(12), batch_size=4, shuffle=True, seed=3,
+                            num_workers=workers, persistent_workers=persistent)  # fmt: skip
+        return [[i for b in loader for i in b[0].tolist()] for _ in range(3)]
 
-    assert orders(0) == orders(2)
+    first = orders(0)
+    assert len({tuple(epoch) for epoch in first}) == 3  # a new order each epoch
+    assert first == orders(1) == orders(2) == orders(2, persistent=False)

@@ -41,7 +41,7 @@ from fastload.loader.resume import (
     resume_point,
     samplers_with_epochs,
 )
-from fastload.loader.seeding import SeededSamples, keyed_seeds
+from fastload.loader.seeding import SeededSamples, keyed_seeds, seeded_order
 from fastload.loader.tuning import tune_loader
 from fastload.loader.workers import SendableBatch, WorkerInit, unsendable_reason
 
@@ -188,6 +188,8 @@ class FastLoader(DataLoader[T_co]):
             shuffle = None
             self._auto_epoch = True
             self.choices["sampler"] = f"rank {sampler.rank} of {sampler.num_replicas}"
+        elif seed is not None and shuffle and sampler is None and batch_sampler is None:
+            sampler, shuffle = seeded_order(view, seed), None  # type: ignore[arg-type]
 
         super().__init__(
             view,

@@ -10,18 +10,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset, RandomSampler, get_worker_info
 
 from fastload.hashing import GOLDEN, splitmix64
 from fastload.loader.errors import note_failure
 from fastload.loader.proxy import DatasetProxy
 
-__all__ = ["SeededSamples", "keyed_seeds", "sample_seed"]
+__all__ = ["SeededSamples", "keyed_seeds", "sample_seed", "seeded_order"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -63,6 +63,14 @@ def _rng_kept() -> Iterator[None]:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+
+
+def seeded_order(dataset: Sized, seed: int) -> RandomSampler:
+    """A shuffled order drawn from a generator of its own, seeded from ``seed``: the
+    loader's generator also draws the workers' base seed at each new iterator, which
+    persistent workers draw once only, so an order drawn from it would depend on the
+    worker count."""
+    return RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
 
 
 class SeededSamples(DatasetProxy):
