@@ -391,6 +391,21 @@ def test_a_tampered_state_is_refused_and_the_loader_left_as_it_was(tampered, mes
     assert as_lists(loader) == as_lists(make())  # a fresh epoch 0
 
 
+def test_a_state_without_the_orders_generator_is_refused_not_replayed_afresh():
+    """A state saved when the order came from the loader's generator (fastload before the
+    seeded order had a generator of its own) holds no state of the sampler's: resumed,
+    the order would start afresh, samples seen twice or never."""
+    source = FastLoader(Draws(30), batch_size=4, shuffle=True, seed=1, num_workers=0)
+    next(iter(source))
+    state = source.state_dict()
+    assert set(state["generators"]) == {"torch", "loader", "sampler"}
+    old = state | {"generators": {k: v for k, v in state["generators"].items() if k != "sampler"}}
+    loader = FastLoader(Draws(30), batch_size=4, shuffle=True, seed=1, num_workers=0)
+    with pytest.raises(ValueError, match=r"no state for the generator\(s\) \['sampler'\]"):
+        loader.load_state_dict(old)
+    loader.load_state_dict(state)  # the state as saved resumes
+
+
 def test_an_iterable_dataset_has_no_state_to_save():
     class Stream(IterableDataset):
         def __iter__(self):

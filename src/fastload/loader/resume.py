@@ -391,4 +391,9 @@ def _checked_generators(
             torch.Generator(devices[name]).set_state(_state(data))
         except RuntimeError as error:
             raise ValueError(f"FastLoader state: generator {name!r}: {error}") from None
+    missing = sorted(set(generators) - set(saved))
+    if missing:  # its draws would start afresh: another order, samples seen twice or never
+        raise ValueError(f"FastLoader state: no state for the generator(s) {missing} this "
+                         "loader draws its order from: saved by a loader built otherwise (a "
+                         "seed= one before its order had a generator of its own)")  # fmt: skip
     return dict(saved)
