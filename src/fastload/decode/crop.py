@@ -34,6 +34,7 @@ def crop_resize_finish(
     them.
 
     Example:
+        >>> import torch
         >>> image = torch.arange(48, dtype=torch.uint8).view(1, 4, 12).expand(3, 4, 12)
         >>> boxes = torch.tensor([[0.0, 0.0, 4.0, 12.0]])
         >>> out = crop_resize_finish([image], boxes, (2, 3), torch.tensor([False]), Finish())
