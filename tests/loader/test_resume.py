@@ -391,6 +391,15 @@ def test_a_tampered_state_is_refused_and_the_loader_left_as_it_was(tampered, mes
     assert as_lists(loader) == as_lists(make())  # a fresh epoch 0
 
 
+def test_a_seeded_stream_asked_to_shuffle_gets_dataloaders_own_refusal():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+    with pytest.raises(ValueError, match="IterableDataset: expected unspecified shuffle option"):
+        FastLoader(Stream(), batch_size=2, shuffle=True, seed=1, num_workers=0)
+
+
 def test_a_state_without_the_orders_generator_is_refused_not_replayed_afresh():
     """A state saved when the order came from the loader's generator (fastload before the
     seeded order had a generator of its own) holds no state of the sampler's: resumed,

@@ -188,7 +188,7 @@ class FastLoader(DataLoader[T_co]):
             shuffle = None
             self._auto_epoch = True
             self.choices["sampler"] = f"rank {sampler.rank} of {sampler.num_replicas}"
-        elif seed is not None and shuffle and sampler is None and batch_sampler is None:
+        elif shuffle and seed is not None and not iterable and sampler is batch_sampler is None:
             sampler, shuffle = seeded_order(view, seed), None  # type: ignore[arg-type]
 
         super().__init__(
