@@ -38,4 +38,5 @@ def splitmix64_array(x: np.ndarray) -> np.ndarray:
     x = x * np.uint64(MIX1)
     x = x ^ (x >> np.uint64(27))
     x = x * np.uint64(MIX2)
-    return x ^ (x >> np.uint64(31))
+    mixed: np.ndarray = x ^ (x >> np.uint64(31))
+    return mixed

@@ -120,12 +120,12 @@ class SeededSamples(DatasetProxy):
     def _load_batch(self, keys: list[Any]) -> Any:
         if not self.batched or not keys or not isinstance(keys[0], tuple):
             return [self._load(key) for key in keys]
-        epochs, indices = zip(*keys, strict=True)
-        if len(set(epochs)) == 1:
-            seeds = keyed_seeds(self.seed, epochs[0], indices).tolist()
+        epochs = {epoch for epoch, _ in keys}
+        indices = [index for _, index in keys]
+        if len(epochs) == 1:
+            seeds = keyed_seeds(self.seed, epochs.pop(), indices).tolist()
         else:  # a batch across an epoch's end (a sampler of one's own)
             seeds = [sample_seed(self.seed, *key) for key in keys]
-        indices = list(indices)
         seed_generators(batch_seed(seeds))
         try:
             with loading_seeds(seeds):
