@@ -191,7 +191,7 @@ def test_without_a_reduced_scale_only_the_box_is_decoded_with_the_same_pixels(mo
     from fastload.decode import nvimgcodec
 
     if not nvimgcodec.available():
-        pytest.skip("needs NVIDIA nvImageCodec: pip install 'fastload[nvimgcodec]'")
+        pytest.skip("needs NVIDIA nvImageCodec: pip install '.[nvimgcodec]'")
     bgr = photo_like_image(np.random.default_rng(5), 375, 500)
     data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].reshape(-1)
     regions = []
