@@ -117,3 +117,16 @@ def test_workers_do_not_copy_the_sample_list(tmp_path):
     # fastload's arrays hold no Python object per sample, so there is nothing to copy.
     assert growth_of_a_forked_reader(theirs.samples.__getitem__, len(theirs)) > 2048
     assert growth_of_a_forked_reader(ours.sample, len(ours)) < 512
+
+
+def test_a_flat_folder_of_images_says_the_layout_it_expects(tmp_path):
+    flat = make_image_folder(tmp_path / "set", num_classes=1, images_per_class=3, size=(8, 8))
+    for image in (flat / "class_00").iterdir():
+        image.rename(flat / image.name)
+    (flat / "class_00").rmdir()
+    with pytest.raises(FileNotFoundError) as caught:
+        ImageFolder(flat)
+    assert str(caught.value) == (
+        f"{flat}: no class folders in it (3 images at its top level); an image folder holds "
+        "one folder per class, ROOT/CLASS/IMAGE.jpg (one folder for a single class)"
+    )

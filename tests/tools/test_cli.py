@@ -264,3 +264,30 @@ def test_an_unexpected_error_is_one_line_with_its_type():
     assert _one_line(bug) == (
         "IndexError: list index out of range (converting Lies[3], item 3 of the source)"
     )
+
+
+def test_diagnose_warns_in_one_line_when_a_batch_is_larger_than_the_data(tmp_path, capsys):
+    data = make_image_folder(tmp_path / "few", num_classes=2, images_per_class=2, size=(64, 48))
+    options = "--batch-size 8 --image-size 32 --batches 2 --warmup 0 --workers 0 --model none"
+    main(["diagnose", str(data), *options.split()])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        "fastload diagnose: warning: a batch of 8 from a data set of 4: every batch is the "
+        "whole data set, smaller than the batch your training uses; measure with more data "
+        "or a smaller batch"
+    ]
+
+
+def test_a_corrupt_image_in_a_worker_is_its_own_error_line_not_the_workers_traceback(
+    tmp_path, capsys
+):
+    data = make_image_folder(tmp_path / "bad", num_classes=1, images_per_class=4, size=(64, 48))
+    broken = data / "class_00" / "img_00002.jpg"
+    broken.write_bytes(b"\xff\xd8 not really a jpeg")
+    options = "--batch-size 4 --image-size 32 --batches 1 --warmup 0 --workers 1 --model none"
+    with pytest.raises(SystemExit) as exited:
+        main(["diagnose", str(data), *options.split()])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line.startswith(f"fastload diagnose: error: {broken}: not an image OpenCV can decode")
+    assert "Traceback" not in line and "worker process" not in line

@@ -231,3 +231,29 @@ def test_diagnose_refuses_bad_counts_by_name(arguments, message):
 def test_diagnose_says_an_empty_loader_gave_nothing_to_time():
     with pytest.raises(ValueError, match="loader: it gave no batch"):
         diagnose([], torch.sum, batches=1, warmup=0, device="cpu")
+
+
+def test_diagnose_stops_each_measurement_at_its_share_of_the_seconds():
+    def slow_step(batch):  # every call takes at least 50 ms
+        time.sleep(0.05)
+
+    report = diagnose(
+        [torch.zeros(2, 3, 4, 4)] * 1000, slow_step, batches=500, warmup=1, seconds=0.3,
+        device="cpu",
+    )  # fmt: skip
+    # each third is 0.1 s: two timed steps have taken it, the least any measurement takes
+    assert report.timeline.iterations == 2
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("nan")])
+def test_diagnose_refuses_a_time_that_is_not_positive(seconds):
+    with pytest.raises(ValueError, match=f"seconds: a positive time, got {seconds}"):
+        diagnose([torch.zeros(2)] * 4, torch.sum, seconds=seconds, device="cpu")
+
+
+def test_diagnose_warns_when_one_batch_holds_the_whole_data_set():
+    from torch.utils.data import TensorDataset
+
+    loader = FastLoader(TensorDataset(torch.zeros(10, 3, 4, 4)), batch_size=16, num_workers=0)
+    with pytest.warns(UserWarning, match="a batch of 16 from a data set of 10: every batch is"):
+        diagnose(loader, None, batches=2, warmup=0, device="cpu")

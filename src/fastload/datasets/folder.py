@@ -24,6 +24,13 @@ def folder_samples(
         raise FileNotFoundError(f"{root}: no such image folder")
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
+    if not any(entry.is_dir() for entry in os.scandir(root)):
+        images = sum(1 for entry in os.scandir(root) if entry.name.lower().endswith(IMG_EXTENSIONS))
+        raise FileNotFoundError(
+            f"{root}: no class folders in it ({images} images at its top level); an image "
+            "folder holds one folder per class, ROOT/CLASS/IMAGE.jpg (one folder for a "
+            "single class)"
+        )
     classes, class_to_idx = find_classes(str(root))
     samples = make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS)
     return classes, class_to_idx, [(str(path), int(label)) for path, label in samples]

@@ -65,6 +65,17 @@ def positive(value: str) -> int:
     return integer(value, low=1, rule="must be a positive integer")
 
 
+def positive_float(value: str) -> float:
+    """A positive, finite number of seconds (NaN and inf refused)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value!r}") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return number
+
+
 def non_negative(value: str) -> int:
     return integer(value, low=0, rule="must be >= 0")
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fastload.tools import arguments, commands
@@ -117,19 +119,35 @@ def build_parser() -> argparse.ArgumentParser:
         "diagnose", help="is data loading the bottleneck? step vs loader vs real loop"
     )
     diagnose.add_argument("data", type=Path, help="image folder or LMDB file")
-    diagnose.add_argument("--batch-size", type=arguments.positive, default=64)
-    diagnose.add_argument("--image-size", type=arguments.positive, default=224)
-    diagnose.add_argument("--batches", type=arguments.positive, default=30)
-    diagnose.add_argument("--warmup", type=arguments.non_negative, default=3)
     diagnose.add_argument(
-        "--workers", type=arguments.num_workers, default="auto", help="int, auto or tune"
-    )
+        "--batch-size", type=arguments.positive, default=64,
+        help="images per batch, as your training uses (default: %(default)s)",
+    )  # fmt: skip
     diagnose.add_argument(
-        "--model",
-        type=arguments.model,
-        default="resnet18",
-        help="a torchvision model name, or none",
-    )
+        "--image-size", type=arguments.positive, default=224,
+        help="side of the random resized crop (default: %(default)s)",
+    )  # fmt: skip
+    diagnose.add_argument(
+        "--seconds", type=arguments.positive_float, default=60,
+        help="about how long the three measurements take together (default: %(default)s)",
+    )  # fmt: skip
+    diagnose.add_argument(
+        "--batches", type=arguments.positive, default=100,
+        help="timed batches of each measurement, at most (default: %(default)s)",
+    )  # fmt: skip
+    diagnose.add_argument(
+        "--warmup", type=arguments.non_negative, default=3,
+        help="untimed batches before each measurement (default: %(default)s)",
+    )  # fmt: skip
+    diagnose.add_argument(
+        "--workers", type=arguments.num_workers, default="auto",
+        help="loader workers: a number, auto or tune (default: %(default)s)",
+    )  # fmt: skip
+    diagnose.add_argument(
+        "--model", type=arguments.model, default="resnet18",
+        help="the torchvision model the step trains, or none to time the loading alone "
+        "(default: %(default)s)",
+    )  # fmt: skip
     diagnose.add_argument("--json", action="store_true", help="print the report as JSON")
     diagnose.add_argument(
         "--plot", type=arguments.plot, help="PNG of each iteration's wait and step"
@@ -138,9 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = subcommands.add_parser("bench", help="throughput over worker counts and prefetch depth")
     bench.add_argument("data", type=Path, help="image folder or LMDB file")
-    bench.add_argument("--batch-size", type=arguments.positive, default=64)
-    bench.add_argument("--image-size", type=arguments.positive, default=224)
-    bench.add_argument("--batches", type=arguments.positive, default=10)
+    bench.add_argument(
+        "--batch-size", type=arguments.positive, default=64,
+        help="images per batch (default: %(default)s)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--image-size", type=arguments.positive, default=224,
+        help="side of the random resized crop (default: %(default)s)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--batches", type=arguments.positive, default=10,
+        help="timed batches per setting (default: %(default)s)",
+    )  # fmt: skip
     bench.add_argument(
         "--workers", type=arguments.int_list(0), default=None,
         help="comma-separated counts (default 0..CPUs)",
@@ -149,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefetch",
         type=arguments.int_list(1),
         default=[2, 4],
-        help="comma-separated prefetch factors",
+        help="comma-separated prefetch factors (default: 2,4)",
     )
     bench.add_argument("--plot", type=arguments.plot, help="PNG of throughput vs workers")
     bench.set_defaults(run=commands.bench)
@@ -164,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
     )
+    warnings.showwarning = _one_line_warning(args.command)
     try:
         args.run(args)
     except KeyboardInterrupt:
@@ -174,10 +202,39 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.exit(2, f"fastload {args.command}: error: {_one_line(error)}\n")
 
 
+def _one_line_warning(command: str) -> Callable[..., None]:
+    """Warnings as ``fastload <command>: warning: ...`` on stderr, one line each."""
+
+    def show(message: Warning | str, *_: object, **__: object) -> None:
+        print(f"fastload {command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+    return show
+
+
+def _raised_in_worker(message: str) -> str:
+    """The worker's exception and its notes, from the traceback torch's DataLoader puts in
+    the message of the exception it raises again in the training loop."""
+    lines = message.strip().splitlines()
+    frames = [index for index, line in enumerate(lines) if line.startswith("  File ")]
+    if not frames:
+        return message
+    end = frames[-1] + 1
+    while end < len(lines) and lines[end].startswith(" "):  # the frame's code and markers
+        end += 1
+    if end == len(lines):
+        return message
+    raised, *notes = lines[end:]
+    return " ".join([raised.partition(": ")[2] or raised, *notes])
+
+
 def _one_line(error: Exception) -> str:
     """The error's message on one line; its type too where that is not self-evident (a
-    bug's AssertionError, KeyError, ...)."""
-    text = " ".join(" ".join([str(error), *getattr(error, "__notes__", [])]).split())
+    bug's AssertionError, KeyError, ...). An error a loader worker raised is its own last
+    line, not the worker's traceback."""
+    message = str(error)
+    if "Original Traceback" in message:  # torch's ExceptionWrapper, re-raised in the loop
+        message = _raised_in_worker(message)
+    text = " ".join(" ".join([message, *getattr(error, "__notes__", [])]).split())
     if isinstance(error, (OSError, ValueError, ImportError)) and text:
         return text
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

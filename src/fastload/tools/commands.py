@@ -193,7 +193,14 @@ def diagnose(args: argparse.Namespace) -> None:
     )  # fmt: skip
     prefetcher = DataPrefetcher(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
     step = None if args.model == "none" else classifier_step(args.model, classes, prefetcher.device)
-    report = diagnose(prefetcher, step, batches=args.batches, warmup=args.warmup, progress=True)
+    report = diagnose(
+        prefetcher,
+        step,
+        batches=args.batches,
+        warmup=args.warmup,
+        seconds=args.seconds,
+        progress=True,
+    )
     print(report.to_json() if args.json else report)
     if args.plot is not None and report.timeline is not None:
         from fastload.tools.plots import plot_timeline

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -100,29 +101,69 @@ def _image_tensor(batch: Any) -> torch.Tensor | None:
     return image
 
 
+class _Phases:
+    """Each measurement's share of the time (``seconds / 3``; none without ``seconds``) and
+    the progress bar: in seconds with a budget, in iterations without."""
+
+    def __init__(self, seconds: float | None, iterations: int, progress: bool) -> None:
+        from tqdm import tqdm
+
+        self.share = None if seconds is None else seconds / 3
+        total = 3 * iterations if seconds is None else round(seconds)
+        unit = "it" if seconds is None else "s"
+        shown = "{l_bar}{bar}| {n_fmt}/{total_fmt} " + unit  # a rate in s/s says nothing
+        self.bar = tqdm(total=total, desc="diagnose", bar_format=shown, disable=not progress)
+        self.done, self.end, self.started = 0, float("inf"), time.perf_counter()
+
+    def begin(self) -> None:
+        self.started = time.perf_counter()
+        self.end = self.started + self.share if self.share is not None else float("inf")
+
+    def tick(self) -> None:
+        if self.share is None:
+            self.bar.update()
+        else:  # the bar shows this measurement's time, up to its share
+            elapsed = min(time.perf_counter() - self.started, self.share)
+            self.bar.n = round(self.done * self.share + elapsed)
+            self.bar.refresh()
+
+    def over(self) -> bool:
+        return time.perf_counter() >= self.end
+
+    def finish(self) -> None:
+        self.done += 1
+        if self.share is not None:
+            self.bar.n = round(self.done * self.share)
+            self.bar.refresh()
+
+
 def diagnose(
     loader: Iterable[Any],
     step: Callable[[Any], Any] | None = None,
     *,
     batches: int = 50,
     warmup: int = 5,
+    seconds: float | None = None,
     device: torch.device | str | None = None,
     progress: bool = False,
 ) -> DiagnoseReport:
     """Measure whether data loading slows the loop ``for batch in loader: step(batch)``.
 
-    1. ``step`` on one cached batch, ``batches`` times: the compute-bound time;
-    2. the loader alone for ``batches`` batches (with the CPU use of each worker);
-    3. the real loop for ``batches`` iterations: the fraction of time waiting for data.
-    Each after ``warmup`` untimed iterations; timings are CUDA-synchronised on a GPU.
+    1. ``step`` on one cached batch: the compute-bound time;
+    2. the loader alone (with the CPU use of each worker);
+    3. the real loop: the fraction of time waiting for data.
+    Each times ``batches`` iterations after ``warmup`` untimed ones, or stops earlier at
+    its third of ``seconds`` (but times at least 2); timings are CUDA-synchronised on a
+    GPU. A loader whose batch is larger than its data set is warned of.
 
     Args:
         loader: A FastLoader, DataLoader, DataPrefetcher or any iterable of batches.
         step: Your training step, called with a batch; None measures the loader only.
-        batches: Timed iterations of each measurement.
+        batches: Timed iterations of each measurement, at most.
         warmup: Untimed iterations before each measurement.
+        seconds: About how long the three measurements take together; None: no limit.
         device: Where ``step`` runs (for synchronisation); default: CUDA if available.
-        progress: Show a progress bar.
+        progress: Show a progress bar (in seconds, with ``seconds``).
 
     Returns:
         A :class:`DiagnoseReport`: print it, or ``to_dict()``/``to_json()`` it.
@@ -135,50 +176,66 @@ def diagnose(
         >>> "Recommendations:" in str(report)
         True
     """
-    from tqdm import tqdm
-
     check_int(batches, "batches", low=1)
     check_int(warmup, "warmup", low=0)
+    if seconds is not None and not seconds > 0:  # NaN too
+        raise ValueError(f"seconds: a positive time, got {seconds}")
+    _warn_if_one_batch_holds_everything(loader)
     device = torch.device(device) if device is not None else default_device()
-    bar = tqdm(total=3 * (batches + warmup), desc="diagnose", disable=not progress)
-    step_seconds = 0.0
-    if step is not None:
-        cached = next(iter(loader), None)
-        if cached is None:
-            raise ValueError("loader: it gave no batch to time the step on")
-        for index in range(warmup + batches):
-            if index == warmup:
-                synchronize(device)
-                start = time.perf_counter()
-            step(cached)
-            bar.update()
-        synchronize(device)
-        step_seconds = (time.perf_counter() - start) / batches
-
-    batches_alone = one_pass(loader, warmup + batches)
-    for _ in range(warmup):
-        next(batches_alone, None)
-        bar.update()
-    workers_before = process_cpu(children(os.getpid()))
-    wall_start, count = time.perf_counter(), 0
-    for _batch in batches_alone:  # the clock runs from the end of the warm-up
-        count += 1
-        bar.update()
-    elapsed = time.perf_counter() - wall_start
-    loader_seconds = elapsed / max(count, 1)
-    workers_after = process_cpu(children(os.getpid()))
-    busy = tuple(
-        min(1.0, (workers_after[pid] - workers_before[pid]) / elapsed)
-        for pid in sorted(workers_after)
-        if pid in workers_before and elapsed > 0
-    )
-
-    loop = timed(_limited(loader, warmup + batches), synchronize=device)
-    for batch in loop:
+    phases = _Phases(seconds, batches + warmup, progress)
+    try:
+        step_seconds = 0.0
         if step is not None:
-            step(batch)
-        bar.update()
-    bar.close()
+            cached = next(iter(loader), None)
+            if cached is None:
+                raise ValueError("loader: it gave no batch to time the step on")
+            phases.begin()
+            for _ in range(warmup):
+                step(cached)
+                phases.tick()
+            synchronize(device)
+            start, timed_steps = time.perf_counter(), 0
+            while timed_steps < batches and not (timed_steps >= 2 and phases.over()):
+                step(cached)
+                timed_steps += 1
+                phases.tick()
+            synchronize(device)
+            step_seconds = (time.perf_counter() - start) / timed_steps
+        phases.finish()
+
+        phases.begin()
+        batches_alone = one_pass(loader, warmup + batches)
+        for _ in range(warmup):
+            next(batches_alone, None)
+            phases.tick()
+        workers_before = process_cpu(children(os.getpid()))
+        wall_start, count = time.perf_counter(), 0
+        for _batch in batches_alone:  # the clock runs from the end of the warm-up
+            count += 1
+            phases.tick()
+            if count >= 2 and phases.over():
+                break
+        elapsed = time.perf_counter() - wall_start
+        loader_seconds = elapsed / max(count, 1)
+        workers_after = process_cpu(children(os.getpid()))
+        busy = tuple(
+            min(1.0, (workers_after[pid] - workers_before[pid]) / elapsed)
+            for pid in sorted(workers_after)
+            if pid in workers_before and elapsed > 0
+        )
+        phases.finish()
+
+        phases.begin()
+        loop = timed(_limited(loader, warmup + batches), synchronize=device)
+        for index, batch in enumerate(loop):
+            if step is not None:
+                step(batch)
+            phases.tick()
+            if index + 1 >= warmup + 2 and phases.over():
+                break
+        phases.finish()
+    finally:  # a failing loader leaves no half-drawn bar before its error
+        phases.bar.close()
     timeline = WaitSummary(tuple(loop.waits[warmup:]), tuple(loop.computes[warmup:]))
     wait_fraction = timeline.wait_fraction if step is not None else 1.0
 
@@ -210,6 +267,22 @@ def diagnose(
     return DiagnoseReport(
         facts, recommend(facts), total_memory / 2**20 if total_memory else None, timeline
     )
+
+
+def _warn_if_one_batch_holds_everything(loader: Iterable[Any]) -> None:
+    base = getattr(loader, "loader", loader)  # through a DataPrefetcher
+    dataset, batch_size = getattr(base, "dataset", None), getattr(base, "batch_size", None)
+    try:
+        size = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return
+    if isinstance(batch_size, int) and batch_size > size:
+        warnings.warn(
+            f"a batch of {batch_size} from a data set of {size}: every batch is the whole "
+            "data set, smaller than the batch your training uses; measure with more data "
+            "or a smaller batch",
+            stacklevel=3,
+        )
 
 
 def _limited(loader: Iterable[Any], count: int) -> Iterable[Any]:
