@@ -21,7 +21,14 @@ from fastload.hashing import GOLDEN, splitmix64
 from fastload.loader.errors import note_failure
 from fastload.loader.proxy import DatasetProxy
 
-__all__ = ["SeededSamples", "keyed_seeds", "sample_seed", "seeded_order"]
+__all__ = [
+    "SeededSamples",
+    "current_seeds",
+    "keyed_seeds",
+    "sample_seed",
+    "seed_generators",
+    "seeded_order",
+]
 
 
 @functools.lru_cache(maxsize=16)
@@ -45,6 +52,17 @@ def keyed_seeds(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray:
         True
     """
     return np.array([sample_seed(seed, epoch, int(index)) for index in indices], np.int64)
+
+
+def current_seeds() -> list[int] | None:
+    """Inside a seeded FastLoader's ``__getitems__`` call, each index's keyed seed; None
+    otherwise. (Placeholder until the batched SeededSamples lands on main.)"""
+    return None
+
+
+def seed_generators(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global and torch's CPU generator from ``seed``."""
+    _seed_everything(seed)
 
 
 def _seed_everything(seed: int) -> None:
