@@ -26,6 +26,7 @@ OPTIONAL = (
     "lightning",
     "accelerate",
     "webdataset",
+    "datasets",
     "mkdocs",
     "selenium",
 )
@@ -57,11 +58,12 @@ def test_the_blocker_makes_an_extra_look_uninstalled():
 @pytest.mark.slow
 def test_the_suite_collects_and_skips_with_the_extras_name_without_them():
     # the whole suite is collected (an import error there would end the run); the tests of
-    # the two files that need an extra run
-    completed = pytest_without_extras("-k", "test_albumentations or test_coco")
+    # the files that need an extra run
+    completed = pytest_without_extras("-k", "test_albumentations or test_coco or test_hf")
     assert completed.returncode == 0, completed.stdout[-3000:]
     summary = completed.stdout.splitlines()[-1]
     assert " passed" in summary and "error" not in summary, summary
     skips = [line for line in completed.stdout.splitlines() if line.startswith("SKIPPED")]
     assert any("albumentations" in line for line in skips), skips
     assert any("pycocotools" in line for line in skips), skips
+    assert any("'datasets'" in line for line in skips), skips
