@@ -18,9 +18,9 @@ datasets = pytest.importorskip("datasets")
 
 from fastload import FastLoader, make_image_folder  # noqa: E402
 from fastload.datasets import HFImageDataset, from_hf  # noqa: E402
-from fastload.datasets import hf as hf_module  # noqa: E402
 from fastload.decode.opencv import ImageDecodeError, decode_image  # noqa: E402
-from fastload.loader.seeding import sample_seed, seed_generators  # noqa: E402
+from fastload.loader.seeding import sample_seed  # noqa: E402
+from fastload.row_seeds import loading_seeds, seed_generators  # noqa: E402
 from fastload.transforms import DecodeRandomResizedCrop  # noqa: E402
 
 
@@ -231,8 +231,10 @@ def test_a_batch_is_one_arrow_read(files, monkeypatch):
     dataset.__getitems__([4, 1, 8, 0, 2])
     assert reads == [[4, 1, 8, 0, 2]]
     reads.clear()
-    batches = list(FastLoader(dataset, batch_size=4, num_workers=0, collate_fn=list))
-    assert len(reads) == len(batches) == 3
+    for seed in (None, 0):  # a seeded loader too: one batch call, the rows' seeds inside
+        reads.clear()
+        loader = FastLoader(dataset, batch_size=4, num_workers=0, collate_fn=list, seed=seed)
+        assert len(list(loader)) == len(reads) == 3
 
 
 @given(st.lists(st.integers(-10, 9), max_size=12))
@@ -270,15 +272,14 @@ def seeded_set(files) -> HFImageDataset:
     return from_hf(hf, label="index", transform=Augment(), decode=None)
 
 
-def test_a_seeded_batch_draws_each_rows_own_key(files, monkeypatch):
+def test_a_seeded_batch_draws_each_rows_own_key(files):
     """Given the batch's keyed seeds, ``__getitems__`` decodes row i from seeds[i] alone:
     the same draws as that row loaded by itself with its generators seeded so."""
     dataset = seeded_set(files)
     indices = [5, 2, 7]
     seeds = [sample_seed(7, 0, i) for i in indices]
-    monkeypatch.setattr(hf_module, "current_seeds", lambda: seeds)
-    batch = dataset.__getitems__(indices)
-    monkeypatch.setattr(hf_module, "current_seeds", lambda: None)
+    with loading_seeds(seeds):
+        batch = dataset.__getitems__(indices)
     for (image, index), seed in zip(batch, seeds, strict=True):
         seed_generators(seed)
         alone, _ = dataset[index]

@@ -16,7 +16,7 @@ from fastload.datasets.hf_rows import (
     require_datasets,
 )
 from fastload.decode.opencv import DecodeMode, decoded_size
-from fastload.loader.seeding import current_seeds, seed_generators
+from fastload.row_seeds import seeded_rows
 
 __all__ = ["HFImageDataset", "from_hf"]
 
@@ -124,13 +124,7 @@ class HFImageDataset(ImageDataset):
         """A batch: one Arrow read, then each row decoded and transformed. Under a seeded
         FastLoader, row ``i`` runs with the generators seeded from its own key."""
         rows = self.raw(indices)
-        seeds = current_seeds()
-        samples = []
-        for position, (index, row) in enumerate(zip(indices, rows, strict=True)):
-            if seeds is not None:
-                seed_generators(seeds[position])
-            samples.append(self._sample(int(index), row))
-        return samples
+        return [self._sample(int(indices[i]), rows[i]) for i in seeded_rows(len(rows))]
 
     def _sample(self, index: int, row: RawRow) -> tuple[Any, Any]:
         source = self.source(index, row)

@@ -21,6 +21,7 @@ from fastload.records.format import (
     unpack_record,
 )
 from fastload.records.targets import fields_target
+from fastload.row_seeds import seeded_rows
 
 __all__ = ["LMDBDataset"]
 
@@ -162,9 +163,10 @@ class LMDBDataset(ImageDataset):
         return self._sample(self._transaction(), index)
 
     def __getitems__(self, indices: list[int]) -> list[tuple[Any, Any]]:
-        """A batch of samples: DataLoader (and FastLoader) fetch through this."""
+        """A batch of samples: DataLoader (and FastLoader) fetch through this; under
+        ``FastLoader(seed=...)`` each sample draws from its own keyed seed."""
         txn = self._transaction()
-        return [self._sample(txn, int(index)) for index in indices]
+        return [self._sample(txn, int(indices[row])) for row in seeded_rows(len(indices))]
 
     def _sample(self, txn: lmdb.Transaction, index: int) -> tuple[Any, Any]:
         # decoded or copied before the next read

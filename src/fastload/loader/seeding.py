@@ -3,6 +3,11 @@ NumPy's and torch's generators seeded from ``(seed, epoch, index)`` (:class:`See
 in whichever process loads it), so a sample's augmentation draws do not depend on the
 worker, the worker count or the world size. :func:`keyed_seeds` gives the same keys to
 the GPU transforms (``fastload.gpu.sample_seeds``).
+
+A dataset that fetches a batch itself (``__getitems__``: LMDBDataset, a Hugging Face
+``Dataset``) is still called once per batch: the call sees its rows' seeds through
+:mod:`fastload.row_seeds`, and one that seeds row by row (``seeded_rows``) draws exactly
+as if loaded one sample at a time; one that does not draws from a seed of the batch.
 """
 
 from __future__ import annotations
@@ -15,20 +20,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, RandomSampler, get_worker_info
+from torch.utils.data import Dataset, RandomSampler, Subset, get_worker_info
 
 from fastload.hashing import GOLDEN, splitmix64
 from fastload.loader.errors import note_failure
 from fastload.loader.proxy import DatasetProxy
+from fastload.row_seeds import batch_seed, loading_seeds, seed_generators
 
-__all__ = [
-    "SeededSamples",
-    "current_seeds",
-    "keyed_seeds",
-    "sample_seed",
-    "seed_generators",
-    "seeded_order",
-]
+__all__ = ["SeededSamples", "fetches_batches", "keyed_seeds", "sample_seed", "seeded_order"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -54,23 +53,6 @@ def keyed_seeds(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray:
     return np.array([sample_seed(seed, epoch, int(index)) for index in indices], np.int64)
 
 
-def current_seeds() -> list[int] | None:
-    """Inside a seeded FastLoader's ``__getitems__`` call, each index's keyed seed; None
-    otherwise. (Placeholder until the batched SeededSamples lands on main.)"""
-    return None
-
-
-def seed_generators(seed: int) -> None:
-    """Seed Python's ``random``, NumPy's global and torch's CPU generator from ``seed``."""
-    _seed_everything(seed)
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32))  # all 63 bits
-    torch.default_generator.manual_seed(seed)  # the CPU generator only: CUDA's is the loop's
-
-
 @contextlib.contextmanager
 def _rng_kept() -> Iterator[None]:
     """Python's, NumPy's and torch's global generators as they were, after the block."""
@@ -81,6 +63,14 @@ def _rng_kept() -> Iterator[None]:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+
+
+def fetches_batches(dataset: Any) -> bool:
+    """Whether ``dataset`` fetches a batch in one call of its own: a ``__getitems__``
+    that is more than torch's ``Subset`` looping over a dataset without one."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return callable(getattr(dataset, "__getitems__", None))
 
 
 def seeded_order(dataset: Sized, seed: int) -> RandomSampler:
@@ -96,20 +86,22 @@ class SeededSamples(DatasetProxy):
     ``(epoch, index)`` with Python's, NumPy's and torch's generators seeded from
     ``(seed, epoch, index)``, so that the sample's augmentation draws are its own.
 
-    In the main process (``num_workers=0``) the training loop's generators are put back
-    after each batch. A plain index loads the sample unseeded. Other attributes are the
-    wrapped dataset's.
+    A dataset with a batched fetch of its own is called once per batch, its rows' seeds
+    in :func:`fastload.row_seeds.current_seeds`. In the main process (``num_workers=0``)
+    the training loop's generators are put back after each batch. A plain index loads
+    the sample unseeded. Other attributes are the wrapped dataset's.
     """
 
     def __init__(self, dataset: Dataset[Any], seed: int) -> None:
         super().__init__(dataset)
         self.seed = seed
+        self.batched = fetches_batches(dataset)
 
     def _load(self, key: Any) -> Any:
         if not isinstance(key, tuple):
             return self.dataset[key]
         epoch, index = key
-        _seed_everything(sample_seed(self.seed, epoch, index))
+        seed_generators(sample_seed(self.seed, epoch, index))
         try:
             return self.dataset[index]
         except Exception as error:  # named here: the fetch sees only the batch
@@ -122,11 +114,24 @@ class SeededSamples(DatasetProxy):
         with _rng_kept():
             return self._load(key)
 
-    def __getitems__(self, keys: list[Any]) -> list[Any]:
+    def _load_batch(self, keys: list[Any]) -> Any:
+        if not self.batched or not all(isinstance(key, tuple) for key in keys):
+            return [self._load(key) for key in keys]
+        indices = [index for _, index in keys]
+        seeds = [sample_seed(self.seed, epoch, index) for epoch, index in keys]
+        seed_generators(batch_seed(seeds))
+        try:
+            with loading_seeds(seeds):
+                return self.dataset.__getitems__(indices)  # type: ignore[attr-defined]
+        except Exception as error:  # named here: the fetch sees only the keys
+            note_failure(error, self.dataset, indices)
+            raise
+
+    def __getitems__(self, keys: list[Any]) -> Any:
         if get_worker_info() is not None:
-            return [self._load(key) for key in keys]
+            return self._load_batch(keys)
         with _rng_kept():
-            return [self._load(key) for key in keys]
+            return self._load_batch(keys)
 
     def __repr__(self) -> str:
         return f"SeededSamples({self.dataset!r}, seed={self.seed})"
