@@ -130,7 +130,7 @@ def shard_set(docs_directory: Path) -> Path:
 def s3_bucket(docs_directory: Path, monkeypatch: pytest.MonkeyPatch):
     """`s3://my-bucket/train`: the script's images as shards on a local S3 server (Swift's
     S3 API on 127.0.0.1), the AWS variables pointing at it."""
-    boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
+    boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
     from fastload.shards import write_shards
     from fastload.testing.s3server import LocalS3, swift_installed
 

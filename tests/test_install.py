@@ -26,3 +26,40 @@ def test_torch_index_installs_torch_from_it_first_within_the_pins():
     torch_first, package = install_commands("TORCH_INDEX=https://download.pytorch.org/whl/cpu")
     assert "--index-url https://download.pytorch.org/whl/cpu torch torchvision" in torch_first
     assert "-c constraints.txt" in torch_first and "-e '.[dev,docs]'" in package
+
+
+def install_hints() -> list[tuple[str, str]]:
+    """Every ``pip install`` of fastload's extras that the package, docs, README and
+    examples tell a user to run, with the file it is in."""
+    import re
+
+    files = [ROOT / "README.md", ROOT / "Makefile"]
+    for folder, pattern in [("src", "*.py"), ("docs", "*.md"), ("examples", "*.py"),
+                            ("benchmarks", "*.py"), ("tests", "*.py")]:  # fmt: skip
+        files += sorted((ROOT / folder).rglob(pattern))
+    hint = re.compile(r"pip install\s+['\"]?([\w.-]*)\[([\w,-]+)\]")
+    return [
+        (f"{path.relative_to(ROOT)}: pip install {target}[{extras}]", extras)
+        for path in files
+        for target, extras in hint.findall(path.read_text(errors="replace"))
+        if path != Path(__file__) and target in (".", "fastload")  # not another package's
+    ] + [
+        (f"{path.relative_to(ROOT)}: pip install fastload", "")
+        for path in files
+        if path != Path(__file__) and re.search(r"pip install\s+fastload\b", path.read_text())
+    ]
+
+
+def test_every_install_hint_installs_from_the_clone_an_extra_that_exists():
+    """`pip install 'fastload[x]'` installs the unrelated `fastload` on PyPI (the README
+    warns of it): a hint says `pip install '.[x]'`, with an extra pyproject.toml has."""
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"])  # fmt: skip
+    hints = install_hints()
+    assert len(hints) >= 10  # the search finds the hints at all
+    wrong = [where for where, _ in hints if ": pip install .[" not in where]
+    assert wrong == []
+    unknown = [where for where, named in hints if not set(named.split(",")) <= extras]
+    assert unknown == []

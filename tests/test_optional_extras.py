@@ -67,3 +67,19 @@ def test_the_suite_collects_and_skips_with_the_extras_name_without_them():
     assert any("albumentations" in line for line in skips), skips
     assert any("pycocotools" in line for line in skips), skips
     assert any("'datasets'" in line for line in skips), skips
+
+
+def test_an_s3_url_without_boto3_says_which_install_adds_it():
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "from fastload.shards.remote import S3Shards\n"
+         "S3Shards('s3://bucket/set', cache_dir='.')._new_client()"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "without_extras"),
+                 FASTLOAD_WITHOUT="boto3"),
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert probe.returncode == 1
+    last = probe.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ModuleNotFoundError: s3://bucket/set: s3:// shards need boto3: pip install '.[s3]'"
+    )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import warnings
 
 import cv2
 import numpy as np
@@ -191,7 +192,7 @@ def test_without_a_reduced_scale_only_the_box_is_decoded_with_the_same_pixels(mo
     from fastload.decode import nvimgcodec
 
     if not nvimgcodec.available():
-        pytest.skip("needs NVIDIA nvImageCodec: pip install 'fastload[nvimgcodec]'")
+        pytest.skip("needs NVIDIA nvImageCodec: pip install '.[nvimgcodec]'")
     bgr = photo_like_image(np.random.default_rng(5), 375, 500)
     data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].reshape(-1)
     regions = []
@@ -210,3 +211,21 @@ def test_without_a_reduced_scale_only_the_box_is_decoded_with_the_same_pixels(mo
         from_pixels = crop(decode_image(data))
         assert torch.equal(from_bytes, from_pixels), seed
     assert len(regions) == 8 and all(bottom > top for top, _, bottom, _ in regions)
+
+
+def test_read_only_bytes_are_region_decoded_without_torchs_warning():
+    from fastload.decode import nvimgcodec
+
+    if not nvimgcodec.available():
+        pytest.skip("needs NVIDIA nvImageCodec: pip install '.[nvimgcodec]'")
+    bgr = photo_like_image(np.random.default_rng(6), 375, 500)
+    encoded = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+    read_only = np.frombuffer(encoded, np.uint8)  # as bytes from a file or an LMDB map
+    assert not read_only.flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "The given NumPy array is not writable"
+        random.seed(1)
+        got = DecodeRandomResizedCrop(224)(read_only)
+    random.seed(1)
+    assert torch.equal(got, DecodeRandomResizedCrop(224)(read_only.copy()))
+    assert got.shape == (3, 224, 224) and got.dtype == torch.uint8

@@ -30,7 +30,7 @@ from contextvars import ContextVar
 import numpy as np
 import torch
 
-from fastload.hashing import GOLDEN, splitmix64
+from fastload.hashing import GOLDEN, splitmix64_array
 
 __all__ = ["batch_seed", "current_seeds", "loading_seeds", "seed_generators", "seeded_rows"]
 
@@ -76,7 +76,6 @@ def seeded_rows(count: int) -> Iterator[int]:
 def batch_seed(seeds: Sequence[int]) -> int:
     """One 63-bit seed for a whole batch, a function of its samples' seeds in order: what
     a batch call that does not seed row by row draws from."""
-    mixed = GOLDEN
-    for seed in seeds:
-        mixed = splitmix64(mixed ^ seed)
-    return mixed >> 1
+    positions = np.arange(1, len(seeds) + 1, dtype=np.uint64) * np.uint64(GOLDEN)
+    mixed = splitmix64_array(np.asarray(seeds, dtype=np.int64).astype(np.uint64) ^ positions)
+    return int(np.bitwise_xor.reduce(mixed, initial=np.uint64(0))) >> 1

@@ -233,7 +233,9 @@ def _decode_region(data: np.ndarray, region: tuple[int, int, int, int]) -> torch
     codec = _region_decoder()
     if codec is None or not is_jpeg(data):
         return None
-    encoded = torch.from_numpy(data)
+    # bytes read from a file or a memory map are read-only, which torch warns of: a copy
+    # of the encoded bytes is small next to the decode
+    encoded = torch.from_numpy(data if data.flags.writeable else data.copy())
     if 0 not in codec.sizes([encoded]):
         return None
     return codec.decode([encoded], {0: region}).get(0)

@@ -45,7 +45,7 @@ def installed_peers(folder: Path) -> dict[str, bool]:
 
 @pytest.mark.slow
 def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(tmp_path: Path):
-    pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
+    pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
     if not swift_installed():
         pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
     completed = subprocess.run(

@@ -22,7 +22,7 @@ from fastload.decode.opencv import ImageDecodeError, decode_image
 from fastload.tools.synthetic import photo_like_image
 
 if not nvimgcodec.available():
-    pytest.skip("needs NVIDIA nvImageCodec: pip install 'fastload[nvimgcodec]'",
+    pytest.skip("needs NVIDIA nvImageCodec: pip install '.[nvimgcodec]'",
                 allow_module_level=True)  # fmt: skip
 
 

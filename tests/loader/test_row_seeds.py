@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch.utils.data import Dataset, Subset
 
 from fastload import FastLoader
-from fastload.loader.seeding import fetches_batches, keyed_seeds
+from fastload.loader.seeding import fetches_batches, keyed_seeds, sample_seed
 from fastload.row_seeds import batch_seed, current_seeds, seeded_rows
 
 
@@ -180,3 +180,16 @@ def test_seeded_rows_refuses_a_count_that_is_not_the_batchs():
     with loading_seeds([1, 2, 3]), pytest.raises(ValueError, match="2 rows for a batch of 3"):
         list(seeded_rows(2))
     assert list(seeded_rows(2)) == [0, 1]  # unseeded outside a batch call
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**63 - 1),
+    epoch=st.integers(0, 10**6),
+    indices=st.lists(st.integers(0, 2**40), min_size=1, max_size=20),
+)
+def test_the_batchs_seeds_in_one_pass_equal_each_samples_seed(seed, epoch, indices):
+    assert keyed_seeds(seed, epoch, indices).tolist() == [
+        sample_seed(seed, epoch, index) for index in indices
+    ]
+    assert 0 <= batch_seed([sample_seed(seed, epoch, i) for i in indices]) < 2**63

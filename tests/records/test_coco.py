@@ -58,7 +58,8 @@ def rle_string(runs):
 @pytest.fixture
 def coco_mask():
     return pytest.importorskip(
-        "pycocotools.mask", reason="instance masks are rasterised by pycocotools (fastload[coco])"
+        "pycocotools.mask",
+        reason="instance masks are rasterised by pycocotools (pip install '.[coco]')",
     )
 
 
@@ -200,7 +201,7 @@ def test_option_combinations_and_a_missing_pycocotools_are_one_line_errors(
     monkeypatch.setitem(sys.modules, "pycocotools", None)
     with pytest.raises(SystemExit):
         convert(images, tmp_path / "db", "--annotations", annotations, "--instance-masks")
-    assert "pip install 'fastload[coco]'" in capsys.readouterr().err
+    assert "pip install '.[coco]'" in capsys.readouterr().err
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def test_split_covers_the_samples_in_contiguous_near_equal_parts(samples, parts)
     assert max(sizes) - min(sizes) <= 1
 
 
-ray = pytest.importorskip("ray", reason="conversion on Ray needs Ray: pip install 'fastload[ray]'")
+ray = pytest.importorskip("ray", reason="conversion on Ray needs Ray: pip install '.[ray]'")
 pytestmark = pytest.mark.slow  # a Ray instance takes seconds to start
 
 
@@ -123,7 +123,7 @@ def test_bad_images_are_skipped_and_listed_as_in_one_process(cluster, folder, tm
 
 
 def test_ray_uploads_each_part_to_a_bucket(cluster, folder, one_process, tmp_path):
-    boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
+    boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
     from fastload.testing.s3server import LocalS3, swift_installed
 
     if not swift_installed():

@@ -20,7 +20,7 @@ from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
 from fastload.testing.s3server import LocalS3, swift_installed
 
-boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install 'fastload[s3]'")
+boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
 if not swift_installed():
     pytest.skip("the local S3 server needs OpenStack Swift: pip install swift",
                 allow_module_level=True)  # fmt: skip

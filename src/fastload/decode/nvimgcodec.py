@@ -1,7 +1,7 @@
 """NVIDIA nvImageCodec as GPUDecoder's backend: the hardware JPEG engines first, then
 the GPU's CUDA decoder, then the CPU, and only each sample's crop region decoded.
 
-nvImageCodec (``pip install 'fastload[nvimgcodec]'``) applies EXIF orientation and
+nvImageCodec (``pip install '.[nvimgcodec]'``) applies EXIF orientation and
 takes regions in the displayed image's coordinates; its output is HWC. On a machine
 without CUDA its CPU backend decodes a region too. It prints errors about optional
 libraries (nvJPEG2000, nvTIFF) when imported: :func:`load` silences them.
@@ -79,8 +79,7 @@ class NvImageCodec:
         codec = load()
         if codec is None:
             raise ImportError(
-                "the nvimgcodec backend needs NVIDIA nvImageCodec: "
-                "pip install 'fastload[nvimgcodec]'"
+                "the nvimgcodec backend needs NVIDIA nvImageCodec: pip install '.[nvimgcodec]'"
             )
         self.codec, self.device = codec, device
         kinds = codec.BackendKind

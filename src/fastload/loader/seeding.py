@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, RandomSampler, Subset, get_worker_info
 
-from fastload.hashing import GOLDEN, splitmix64
+from fastload.hashing import GOLDEN, splitmix64, splitmix64_array
 from fastload.loader.errors import note_failure
 from fastload.loader.proxy import DatasetProxy
 from fastload.row_seeds import batch_seed, loading_seeds, seed_generators
@@ -50,7 +50,10 @@ def keyed_seeds(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray:
         >>> int(keyed_seeds(1234, 0, [5, 6])[1]) == sample_seed(1234, 0, 6)
         True
     """
-    return np.array([sample_seed(seed, epoch, int(index)) for index in indices], np.int64)
+    add, xor = _epoch_keys(seed, epoch)
+    keys = np.asarray(indices, dtype=np.int64).astype(np.uint64) * np.uint64(GOLDEN)
+    mixed = splitmix64_array(keys + np.uint64(add)) ^ np.uint64(xor)
+    return (mixed >> np.uint64(1)).astype(np.int64)
 
 
 @contextlib.contextmanager
@@ -115,10 +118,14 @@ class SeededSamples(DatasetProxy):
             return self._load(key)
 
     def _load_batch(self, keys: list[Any]) -> Any:
-        if not self.batched or not all(isinstance(key, tuple) for key in keys):
+        if not self.batched or not keys or not isinstance(keys[0], tuple):
             return [self._load(key) for key in keys]
+        epochs = {epoch for epoch, _ in keys}
         indices = [index for _, index in keys]
-        seeds = [sample_seed(self.seed, epoch, index) for epoch, index in keys]
+        if len(epochs) == 1:
+            seeds = keyed_seeds(self.seed, epochs.pop(), indices).tolist()
+        else:  # a batch across an epoch's end (a sampler of one's own)
+            seeds = [sample_seed(self.seed, *key) for key in keys]
         seed_generators(batch_seed(seeds))
         try:
             with loading_seeds(seeds):

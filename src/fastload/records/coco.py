@@ -272,7 +272,7 @@ def _pycocotools_mask() -> Any:
         from pycocotools import mask
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(
-            "instance masks are rasterised by pycocotools: pip install 'fastload[coco]'"
+            "instance masks are rasterised by pycocotools: pip install '.[coco]'"
         ) from error
     return mask
 

@@ -1,4 +1,4 @@
-"""A shard conversion spread over a Ray cluster (``pip install 'fastload[ray]'``).
+"""A shard conversion spread over a Ray cluster (``pip install '.[ray]'``).
 
 The samples are cut into contiguous parts; one Ray task writes a part as whole shards
 (``shard-PPPPP-NNNN.tar``) straight into the destination, a folder every worker
@@ -53,7 +53,7 @@ def convert_on_ray(
     try:
         import ray
     except ImportError:
-        raise ImportError("ray=True (--ray) needs Ray: pip install 'fastload[ray]'") from None
+        raise ImportError("ray=True (--ray) needs Ray: pip install '.[ray]'") from None
     if "next" in progress:
         raise ValueError(f"{target}: the unfinished conversion ran in one process: resume it "
                          "without ray")  # fmt: skip

@@ -80,8 +80,13 @@ class S3Shards(CachedShards):
         return self._client
 
     def _new_client(self) -> Any:
-        import boto3
-        from botocore.config import Config
+        try:
+            import boto3
+            from botocore.config import Config
+        except ModuleNotFoundError as error:
+            raise ModuleNotFoundError(
+                f"{self.url}: s3:// shards need boto3: pip install '.[s3]'"
+            ) from error
 
         config = Config(
             retries={"mode": "standard", "max_attempts": 10},

@@ -171,7 +171,7 @@ def _image_dataset(data: Path, image_size: int) -> LMDBDataset | ImageFolder:
         import albumentations as A
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(
-            "diagnose and bench augment with albumentations: pip install 'fastload[augment]'"
+            "diagnose and bench augment with albumentations: pip install '.[augment]'"
         ) from error
     from fastload.datasets.folder import ImageFolder
     from fastload.lmdb import LMDBDataset
