@@ -304,6 +304,23 @@ with `index_select`, so what is left is memory bandwidth: it is ahead of the
 BatchSampler fix and of indexing a tensor by hand (`x[perm[i:i + n]]`). The ratios move
 with the machine's load (this machine is shared).""",
     ),
+    "cpu/hf_datasets": Notes(
+        "Hugging Face datasets: the usual recipe vs from_hf",
+        """\
+300 generated 500x375 JPEGs as a `datasets` set saved to disk and loaded back (bytes
+embedded, memory-mapped). HF's recipe: PIL decode in `with_transform`, torchvision v2
+RandomResizedCrop 224 + flip + ToImage/ToDtype/Normalize, DataLoader with 2 workers,
+batch 64. fastload: `from_hf(decode=None)` with `DecodeRandomResizedCrop(224)` + flip in
+FastLoader's 2 workers (uint8 out), a `DataPrefetcher` on the CPU normalising: the same
+float32 batches. And 50,000 numeric rows (`with_format("torch")`, batch 256, no
+workers) through DataLoader, FastLoader and FastLoader(seed=0). Rounds interleaved,
+medians of 3 after a warm-up; CPU ms per item include the workers.""",
+        """\
+The adapter reads each batch's bytes in one Arrow read and decodes with OpenCV, cropping
+from the JPEG header; HF's recipe decodes every full image with PIL and crops the
+result. On numeric rows every loader is bound by `datasets`' own batch formatting; the
+seeded loader pays for seeding each batch.""",
+    ),
     "cpu/loader_defaults": Notes(
         "Each loader with its own defaults",
         "1000 generated 500x375 JPEGs, torchvision `ImageFolder`, RandomResizedCrop 224 + "

@@ -58,14 +58,15 @@ def test_the_blocker_makes_an_extra_look_uninstalled():
 @pytest.mark.slow
 def test_the_suite_collects_and_skips_with_the_extras_name_without_them():
     # the whole suite is collected (an import error there would end the run); the tests of
-    # the two files that need an extra run
-    completed = pytest_without_extras("-k", "test_albumentations or test_coco")
+    # the files that need an extra run
+    completed = pytest_without_extras("-k", "test_albumentations or test_coco or test_hf")
     assert completed.returncode == 0, completed.stdout[-3000:]
     summary = completed.stdout.splitlines()[-1]
     assert " passed" in summary and "error" not in summary, summary
     skips = [line for line in completed.stdout.splitlines() if line.startswith("SKIPPED")]
     assert any("albumentations" in line for line in skips), skips
     assert any("pycocotools" in line for line in skips), skips
+    assert any("'datasets'" in line for line in skips), skips
 
 
 def test_an_s3_url_without_boto3_says_which_install_adds_it():

@@ -1,7 +1,7 @@
 """What a conversion reads and how: the options both writers take (``write_lmdb`` and
 ``write_shards``), read and checked once, and the record source they choose: a folder
-(or a dataset), images with a COCO annotation file, or images with a folder of class
-masks."""
+(or a dataset), images with a COCO annotation file, images with a folder of class
+masks, or a Hugging Face image set."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 from fastload._checks import check_int
 from fastload.records.coco import CocoSource
+from fastload.records.hf import hf_source
 from fastload.records.masks import MaskFolderSource
 from fastload.records.sources import Encoding, Source, as_source
 
@@ -112,4 +113,5 @@ def make_source(
         return CocoSource(Path(source), Path(annotations), instance_masks)
     if masks is not None:
         return MaskFolderSource(Path(source), Path(masks))
-    return as_source(source)
+    hf = hf_source(source)
+    return hf if hf is not None else as_source(source)

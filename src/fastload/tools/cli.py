@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     convert = subcommands.add_parser("convert", help="write an image folder into one LMDB file")
     convert.add_argument(
         "source", type=Path,
-        help="image folder: one sub-folder per class, or the images of --annotations/--masks",
+        help="image folder: one sub-folder per class, or the images of --annotations/--masks; "
+        "hf:PATH for a Hugging Face set saved with save_to_disk",
     )  # fmt: skip
     convert.add_argument(
         "destination",
@@ -92,6 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--captions", action="store_true",
         help="with --shards: image-text pairs, SOURCE a folder of images with a .txt beside "
         "each, or a .csv/.jsonl of path and caption",
+    )  # fmt: skip
+    convert.add_argument(
+        "--hf-split", metavar="NAME", help="with hf:PATH: the split of a DatasetDict"
+    )
+    convert.add_argument(
+        "--hf-image", metavar="COLUMN", help="with hf:PATH: the Image column (default: image)"
+    )
+    convert.add_argument(
+        "--hf-label", metavar="COLUMN",
+        help="with hf:PATH: the label or COCO-style objects column, or none (default: label, "
+        "labels or objects, the first there is)",
     )  # fmt: skip
     convert.set_defaults(run=commands.convert)
 

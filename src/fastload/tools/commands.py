@@ -35,9 +35,30 @@ def demo(args: argparse.Namespace) -> None:
     )
 
 
+def _conversion_source(args: argparse.Namespace) -> Any:
+    """SOURCE as the writers take it: a path, or for ``hf:PATH`` the Hugging Face set saved
+    there (``--hf-split`` of it; ``--hf-image``/``--hf-label`` its columns, else ``image``
+    and the first of ``label``, ``labels``, ``objects`` it has)."""
+    text = str(args.source)
+    named = [f"--hf-{n}" for n in ("split", "image", "label") if getattr(args, f"hf_{n}")]
+    if not text.startswith("hf:"):
+        if named:
+            raise ValueError(f"{named[0]} reads a Hugging Face set: give SOURCE as hf:PATH")
+        return args.source
+    from fastload.datasets.hf import from_hf
+    from fastload.records.hf import load_saved
+
+    dataset = load_saved(text.removeprefix("hf:"), args.hf_split)
+    if args.hf_image is None and args.hf_label is None:
+        return dataset
+    label = None if args.hf_label == "none" else (args.hf_label or "label")
+    return from_hf(dataset, image=args.hf_image or "image", label=label, decode=None)
+
+
 def convert(args: argparse.Namespace) -> None:
     from fastload.lmdb import write_lmdb
 
+    args.source = _conversion_source(args)
     if args.shards:
         convert_to_shards(args)
         return
