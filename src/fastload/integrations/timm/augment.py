@@ -51,8 +51,8 @@ def sections(config: str, allowed: dict[str, type]) -> dict[str, Any]:
             found[key] = allowed[key](match.group(2))
         except ValueError:
             raise ValueError(
-                f"auto_augment {config!r}: section {part!r} needs a number ({allowed[key].__name__}) "
-                "after its name"
+                f"auto_augment {config!r}: section {part!r} needs a number "
+                f"({allowed[key].__name__}) after its name"
             ) from None
     return found
 

@@ -5,6 +5,7 @@ DataPrefetcher and ``fastload.gpu``; what it returns keeps the contract of timm'
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ class PrefetchLoader(LoaderProxy):
 
     def __init__(
         self,
-        loader: FastLoader,
+        loader: FastLoader[Any],
         prefetcher: DataPrefetcher,
         *,
         dataset: Any,
@@ -97,8 +98,6 @@ def _seed_worker(worker_id: int, worker_seeding: str | Callable[[Any], int] = "a
         seed = worker_seeding(info)
         torch.manual_seed(seed)
         np.random.seed(seed % (2**32 - 1))
-        import random
-
         random.seed(seed)
     elif worker_seeding == "all":
         np.random.seed(info.seed % (2**32 - 1))
@@ -215,7 +214,7 @@ def create_loader(
     mixup, mixup_source = None, None
     if collate_fn is not None and all(hasattr(collate_fn, a) for a in TIMM_ATTRIBUTES):
         mixup, mixup_source, collate_fn = Mixup.from_timm(collate_fn), collate_fn, None
-    loader = FastLoader(
+    loader: FastLoader[Any] = FastLoader(
         dataset,
         batch_size=batch_size,
         shuffle=is_training and sampler is None and not iterable,

@@ -86,7 +86,10 @@ class Mixup(BatchTransform):
                 raise ValueError(f"cutmix_minmax must be (min, max) in [0, 1], got {cutmix_minmax}")
         self.mixup_alpha = finite(mixup_alpha, "mixup_alpha")
         self.cutmix_alpha = finite(cutmix_alpha, "cutmix_alpha")
-        if min(self.mixup_alpha, self.cutmix_alpha) < 0 or self.mixup_alpha == self.cutmix_alpha == 0:
+        if (
+            min(self.mixup_alpha, self.cutmix_alpha) < 0
+            or self.mixup_alpha == self.cutmix_alpha == 0
+        ):
             raise ValueError(
                 "mixup_alpha and cutmix_alpha must be >= 0 and one of them > 0, got "
                 f"{mixup_alpha!r} and {cutmix_alpha!r}"

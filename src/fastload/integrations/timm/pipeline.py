@@ -87,7 +87,9 @@ def device_augment(
             else tuple(float(f) for f in color_jitter)
         )
         if len(factors) not in (3, 4):
-            raise ValueError(f"color_jitter must be a number or 3 or 4 numbers, got {color_jitter!r}")
+            raise ValueError(
+                f"color_jitter must be a number or 3 or 4 numbers, got {color_jitter!r}"
+            )
         p = 1.0 if color_jitter_prob is None else color_jitter_prob
         modules.append(ColorJitter(*factors, p=p))
     if grayscale_prob:

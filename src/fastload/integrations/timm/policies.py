@@ -102,7 +102,9 @@ class _TimmOps(BatchTransform):
         self.translate_const, self.translate_pct = float(translate_const), float(translate_pct)
         self.fill = fill
         if interpolation not in ("nearest", "bilinear"):
-            raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
+            raise ValueError(
+                f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}"
+            )
         self.interpolation = interpolation
 
     def _levels(
@@ -216,10 +218,14 @@ class TimmRandAugment(_TimmOps):
             ops = self._integers(n, count, steps, device=device, generator=generator)
         else:  # without replacement: the top keys of log(w) + Gumbel noise
             draws = self._rand(n, count, device=device, generator=generator).clamp(min=1e-12)
-            keys = torch.log(torch.tensor(self.weights, device=device)) - torch.log(-torch.log(draws))
+            keys = torch.log(torch.tensor(self.weights, device=device)) - torch.log(
+                -torch.log(draws)
+            )
             ops = keys.topk(steps, dim=1).indices
         applied = self._rand(n, steps, device=device, generator=generator) < self.prob
-        levels = self._levels(torch.full((n, steps), self.magnitude, device=device), device, generator)
+        levels = self._levels(
+            torch.full((n, steps), self.magnitude, device=device), device, generator
+        )
         return {
             "ops": torch.where(applied, ops, -1),
             "levels": levels,
@@ -276,7 +282,9 @@ class TimmAutoAugment(_TimmOps):
         chosen = self._integers(n, len(self._ops), device=device, generator=generator)
         tables = self.__dict__.setdefault("_on_device", {})
         if str(device) not in tables:  # copied once per device, not once per batch
-            tables[str(device)] = tuple(t.to(device) for t in (self._ops, self._probs, self._magnitudes))
+            tables[str(device)] = tuple(
+                t.to(device) for t in (self._ops, self._probs, self._magnitudes)
+            )
         table_ops, table_probs, table_magnitudes = tables[str(device)]
         ops, probs = table_ops[chosen], table_probs[chosen]
         steps = ops.shape[1]

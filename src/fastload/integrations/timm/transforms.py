@@ -45,11 +45,14 @@ def interpolation_modes(name: str) -> tuple[InterpolationMode, ...]:
 def _tensor(image: Any) -> torch.Tensor:
     """A CHW uint8 tensor from a PIL image, an HWC array, a CHW tensor or encoded bytes."""
     if isinstance(image, Image.Image):
-        return TF.pil_to_tensor(image.convert("RGB"))
-    if isinstance(image, (bytes, memoryview)) or (
-        isinstance(image, (np.ndarray, torch.Tensor)) and image.ndim == 1
-    ):
-        image = decode_image(np.frombuffer(image, np.uint8) if isinstance(image, bytes) else image)
+        tensor: torch.Tensor = TF.pil_to_tensor(image.convert("RGB"))
+        return tensor
+    if isinstance(image, (bytes, memoryview)):
+        image = np.frombuffer(image, np.uint8)
+    if isinstance(image, torch.Tensor) and image.ndim == 1:
+        image = image.numpy()
+    if isinstance(image, np.ndarray) and image.ndim == 1:  # still encoded
+        image = decode_image(image)
     return chw(image)
 
 
@@ -83,7 +86,8 @@ class TrainCrop:
     def __call__(self, image: Any) -> torch.Tensor:
         if isinstance(image, Image.Image):
             cropped = random.choice(self.crops)(image.convert("RGB"))
-            return TF.pil_to_tensor(cropped)
+            tensor: torch.Tensor = TF.pil_to_tensor(cropped)
+            return tensor
         return self.decoded(image)
 
     def __repr__(self) -> str:
@@ -139,7 +143,8 @@ class EvalCrop:
             if pad_h or pad_w:
                 padding = [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2]
                 pixels = TF.pad(pixels, padding, fill=self.fill)
-        return TF.center_crop(pixels, list(self.size))
+        cropped: torch.Tensor = TF.center_crop(pixels, list(self.size))
+        return cropped
 
     def __repr__(self) -> str:
         return (
