@@ -1,7 +1,8 @@
 """timm's create_loader against fastload.integrations.timm.create_loader, on the CPU.
 
 The same folder of 500x375 photo-like JPEGs, the same train.py configuration: RandAugment
-``rand-m9-mstd0.5`` (``inc1`` makes timm posterize to 0 bits, which this Pillow refuses), random erasing 0.25 in pixel mode, mixup 0.8 / cutmix 1.0
+``rand-m9-mstd0.5`` (with ``inc1`` timm posterizes to 0 bits, which Pillow 11 refuses), random
+erasing 0.25 in pixel mode, mixup 0.8 / cutmix 1.0
 (``FastCollateMixup`` as ``collate_fn``), 224 px, batch 64, 2 workers, both with
 ``use_prefetcher=True`` on device "cpu". timm reads with ``create_dataset`` (PIL);
 fastload with its ``ImageFolder`` (OpenCV, crop-aware decode in the workers) and the
@@ -52,7 +53,7 @@ def loaders(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             "input_size": (3, args.image_size, args.image_size),
             "batch_size": args.batch_size,
             "is_training": True,
-            "auto_augment": "rand-m9-mstd0.5",  # inc1: timm posterizes to 0 bits, which Pillow 11 refuses
+            "auto_augment": "rand-m9-mstd0.5",  # not inc1: see the docstring
             "re_prob": 0.25,
             "re_mode": "pixel",
             "num_workers": args.workers,
