@@ -36,6 +36,7 @@ bench: $(BIN)/fastload
 	$(BIN)/python benchmarks/end_to_end.py --plot
 	$(BIN)/python benchmarks/crop_decode.py --plot
 	$(BIN)/python benchmarks/hf_datasets.py --plot
+	$(BIN)/python benchmarks/timm_loader.py --plot
 	$(BIN)/python benchmarks/peers.py --plot  # peers missing from .venv are reported (benchmarks/install_peers.sh)
 	$(BIN)/python benchmarks/docs_page.py  # docs/benchmarks.md, from the results
 

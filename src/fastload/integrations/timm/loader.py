@@ -1,0 +1,268 @@
+"""``create_loader``: timm's factory with its signature, built from FastLoader,
+DataPrefetcher and ``fastload.gpu``; what it returns keeps the contract of timm's
+``PrefetchLoader`` (``len``, ``sampler``, ``dataset``, a settable ``mixup_enabled``)."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DistributedSampler, IterableDataset, get_worker_info
+
+from fastload.integrations.timm.mixup import TIMM_ATTRIBUTES, Mixup
+from fastload.integrations.timm.pipeline import device_augment, erasing, sample_transform
+from fastload.integrations.timm.samplers import OrderedDistributedSampler, RepeatAugSampler
+from fastload.loader.core import FastLoader
+from fastload.loader.proxy import LoaderProxy
+from fastload.prefetch import DataPrefetcher
+
+__all__ = ["PrefetchLoader", "create_loader"]
+
+IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
+
+
+class PrefetchLoader(LoaderProxy):
+    """Batches ``(input, target)`` on the device, normalised, then mixed and erased as
+    timm's ``PrefetchLoader`` (with ``FastCollateMixup``) hands them out.
+
+    ``len()``, ``sampler``, ``batch_sampler`` and the rest come from the FastLoader;
+    ``dataset`` is the dataset given to ``create_loader``. Setting ``mixup_enabled``
+    turns the mixing off (or on) here and on the ``FastCollateMixup`` given, as
+    train.py does for its last epochs.
+    """
+
+    def __init__(
+        self,
+        loader: FastLoader[Any],
+        prefetcher: DataPrefetcher,
+        *,
+        dataset: Any,
+        mixup: Mixup | None = None,
+        mixup_source: Any = None,
+        random_erasing: nn.Module | None = None,
+        channels_last: bool = False,
+    ) -> None:
+        self.loader = loader
+        self.prefetcher = prefetcher
+        self._dataset = dataset
+        self.mixup = mixup
+        self.mixup_source = mixup_source
+        self.random_erasing = random_erasing
+        self.channels_last = channels_last
+
+    @property
+    def dataset(self) -> Any:
+        return self._dataset
+
+    @property
+    def device(self) -> torch.device:
+        return self.prefetcher.device
+
+    @property
+    def mixup_enabled(self) -> bool:
+        return self.mixup is not None and self.mixup.mixup_enabled
+
+    @mixup_enabled.setter
+    def mixup_enabled(self, enabled: bool) -> None:
+        if self.mixup is not None:  # timm: a no-op without FastCollateMixup
+            self.mixup.mixup_enabled = bool(enabled)
+            if self.mixup_source is not None:
+                self.mixup_source.mixup_enabled = bool(enabled)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for images, target in self.prefetcher:
+            # mixing commutes with the per-channel normalisation, so mixing the
+            # normalised batch gives what timm's collate-then-normalise gives
+            if self.mixup is not None:
+                images, target = self.mixup(images, target)
+            if self.random_erasing is not None:
+                images = self.random_erasing(images)
+            if self.channels_last and images.dim() == 4:
+                images = images.contiguous(memory_format=torch.channels_last)
+            yield images, target
+
+
+def _seed_worker(worker_id: int, worker_seeding: str | Callable[[Any], int] = "all") -> None:
+    """timm's worker seeding: ``"all"`` also seeds NumPy from the worker's seed,
+    ``"part"`` leaves NumPy alone, a callable gives the seed of every generator."""
+    info = get_worker_info()
+    if info is None:
+        return
+    if callable(worker_seeding):
+        seed = worker_seeding(info)
+        torch.manual_seed(seed)
+        np.random.seed(seed % (2**32 - 1))
+        random.seed(seed)
+    elif worker_seeding == "all":
+        np.random.seed(info.seed % (2**32 - 1))
+
+
+def _refuse(**unsupported: bool) -> None:
+    for name, refused in unsupported.items():
+        if refused:
+            raise NotImplementedError(
+                f"create_loader: {name} is not supported by fastload's create_loader; "
+                "use timm's own create_loader for it"
+            )
+
+
+def create_loader(
+    dataset: Any,
+    input_size: int | Sequence[int],
+    batch_size: int,
+    is_training: bool = False,
+    no_aug: bool = False,
+    re_prob: float = 0.0,
+    re_mode: str = "const",
+    re_count: int = 1,
+    re_split: bool = False,
+    train_crop_mode: str | None = None,
+    scale: Sequence[float] | None = None,
+    ratio: Sequence[float] | None = None,
+    hflip: float = 0.5,
+    vflip: float = 0.0,
+    color_jitter: float | Sequence[float] | None = 0.4,
+    color_jitter_prob: float | None = None,
+    grayscale_prob: float = 0.0,
+    gaussian_blur_prob: float = 0.0,
+    auto_augment: str | None = None,
+    num_aug_repeats: int = 0,
+    num_aug_splits: int = 0,
+    interpolation: str = "bilinear",
+    mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
+    std: Sequence[float] = IMAGENET_DEFAULT_STD,
+    num_workers: int = 1,
+    distributed: bool = False,
+    crop_pct: float | None = None,
+    crop_mode: str | None = None,
+    crop_border_pixels: int | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    pin_memory: bool = False,
+    fp16: bool = False,
+    img_dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    use_prefetcher: bool = True,
+    use_multi_epochs_loader: bool = False,
+    persistent_workers: bool = True,
+    worker_seeding: str | Callable[[Any], int] = "all",
+    tf_preprocessing: bool = False,
+    input_size_choices: Sequence[Any] | None = None,
+    batch_size_choices: Sequence[int] | None = None,
+    batch_choice_weights: Sequence[float] | None = None,
+    batch_choice_seed: int = 0,
+    batch_choice_schedule: str = "constant",
+    batch_schedule_epochs: int | None = None,
+    batch_schedule_spread: float = 0.65,
+    batch_schedule_random_mix: float = 0.1,
+    num_batches: int | None = None,
+    *,
+    channels_last: bool = False,
+) -> PrefetchLoader:
+    """timm's ``create_loader``, one import away: the same arguments, a loader with
+    the contract of timm's ``PrefetchLoader``.
+
+    The dataset's ``transform`` becomes the crop alone (to uint8, in the workers);
+    flips, ``auto_augment`` (or colour jitter), grayscale and blur run on the device
+    batch, then normalisation in ``img_dtype``, then MixUp/CutMix (from a
+    ``FastCollateMixup`` given as ``collate_fn``) and random erasing, as in timm.
+    ``use_prefetcher=False`` runs the same on the CPU. ``device`` None is the current
+    CUDA device, else the CPU; ``channels_last`` (not timm's) sets the memory format.
+    ``use_multi_epochs_loader`` is honoured by persistent workers.
+
+    Raises:
+        NotImplementedError: ``tf_preprocessing``, ``num_aug_splits``, scheduled input
+            sizes (``input_size_choices``), ``train_crop_mode`` other than ``"rrc"``, or
+            ``num_aug_repeats`` without ``distributed`` (timm refuses it too).
+        ValueError: An unknown ``auto_augment``, ``re_mode`` or ``crop_mode``, or
+            another argument out of its range (named in the message).
+
+    Example:
+        >>> import fastload, tempfile
+        >>> root = fastload.make_image_folder(
+        ...     tempfile.mkdtemp(), num_classes=2, images_per_class=4, size=(64, 48))
+        >>> loader = create_loader(fastload.ImageFolder(root), (3, 32, 32), batch_size=4,
+        ...                        is_training=True, num_workers=0, device="cpu")
+        >>> images, target = next(iter(loader))
+        >>> images.shape, images.dtype, target.shape
+        (torch.Size([4, 3, 32, 32]), torch.float32, torch.Size([4]))
+    """
+    _refuse(
+        tf_preprocessing=tf_preprocessing,
+        num_aug_splits=num_aug_splits > 0,
+        input_size_choices=input_size_choices is not None,
+        train_crop_mode=train_crop_mode not in (None, "rrc"),
+        num_aug_repeats_without_distributed=bool(num_aug_repeats) and not distributed,
+    )
+    del batch_size_choices, batch_choice_weights, batch_choice_seed, batch_choice_schedule
+    del batch_schedule_epochs, batch_schedule_spread, batch_schedule_random_mix, num_batches
+    del use_multi_epochs_loader  # persistent workers already keep them across epochs
+    size = _size(input_size)
+    augmenting = is_training and not no_aug
+    dataset.transform = sample_transform(
+        size, augmenting=augmenting, is_training=is_training, scale=scale, ratio=ratio,
+        interpolation=interpolation, crop_pct=crop_pct, crop_mode=crop_mode,
+        crop_border_pixels=crop_border_pixels, mean=mean,
+    )  # fmt: skip
+    iterable = isinstance(dataset, IterableDataset)
+    sampler = _sampler(dataset, distributed and not iterable, is_training, num_aug_repeats)
+    mixup, mixup_source = None, None
+    if collate_fn is not None and all(hasattr(collate_fn, a) for a in TIMM_ATTRIBUTES):
+        mixup, mixup_source, collate_fn = Mixup.from_timm(collate_fn), collate_fn, None
+    loader: FastLoader[Any] = FastLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=is_training and sampler is None and not iterable,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        pin_memory=pin_memory,
+        drop_last=is_training,
+        worker_init_fn=functools.partial(_seed_worker, worker_seeding=worker_seeding),
+        persistent_workers=persistent_workers and num_workers > 0,
+    )
+    transform = device_augment(
+        size, augmenting=augmenting, hflip=hflip, vflip=vflip, color_jitter=color_jitter,
+        color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
+        gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
+        interpolation=interpolation, mean=mean,
+    )  # fmt: skip
+    prefetcher = DataPrefetcher(
+        loader,
+        device=device if use_prefetcher else "cpu",
+        mean=mean,
+        std=std,
+        dtype=torch.float16 if fp16 else img_dtype,  # timm: fp16 overrides img_dtype
+        channels_last=channels_last,
+        transform=transform,
+    )
+    eraser = erasing(re_prob if augmenting else 0.0, re_mode, re_count, re_split)
+    return PrefetchLoader(
+        loader, prefetcher, dataset=dataset, mixup=mixup, mixup_source=mixup_source,
+        random_erasing=eraser, channels_last=channels_last,
+    )  # fmt: skip
+
+
+def _size(input_size: int | Sequence[int]) -> tuple[int, int]:
+    """(height, width) from timm's int, (H, W) or (C, H, W)."""
+    sizes = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)[-2:]
+    if len(sizes) != 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
+        raise ValueError(f"input_size must be an int, (H, W) or (C, H, W), got {input_size!r}")
+    return int(sizes[0]), int(sizes[1])
+
+
+def _sampler(dataset: Any, distributed: bool, is_training: bool, num_aug_repeats: int) -> Any:
+    """timm's choice: repeated augmentation or a DistributedSampler in training,
+    the ordered split in evaluation; none without ``distributed``."""
+    if not distributed:
+        return None
+    if not is_training:
+        return OrderedDistributedSampler(dataset)
+    if num_aug_repeats:
+        return RepeatAugSampler(dataset, num_repeats=num_aug_repeats)
+    return DistributedSampler(dataset)
