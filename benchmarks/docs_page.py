@@ -321,6 +321,22 @@ from the JPEG header; HF's recipe decodes every full image with PIL and crops th
 result. On numeric rows every loader is bound by `datasets`' own batch formatting; the
 seeded loader pays for seeding each batch.""",
     ),
+    "cpu/timm_loader": Notes(
+        "timm's create_loader vs fastload's, on the CPU",
+        """\
+512 generated 500x375 JPEGs, timm's usual `train.py` configuration: RandAugment
+`rand-m9-mstd0.5`, random erasing 0.25 in pixel mode, `FastCollateMixup` (mixup 0.8,
+cutmix 1.0, label smoothing 0.1), 224 px, batch 64, 2 workers, device "cpu". timm reads
+with `create_dataset` (PIL); fastload with its `ImageFolder` (OpenCV, crop-aware decode).
+Epochs interleaved, medians of 3 after a warm-up epoch each; CPU ms per image include the
+workers.""",
+        """\
+On a CPU, fastload's batch modules (built for the GPU) cost more per image than timm's
+per-image Pillow operations: RandAugment runs each operation over the samples that drew
+it, and the pixel-mode erasing and the mixing work on normalised float32 batches where
+timm mixes uint8 in its collate. The workers augment the batches they make, so the loop
+only mixes and erases. On a GPU these stages run on the device; not measured there yet.""",
+    ),
     "cpu/loader_defaults": Notes(
         "Each loader with its own defaults",
         "1000 generated 500x375 JPEGs, torchvision `ImageFolder`, RandomResizedCrop 224 + "

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import fastload
 from fastload.integrations.timm import (
+    AugmentedCollate,
     Mixup,
     RandomErasing,
     RepeatAugSampler,
@@ -40,8 +41,9 @@ def test_import_fastload_does_not_import_timm():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("source", ["timm", "fastload"])
-def test_train_loader_keeps_the_prefetch_loader_contract(folder, source):
+def test_train_loader_keeps_the_prefetch_loader_contract(folder, source, workers):
     dataset = (
         timm_data.create_dataset("", root=str(folder))
         if source == "timm"
@@ -52,9 +54,12 @@ def test_train_loader_keeps_the_prefetch_loader_contract(folder, source):
     )
     loader = create_loader(
         dataset, (3, 32, 32), batch_size=4, is_training=True, auto_augment="rand-m9-mstd0.5-inc1",
-        re_prob=0.25, re_mode="pixel", collate_fn=mixup, num_workers=0, device="cpu",
+        re_prob=0.25, re_mode="pixel", collate_fn=mixup, num_workers=workers, device="cpu",
         img_dtype=torch.bfloat16, channels_last=True,
     )  # fmt: skip
+    # on a CPU, the workers augment the batches they make; the loop only mixes and erases
+    in_workers = isinstance(loader.loader.collate_fn, AugmentedCollate)
+    assert in_workers == (workers > 0) and (loader.prefetcher.transform is None) == in_workers
     assert len(loader) == 18 // 4 and loader.dataset is dataset
     assert isinstance(loader.sampler, torch.utils.data.RandomSampler)
     batches = list(loader)
@@ -225,3 +230,25 @@ def test_auto_augment_policies_read_timms_tables():
         images = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8)
         assert augment(images).shape == images.shape
     assert math.isinf(augment_from_string("rand-mstd101", image_size=8, mean=MEAN).magnitude_std)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_mixing_the_whole_batch_equals_the_general_path_draw_for_draw(dtype):
+    """timm's default mode takes a one-pass path: the same images as the per-row one."""
+    from fastload.integrations.timm import Mixup
+
+    images = (torch.rand(8, 3, 20, 24) * 255).to(dtype)
+    batch = Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=4, mode="batch")
+    general = Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=4, mode="elem")
+    kinds = set()
+    for seed in range(40):
+        torch.manual_seed(seed)
+        params = batch.sample_params(images.shape, images.device)
+        kinds.add("cut" if bool(params["cut"][0]) else "blend" if params["lam"][0] < 1 else "")
+        got = batch.apply_transform(images, params)
+        want = general.apply_transform(images, params)
+        if dtype.is_floating_point:  # the same sums, a float32 step apart at most
+            torch.testing.assert_close(got, want, atol=0, rtol=1.2e-7)
+        else:
+            assert torch.equal(got, want)
+    assert kinds == {"cut", "blend"}  # both kinds drawn (prob 1: never none)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from fastload.integrations.timm.augment import augment_from_string
 from fastload.integrations.timm.erasing import RandomErasing
-from fastload.integrations.timm.loader import PrefetchLoader, create_loader
+from fastload.integrations.timm.loader import AugmentedCollate, PrefetchLoader, create_loader
 from fastload.integrations.timm.mixup import Mixup
 from fastload.integrations.timm.policies import TimmAutoAugment, TimmRandAugment
 from fastload.integrations.timm.samplers import OrderedDistributedSampler, RepeatAugSampler
 
 __all__ = [
+    "AugmentedCollate",
     "Mixup",
     "OrderedDistributedSampler",
     "PrefetchLoader",

@@ -12,7 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DistributedSampler, IterableDataset, get_worker_info
+from torch.utils.data import (
+    DistributedSampler,
+    IterableDataset,
+    default_collate,
+    get_worker_info,
+)
 
 from fastload.integrations.timm.mixup import TIMM_ATTRIBUTES, Mixup
 from fastload.integrations.timm.pipeline import device_augment, erasing, sample_transform
@@ -20,8 +25,9 @@ from fastload.integrations.timm.samplers import OrderedDistributedSampler, Repea
 from fastload.loader.core import FastLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.prefetch import DataPrefetcher
+from fastload.system import default_device
 
-__all__ = ["PrefetchLoader", "create_loader"]
+__all__ = ["AugmentedCollate", "PrefetchLoader", "create_loader"]
 
 IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
@@ -86,6 +92,28 @@ class PrefetchLoader(LoaderProxy):
             if self.channels_last and images.dim() == 4:
                 images = images.contiguous(memory_format=torch.channels_last)
             yield images, target
+
+
+class AugmentedCollate:
+    """``collate``, then ``transform`` on the collated images, in the worker that made the
+    batch: the batch modules of a loader on the CPU.
+
+    Example:
+        >>> from torch.utils.data import default_collate
+        >>> flip = AugmentedCollate(default_collate, lambda images: images.flip(-1))
+        >>> images, labels = flip([(torch.tensor([[[1, 2]]]), 0)])
+        >>> images.tolist(), labels.tolist()
+        ([[[[2, 1]]]], [0])
+    """
+
+    def __init__(
+        self, collate: Callable[[list[Any]], Any], transform: Callable[[torch.Tensor], Any]
+    ) -> None:
+        self.collate, self.transform = collate, transform
+
+    def __call__(self, samples: list[Any]) -> tuple[Any, Any]:
+        images, target = self.collate(samples)
+        return self.transform(images), target
 
 
 def _seed_worker(worker_id: int, worker_seeding: str | Callable[[Any], int] = "all") -> None:
@@ -214,6 +242,20 @@ def create_loader(
     mixup, mixup_source = None, None
     if collate_fn is not None and all(hasattr(collate_fn, a) for a in TIMM_ATTRIBUTES):
         mixup, mixup_source, collate_fn = Mixup.from_timm(collate_fn), collate_fn, None
+    transform = device_augment(
+        size, augmenting=augmenting, hflip=hflip, vflip=vflip, color_jitter=color_jitter,
+        color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
+        gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
+        interpolation=interpolation, mean=mean,
+    )  # fmt: skip
+    target = torch.device(device) if device is not None else default_device()
+    if not use_prefetcher:
+        target = torch.device("cpu")
+    if target.type == "cpu" and transform is not None and num_workers > 0:
+        # no GPU to run the batch modules on: each worker augments the batches it makes,
+        # so the augmentation runs on every core, as timm's does, not in the training loop
+        collate_fn = AugmentedCollate(collate_fn or default_collate, transform)
+        transform = None
     loader: FastLoader[Any] = FastLoader(
         dataset,
         batch_size=batch_size,
@@ -226,15 +268,9 @@ def create_loader(
         worker_init_fn=functools.partial(_seed_worker, worker_seeding=worker_seeding),
         persistent_workers=persistent_workers and num_workers > 0,
     )
-    transform = device_augment(
-        size, augmenting=augmenting, hflip=hflip, vflip=vflip, color_jitter=color_jitter,
-        color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
-        gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
-        interpolation=interpolation, mean=mean,
-    )  # fmt: skip
     prefetcher = DataPrefetcher(
         loader,
-        device=device if use_prefetcher else "cpu",
+        device=target,
         mean=mean,
         std=std,
         dtype=torch.float16 if fp16 else img_dtype,  # timm: fp16 overrides img_dtype

@@ -187,6 +187,8 @@ class Mixup(BatchTransform):
         return top, left, bottom - top, right - left
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
+        if self.mode == "batch":
+            return self._mix_whole_batch(images, params)
         partner = images.flip(0)
         maths = images.dtype if images.is_floating_point() else torch.float32
         lam = params["lam"].to(maths).view(-1, 1, 1, 1)
@@ -195,6 +197,23 @@ class Mixup(BatchTransform):
         size = (images.shape[-2], images.shape[-1])
         box = box_mask(params["top"], params["left"], params["height"], params["width"], size)
         return torch.where(box, partner, mixed)
+
+    def _mix_whole_batch(self, images: Tensor, params: Params) -> Tensor:
+        """timm's default mode, one draw for the batch (row 0's): one blend, one box, or
+        the batch untouched, each a single pass where the general path takes four."""
+        lam, cut = float(params["lam"][0]), bool(params["cut"][0])
+        if lam == 1:
+            return images
+        partner = images.flip(0)
+        if cut:
+            top, left = int(params["top"][0]), int(params["left"][0])
+            bottom, right = top + int(params["height"][0]), left + int(params["width"][0])
+            mixed = images.clone()
+            mixed[..., top:bottom, left:right] = partner[..., top:bottom, left:right]
+            return mixed
+        if images.is_floating_point():  # the flipped copy is ours: blended in place
+            return partner.mul_(1 - lam).add_(images, alpha=lam)
+        return (images.float() * lam + partner.float() * (1 - lam)).to(images.dtype)
 
     def _soft(self, labels: Tensor, lam: Tensor) -> Tensor:
         smoothing = self.label_smoothing
