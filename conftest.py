@@ -1,61 +1,31 @@
 """Shared by every test, and the code blocks of the README and docs/ as tests.
 
 Each Python block of a Markdown file under `testpaths` (README.md, and every page under
-docs/) is a test, collected by pytest-markdown-docs' Markdown collector; its docstring
-collector is left off, since it would import every module a second time. A block runs in
-a fresh directory holding the README script's data, with the names a fragment takes from
-that script (`tests/docs_context.py`)."""
+docs/) is a test: pasted into a file of its own and run in a fresh process, in a folder
+of its page's, with nothing injected (`tests/docs_blocks.py`)."""
 
 from __future__ import annotations
 
 import random
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from pytest_markdown_docs.plugin import MarkdownTextFile
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from docs_context import (  # noqa: F401  (fixtures the blocks name on their fences)
-    _script_data,
-    coco_lmdb,
-    docs_directory,
-    fragment_names,
-    s3_bucket,
-    seg_lmdb,
-    shard_set,
-    torchrun,
-    train_lmdb,
-    world_size,
-)
+from docs_blocks import MarkdownPage
 
 # Old module paths kept for one release: importing them warns, so the doctest collection
 # leaves them to their own test (tests/test_api.py).
 collect_ignore = ["src/fastload/tools/s3server.py", "src/fastload/tools/shapes.py"]
 
 
-class MarkdownBlocks(MarkdownTextFile):
-    """A Markdown file's Python blocks, each set up in `docs_directory` first (before the
-    globals hook runs, which autouse fixtures of these items are not)."""
-
-    def collect(self) -> Iterator[pytest.Item]:
-        for block in super().collect():
-            block.fixturenames = ("docs_directory", *block.fixturenames)
-            yield block
-
-
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix == ".md":
-        return MarkdownBlocks.from_parent(parent, path=file_path)
+        return MarkdownPage.from_parent(parent, path=file_path)
     return None
-
-
-def pytest_markdown_docs_globals() -> dict[str, Any]:
-    return fragment_names()
 
 
 @pytest.fixture(autouse=True)
