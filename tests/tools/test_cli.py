@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from fastload.loader import auto_num_workers
 from fastload.tools.cli import main
 from fastload.tools.demo import compare_loaders
 from fastload.tools.measure import format_table, measure
@@ -15,25 +16,26 @@ def test_demo_prints_a_before_after_table_part_by_part_and_a_plot(capsys, tmp_pa
     plot = tmp_path / "demo.png"
     main(["demo", "--images-per-class", "2", "--repeats", "1", "--plot", str(plot)])
     out = capsys.readouterr().out
-    assert "16 JPEGs of 500x375" in out
-    assert out.index("measuring...") < out.index("| DataLoader")  # said before measured
+    assert "16 JPEGs of 500x375 to normalised 224 px batches" in out and "1 epoch each" in out
+    assert out.index("measuring...") < out.index("| classic")  # said before measured
     assert out.rstrip().endswith(f"wrote {plot}") and plot.stat().st_size > 1000
     assert "2. fastload.diagnose on a ResNet-18 training loop" in out
     assert "real loop: waiting for data" in out and "Recommendations:" in out
-    rows = [
-        line
-        for line in out.splitlines()
-        if line.startswith("| DataLoader") or line.startswith("| FastLoader")
-    ]
-    assert len(rows) == 2
-    assert "num_workers=0" in rows[0]
+    assert "speed-up if loading were free" not in out
+    rows = [line for line in out.splitlines() if line.startswith(("| classic", "| fastload"))]
+    workers = auto_num_workers()
+    assert len(rows) == 2 and all(f"| {workers} workers, to cpu |" in row for row in rows)
     assert re.search(r"\| 1\.00x +\|$", rows[0])
+    assert "1.85x (README, benchmarks: cpu/peers)" in out  # the headline, for comparison
 
 
 def test_compare_loaders_reads_every_image_with_each_loader(tmp_path):
     root = make_image_folder(tmp_path, num_classes=2, images_per_class=3, size=(64, 48))
     runs = compare_loaders(root, batch_size=4, image_size=32, repeats=2)
-    assert [run.name for run in runs] == ["DataLoader", "FastLoader"]
+    assert [run.name for run in runs] == [
+        "classic: torchvision ImageFolder + PIL + DataLoader",
+        "fastload: ImageFolder + FastLoader + DataPrefetcher",
+    ]
     assert all(run.images == 6 and len(run.measurement.seconds) == 2 for run in runs)
 
 

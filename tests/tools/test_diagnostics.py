@@ -166,6 +166,17 @@ def test_predicted_speedup_is_loop_time_over_step_time():
     assert diagnose_module.DiagnoseReport(facts(step_seconds=0.0), []).predicted_speedup == 1.0
 
 
+def test_the_report_gives_the_loops_time_beside_the_step_alone_not_a_speed_up():
+    """A loop that seldom waits can still run slower than its step alone (workers share
+    the CPU): the table says what was measured, the advice says why."""
+    measured = facts(step_seconds=0.1, loop_seconds=0.131, wait_fraction=0.003)
+    report = diagnose_module.DiagnoseReport(measured, recommend(measured))
+    text = str(report)
+    assert "| real loop, per iteration        | 131.0 ms (1.31x the step alone) |" in text
+    assert "| real loop: waiting for data     | 0.3%" in text and "speed-up" not in text
+    assert "the workers compete with it for the CPU" in text
+
+
 def test_autotune_picks_the_best_of_a_throughput_curve():
     curve = {
         (0, 2): 10.0,
