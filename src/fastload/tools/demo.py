@@ -21,6 +21,7 @@ from fastload.tools.synthetic import make_image_folder
 if TYPE_CHECKING:
     from torchvision.datasets import ImageFolder
 
+    from fastload.prefetch import DataPrefetcher
     from fastload.tools.diagnostics import DiagnoseReport
 
 __all__ = ["LoaderRun", "compare_loaders", "run_demo"]
@@ -77,7 +78,7 @@ def _classic(root: Path, image_size: int, batch_size: int, workers: int, device:
 
 
 def _fastload(root: Path, image_size: int, batch_size: int, workers: int, device: torch.device,
-              *, jitter: bool = False) -> Iterable[Any]:  # fmt: skip
+              *, jitter: bool = False) -> DataPrefetcher:  # fmt: skip
     """The README's "after": the workers crop uint8 images; the rest on ``device``."""
     from torch import nn
     from torchvision.transforms import v2
@@ -169,7 +170,8 @@ def diagnose_small_training(root: Path, *, batches: int = 6) -> DiagnoseReport:
     from fastload.tools.diagnostics import classifier_step, diagnose
 
     prefetcher = _fastload(root, 64, 16, auto_num_workers(), default_device())
-    step = classifier_step("resnet18", len(prefetcher.loader.dataset.classes), prefetcher.device)
+    classes = len([folder for folder in root.iterdir() if folder.is_dir()])
+    step = classifier_step("resnet18", classes, prefetcher.device)
     return diagnose(prefetcher, step, batches=batches, warmup=2)
 
 
