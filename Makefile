@@ -9,26 +9,40 @@ BIN := $(VENV)/bin
 # (https://download.pytorch.org/whl/cpu) on a machine without a GPU: 4 GB less of CUDA.
 TORCH_INDEX ?=
 
-$(BIN)/fastload: pyproject.toml constraints.txt
-	@echo "Installing fastload and its pinned dependencies into $(VENV) (a few minutes the first time)"
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --progress-bar on -c constraints.txt --index-url $(TORCH_INDEX) torch torchvision)
-	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e '.[dev,docs]'
+# The venv is made once; `make demo` installs fastload with what the demo needs only,
+# `make test`, `lint`, `bench` and `docs` with the test and docs toolchain too.
+DEMO_READY := $(VENV)/.demo-installed
+DEV_READY := $(VENV)/.dev-installed
+TORCH_FIRST = $(if $(TORCH_INDEX),$(BIN)/python -m pip install --progress-bar on -c constraints.txt --index-url $(TORCH_INDEX) torch torchvision)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(DEMO_READY): pyproject.toml constraints.txt | $(BIN)/python
+	@echo "Installing fastload and what the demo needs into $(VENV) (the first time: torch, a few minutes)"
+	$(TORCH_FIRST)
+	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e '.[demo]'
 	touch $@
 
-demo: $(BIN)/fastload
+$(DEV_READY): pyproject.toml constraints.txt | $(BIN)/python
+	@echo "Installing fastload with the test and docs toolchain into $(VENV) (the first time: a few minutes)"
+	$(TORCH_FIRST)
+	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e '.[dev,docs]'
+	touch $@ $(DEMO_READY)
+
+demo: $(DEMO_READY)
 	$(BIN)/fastload demo
 
 # Everything, slow tests included (a plain `pytest` leaves them out): what CI runs.
-test: $(BIN)/fastload
+test: $(DEV_READY)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
-lint: $(BIN)/fastload
+lint: $(DEV_READY)
 	$(BIN)/ruff check src tests benchmarks examples conftest.py mkdocs_hooks.py
 	$(BIN)/ruff format --check src tests benchmarks examples conftest.py mkdocs_hooks.py
 	$(BIN)/mypy
 
-bench: $(BIN)/fastload
+bench: $(DEV_READY)
 	$(BIN)/python benchmarks/tensor_dataset.py --plot
 	$(BIN)/python benchmarks/loader_defaults.py --plot
 	$(BIN)/python benchmarks/lmdb_vs_files.py --plot
@@ -59,12 +73,12 @@ gpu-check:
 
 # The documentation site (mkdocs.yml): built strictly (a warning or a broken link fails it)
 # into site/, after docs/benchmarks.md is rewritten from benchmarks/results/.
-docs: $(BIN)/fastload
+docs: $(DEV_READY)
 	$(BIN)/python benchmarks/docs_page.py
 	$(BIN)/mkdocs build --strict --site-dir site
 
 # The site on http://127.0.0.1:8000, rebuilt as you edit docs/ or a docstring.
-docs-serve: $(BIN)/fastload
+docs-serve: $(DEV_READY)
 	$(BIN)/python benchmarks/docs_page.py
 	$(BIN)/mkdocs serve --watch src
 

@@ -8,22 +8,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def install_commands(*variables: str) -> list[str]:
-    """The commands `make` would run to create the venv (`-n`: none is run)."""
+def install_commands(target: str, *variables: str) -> list[str]:
+    """The commands `make` would run to install ``target``'s packages (`-n`: none is run)."""
     out = subprocess.run(
-        ["make", "-n", "-W", "pyproject.toml", ".venv/bin/fastload", *variables],
+        ["make", "-n", "-W", "pyproject.toml", target, *variables],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return [line for line in out.splitlines() if "pip install" in line]
 
 
 def test_the_first_install_shows_pips_progress():
-    (install,) = install_commands()
+    (install,) = install_commands(".venv/.dev-installed")
     assert " -q" not in install and "--progress-bar on" in install
 
 
+def test_the_demo_installs_what_it_needs_and_the_tests_the_toolchain():
+    (demo,) = install_commands(".venv/.demo-installed")
+    assert demo.endswith("-c constraints.txt -e '.[demo]'")
+    (tests,) = install_commands(".venv/.dev-installed")
+    assert tests.endswith("-c constraints.txt -e '.[dev,docs]'")
+    targets = subprocess.run(["make", "-n", "-p"], cwd=ROOT, capture_output=True, text=True)
+    rules = dict(
+        line.split(":", 1) for line in targets.stdout.splitlines()
+        if line.startswith(("demo:", "test:", "docs:", "lint:", "bench:"))
+    )  # fmt: skip
+    assert rules["demo"].split() == [".venv/.demo-installed"]
+    assert all(rules[name].split() == [".venv/.dev-installed"] for name in ("test", "docs", "lint"))
+
+
 def test_torch_index_installs_torch_from_it_first_within_the_pins():
-    torch_first, package = install_commands("TORCH_INDEX=https://download.pytorch.org/whl/cpu")
+    torch_first, package = install_commands(
+        ".venv/.dev-installed", "TORCH_INDEX=https://download.pytorch.org/whl/cpu"
+    )
     assert "--index-url https://download.pytorch.org/whl/cpu torch torchvision" in torch_first
     assert "-c constraints.txt" in torch_first and "-e '.[dev,docs]'" in package
 
