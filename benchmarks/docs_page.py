@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,24 +131,7 @@ from `src/` with no install: `benchmarks/gpu_wheels.sh` fetches the wheels such 
 may lack (lmdb, albumentations, Kornia) into `.whl`, and its header gives the `pip
 install --target` line; the parts need timm and scikit-image too, and report a peer
 that is missing instead of failing. The smoke run is part of the test suite
-(`tests/benchmarks/test_gpu_suite.py`), so the suite cannot rot between GPU runs.""",
-        """\
-What the first GPU run (one H100, 16 CPU cores) showed:
-
-- The whole suite passes with CUDA (539 tests; the one skip is mypy, not installed
-  there). The first run found two tests that assumed this repository's 2-core CPU
-  machine; they were fixed and the run repeated.
-- `DataPrefetcher` keeps the GPU busy (data wait 0.0 % against 1.6 % for the usual
-  loop), level with apex's and timm's prefetchers, within 7 % of the step alone.
-- `fastload.gpu` is 20.7x the per-sample CPU recipe on 16 workers for the seed recipe
-  (36x with `torch.compile`) and 15.2x for the timm one (21x compiled): 5.7x and 6.8x
-  Kornia's throughput. torchvision v2 on the whole batch is faster, but draws one crop,
-  flip and jitter for the whole batch, not one per image.
-- `GPUDecoder` decodes 16,000 images/s (torchvision's own call 19,500) and 6,900/s with
-  the random resized crop, under the 8,000 we aimed at. In training it is slower than
-  CPU decoding in 16 workers: the decode, the crop and the step's launches share the
-  main process (see [GPU decoding](guides/gpu-decoding.md)).
-- Reserved CUDA memory is flat over 5 epochs.""",
+(`tests/benchmarks/test_gpu_suite.py`), so the suite cannot rot between GPU runs."""
     ),
     "gpu/cuda_tests": Notes(
         "CUDA tests", "The whole pytest suite with CUDA visible (the `needs_cuda` tests included)."
@@ -421,6 +405,10 @@ INTRO = """\
 # Benchmarks
 
 <!-- Written by benchmarks/docs_page.py from benchmarks/results/: do not edit by hand. -->
+"""
+
+METHODS = """\
+## How these are measured
 
 Scripts in `benchmarks/`, one per question; each compares against what you would use
 otherwise, in the same run, reports the median of several repeats after a warm-up, and
@@ -430,8 +418,32 @@ a machine without a GPU, `benchmarks/results/gpu/` on one with; `--plot` draws a
 gpu-check` what a short GPU window measures first. This page is written from those
 files by `python benchmarks/docs_page.py` (`make docs` runs it first). Figures measured
 without a GPU come from this project's 2-core CPU machine; they are ratios, because the
-machine is shared and noisy.
+machine is shared and noisy. Each result below names its machine; its date is the
+commit that last changed its file.
 """
+
+#: The results the page opens with: (result, the row's name, what it shows).
+HEADLINES = [
+    ("cpu/peers", "fastload: image folder",
+     "JPEG files to normalised 224 px batches, vs torchvision ImageFolder + PIL + DataLoader"),
+    ("cpu/hf_datasets", "from_hf + FastLoader, DataPrefetcher normalises",
+     "a Hugging Face image set, vs its usual set_transform recipe"),
+    ("cpu/hf_datasets", "FastLoader(seed=0)",
+     "seed= (draws keyed by sample) over cheap batched rows, vs DataLoader"),
+    ("cpu/timm_loader", "fastload create_loader",
+     "timm's train.py recipe on a CPU, vs timm's own create_loader"),
+    ("cpu/tensor_dataset", "FastLoader", "an in-memory TensorDataset, vs DataLoader"),
+    ("gpu/end_to_end_resnet18", "fastload, LMDB, GPU-FUSED decode",
+     "ResNet-18 training from JPEGs, GPU decode, vs torchvision + DataLoader"),
+    ("gpu/end_to_end_resnet18", "fastload, LMDB, CPU decode",
+     "ResNet-18 training from JPEGs, CPU decode, vs torchvision + DataLoader"),
+    ("gpu/gpu_decode", "GPUDecoder(224), nvjpeg: crop, flip, normalise to bf16 NHWC",
+     "GPU decode to a finished batch, vs OpenCV's decode alone"),
+    ("gpu/gpu_decode", "NVIDIA DALI, mixed decode, hw_decoder_load 0.65",
+     "(peer) DALI's mixed decode, same images, vs OpenCV's decode alone"),
+    ("gpu/prefetch", "fastload DataPrefetcher, depth 2",
+     "a ResNet-50 loop fed by DataPrefetcher, vs .cuda() then normalise"),
+]  # fmt: skip
 
 
 def result_files(results: Path) -> list[Path]:
@@ -566,10 +578,45 @@ def section(path: Path, results: Path, page: Path) -> list[str]:
     return lines
 
 
+def committed(path: Path) -> str:
+    """The date of the commit that last changed ``path`` (``not committed`` before one)."""
+    done = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path)], cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+    return done.stdout.strip() or "not committed"
+
+
+def headline(results: Path, page: Path) -> list[str]:
+    """The table the page opens with: each of ``HEADLINES`` found in the results, its
+    ratio, machine and date, linked to its section (with its plot)."""
+    rows = []
+    for name, row_name, what in HEADLINES:
+        path = results / f"{name}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        row = next((r for r in data.get("rows", []) if r["name"] == row_name), None)
+        if row is None or row.get("speedup") is None:
+            continue
+        device = data["machine"]["device"]
+        where = "2-core CPU" if device.startswith("no GPU") else device
+        rows.append(
+            f"| {what} | **{row['speedup']:.2f}x** | {where} | {committed(path)} "
+            f"| [{heading(name)}](#{anchor(name)}) |"
+        )
+    if not rows:
+        return []
+    return [
+        "## Results", "",
+        "Each ratio is fastload's throughput over the baseline named, both measured in the "
+        "same run; the section linked gives the whole table, its plot and its settings.", "",
+        "| what | ratio | machine | date | details |", "|---|---|---|---|---|", *rows, "",
+    ]  # fmt: skip
+
+
 def render(results: Path = RESULTS, page: Path = PAGE) -> str:
     """The whole page, for ``page`` (links are relative to its folder)."""
     files = result_files(results)
-    lines = [INTRO]
+    lines = [INTRO, *headline(results, page), METHODS]
     if not (results / "gpu").is_dir() or not any((results / "gpu").glob("*.json")):
         lines += [
             "**No GPU run yet.** No figure on this page was measured on a GPU: they come "

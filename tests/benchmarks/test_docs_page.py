@@ -28,7 +28,10 @@ def test_every_result_has_its_section_table_and_plot():
     sections = re.findall(r"^## (.+)$", text, re.MULTILINE)
     names = [docs_page.key(path, RESULTS) for path in docs_page.result_files(RESULTS)]
     assert sorted(names) == [docs_page.key(path, RESULTS) for path in COMMITTED]
-    assert sections == [docs_page.heading(name) for name in names]
+    # the results first, then how they are measured, then a section per result file
+    assert sections == ["Results", "How these are measured"] + [
+        docs_page.heading(name) for name in names
+    ]
     for path in COMMITTED:
         data = json.loads(path.read_text())
         if "table" in data:
@@ -76,3 +79,19 @@ def test_check_says_when_the_page_is_out_of_date(tmp_path: Path):
     shutil.copytree(RESULTS / "cpu", results / "cpu")  # new results
     stale = check()
     assert stale.returncode == 1 and "out of date" in stale.stdout
+
+
+def test_the_page_opens_with_the_headline_results_each_with_machine_date_and_section():
+    text = docs_page.PAGE.read_text()
+    results = text.split("## Results", 1)[1].split("## How these are measured", 1)[0]
+    rows = [line for line in results.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0] == "| what | ratio | machine | date | details |"
+    found = [(name, row) for name, row, _ in docs_page.HEADLINES
+             if (RESULTS / f"{name}.json").exists()]  # fmt: skip
+    assert len(rows) - 1 == len(found) >= 5
+    for line, (name, row_name) in zip(rows[1:], found, strict=True):
+        data = json.loads((RESULTS / f"{name}.json").read_text())
+        (row,) = [row for row in data["rows"] if row["name"] == row_name]
+        assert f"| **{row['speedup']:.2f}x** |" in line  # the ratio is the file's
+        assert re.search(r"\| \d{4}-\d{2}-\d{2} \|", line)  # the date of its commit
+        assert f"(#{docs_page.anchor(name)})" in line
