@@ -6,9 +6,10 @@ reference (mkdocstrings ``extensions:``).
   page reads the same on GitHub. The build copies such a file into the site at the same
   path and points the link at the copy: nothing is duplicated in git, and a link to a file
   that does not exist still fails the strict build.
-- A fence's pytest options (```` ```python fixture:train_lmdb ````, read by the tests'
-  Markdown collector) are dropped from the page the site renders: the highlighter takes
-  only a language and its own options there, and would render the block as prose.
+- A fence's test options (```` ```python run:torchrun ````, read by the tests' Markdown
+  collector, ``tests/docs_blocks.py``) are dropped from the page the site renders: the
+  highlighter takes only a language and its own options there, and would render the
+  block as prose.
 - docs/benchmarks.md must match benchmarks/results/ (benchmarks/docs_page.py writes it):
   a page out of date is a warning, so an error in ``mkdocs build --strict``.
 - ``DocstringConventions``, for the reference: the docstrings' Sphinx roles
@@ -41,8 +42,8 @@ LINK = re.compile(r"(?P<head>!?\[[^\]\n]*\]\()(?P<target><[^>\n]+>|[^)\s]+)(?P<t
 #: A reference definition: ``[label]: target "title"``.
 DEFINITION = re.compile(r"^(?P<head> {0,3}\[[^\]\n]+\]:[ \t]*)(?P<target>\S+)", re.MULTILINE)
 FENCE = re.compile(r"[ \t]*(`{3,}|~{3,})")
-#: A pytest option on a fence's info line: ``fixture:NAME``.
-FENCE_OPTION = re.compile(r"[ \t]+fixture:\S+")
+#: A test option on a fence's info line: ``run:HOW``.
+FENCE_OPTION = re.compile(r"[ \t]+run:\S+")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 

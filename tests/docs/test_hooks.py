@@ -58,16 +58,16 @@ def test_a_link_outside_docs_points_at_a_copy_in_the_site(hooks, build):
 def test_code_blocks_are_left_alone_but_lose_the_tests_options(hooks, build):
     config, page, files = build
     markdown = (
-        "```python fixture:train_lmdb fixture:world_size\n"
+        "```python run:torchrun\n"
         'x = "![plot](../../benchmarks/results/cpu/lmdb_vs_files.png)"\n'
         "```\n"
-        "````markdown\n```python fixture:shard_set\n```\n````\n"
+        "````markdown\n```python run:torchrun\n```\n````\n"
     )
     out = hooks.on_page_markdown(markdown, page=page, config=config, files=files)
     assert out == (
         "```python\n"
         'x = "![plot](../../benchmarks/results/cpu/lmdb_vs_files.png)"\n'
         "```\n"
-        "````markdown\n```python fixture:shard_set\n```\n````\n"
+        "````markdown\n```python run:torchrun\n```\n````\n"
     )
     assert not list(files)
