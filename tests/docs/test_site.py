@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import re
 import shutil
 import subprocess
@@ -269,3 +270,39 @@ def test_every_benchmark_plot_is_drawn(server: str, browser: Any):
     assert len(images) == plots > 0
     not_drawn = [src for src, _, width in images if width == 0]
     assert not not_drawn, f"plots that did not load: {not_drawn}"
+
+
+COUNT_BLOCKS = "return document.querySelectorAll('article pre').length"
+CLIPPED = (
+    "return [...document.querySelectorAll('article pre > code')]"
+    ".filter(block => block.scrollWidth > block.clientWidth + 1)"
+    ".map(block => block.innerText.split('\\n')[0])"
+)
+
+
+def test_no_code_block_is_clipped_at_1280_px_and_each_page_is_photographed(
+    server: str, browser: Any, tmp_path_factory: pytest.TempPathFactory
+):
+    """A reader with a 1280 px window sees every line of every code block whole (the
+    lines wrap; nothing hides past a block's right edge behind a scrollbar). Each page is
+    photographed there for a person to review: in $FASTLOAD_SCREENSHOTS if set."""
+    folder = Path(os.environ.get("FASTLOAD_SCREENSHOTS") or tmp_path_factory.mktemp("pages"))
+    folder.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(1280, 900)
+    clipped, blocks = {}, 0
+    try:
+        for _, page in nav_pages():
+            browser.get(server + url_path(page))
+            blocks += browser.execute_script(COUNT_BLOCKS)
+            if found := browser.execute_script(CLIPPED):
+                clipped[page] = found
+            height = browser.execute_script("return document.body.scrollHeight")
+            browser.set_window_size(1280, min(max(height, 900), 16000))
+            name = page.replace("/", "_").removesuffix(".md")
+            browser.save_screenshot(str(folder / f"{name}.png"))
+            browser.set_window_size(1280, 900)
+    finally:
+        browser.set_window_size(1400, 1000)
+    assert blocks > 50  # the pages' code blocks were found at all
+    assert clipped == {}, f"code blocks wider than their box at 1280 px: {clipped}"
+    assert len(list(folder.glob("*.png"))) == len(nav_pages())
