@@ -1,5 +1,6 @@
 """The README's and the docs' code is what a newcomer copies first: it must run as
-written (their Python blocks run as tests too, through the root conftest.py)."""
+written (their Python blocks run as tests too, each as a file of its own: the root
+conftest.py and tests/docs_blocks.py)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from common_utils import run_script
-
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 CLI_PAGE = ROOT / "docs" / "guides" / "cli.md"
-
-
-def python_block(after_heading: str) -> str:
-    text = README.read_text()
-    section = text[text.index(after_heading) :]
-    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
-
-
-@pytest.mark.slow
-def test_the_before_and_after_script_runs_verbatim(tmp_path, monkeypatch):
-    script = tmp_path / "train.py"
-    script.write_text(python_block("## Before and after"))
-    monkeypatch.chdir(tmp_path)
-    run_script(script)  # as `python train.py` runs it, in this process
-    assert len(list((tmp_path / "data" / "train").rglob("*.jpg"))) == 40
 
 
 def bash_lines() -> list[str]:
