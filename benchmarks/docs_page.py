@@ -131,7 +131,7 @@ from `src/` with no install: `benchmarks/gpu_wheels.sh` fetches the wheels such 
 may lack (lmdb, albumentations, Kornia) into `.whl`, and its header gives the `pip
 install --target` line; the parts need timm and scikit-image too, and report a peer
 that is missing instead of failing. The smoke run is part of the test suite
-(`tests/benchmarks/test_gpu_suite.py`), so the suite cannot rot between GPU runs."""
+(`tests/benchmarks/test_gpu_suite.py`), so the suite cannot rot between GPU runs.""",
     ),
     "gpu/cuda_tests": Notes(
         "CUDA tests", "The whole pytest suite with CUDA visible (the `needs_cuda` tests included)."
@@ -585,9 +585,9 @@ def committed(path: Path) -> str:
     return done.stdout.strip() or "not committed"
 
 
-def headline(results: Path, page: Path) -> list[str]:
-    """The table the page opens with: each of ``HEADLINES`` found in the results, its
-    ratio, machine and date, linked to its section (with its plot)."""
+def headline_table(results: Path, sections: str = "") -> list[str]:
+    """Each of ``HEADLINES`` found in the results, its ratio, machine and date, linked to
+    its section on the page at ``sections`` (``""``: this page)."""
     rows = []
     for name, row_name, what in HEADLINES:
         path = results / f"{name}.json"
@@ -601,22 +601,45 @@ def headline(results: Path, page: Path) -> list[str]:
         where = "2-core CPU" if device.startswith("no GPU") else device
         rows.append(
             f"| {what} | **{row['speedup']:.2f}x** | {where} | {committed(path)} "
-            f"| [{heading(name)}](#{anchor(name)}) |"
+            f"| [{heading(name)}]({sections}#{anchor(name)}) |"
         )
     if not rows:
+        return []
+    return ["| what | ratio | machine | date | details |", "|---|---|---|---|---|", *rows]
+
+
+def headline(results: Path) -> list[str]:
+    """The section the page opens with."""
+    table = headline_table(results)
+    if not table:
         return []
     return [
         "## Results", "",
         "Each ratio is fastload's throughput over the baseline named, both measured in the "
         "same run; the section linked gives the whole table, its plot and its settings.", "",
-        "| what | ratio | machine | date | details |", "|---|---|---|---|---|", *rows, "",
+        *table, "",
     ]  # fmt: skip
+
+
+#: Where the home page's copy of the headline table goes (between these two lines).
+HOME = ROOT / "docs" / "index.md"
+HOME_START = "<!-- headline: written by benchmarks/docs_page.py from benchmarks/results/ -->"
+HOME_END = "<!-- end of headline -->"
+
+
+def home(results: Path = RESULTS, page: Path = HOME) -> str:
+    """The home page with its headline table written from the results."""
+    text = page.read_text()
+    before, _, rest = text.partition(HOME_START + "\n")
+    _, _, after = rest.partition(HOME_END)
+    table = "\n".join(headline_table(results, "benchmarks.md"))
+    return f"{before}{HOME_START}\n{table}\n{HOME_END}{after}"
 
 
 def render(results: Path = RESULTS, page: Path = PAGE) -> str:
     """The whole page, for ``page`` (links are relative to its folder)."""
     files = result_files(results)
-    lines = [INTRO, *headline(results, page), METHODS]
+    lines = [INTRO, *headline(results), METHODS]
     if not (results / "gpu").is_dir() or not any((results / "gpu").glob("*.json")):
         lines += [
             "**No GPU run yet.** No figure on this page was measured on a GPU: they come "
@@ -628,14 +651,19 @@ def render(results: Path = RESULTS, page: Path = PAGE) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write(results: Path = RESULTS, page: Path = PAGE) -> bool:
-    """Write the page; True if it changed."""
-    text = render(results, page)
-    if page.exists() and page.read_text() == text:
-        return False
-    page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(text)
-    return True
+def write(results: Path = RESULTS, page: Path = PAGE, home_page: Path | None = None) -> bool:
+    """Write the page (and the home page's headline table); True if either changed."""
+    changed = False
+    pages = [(page, render(results, page))]
+    if home_page is not None and home_page.exists():
+        pages.append((home_page, home(results, home_page)))
+    for path, text in pages:
+        if path.exists() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        changed = True
+    return changed
 
 
 def main() -> None:
@@ -649,10 +677,11 @@ def main() -> None:
         sys.exit(2)
     if args.check:
         current = args.page.exists() and args.page.read_text() == render(args.results, args.page)
+        current = current and (args.page != PAGE or HOME.read_text() == home(args.results))
         state = "up to date" if current else "out of date: run python benchmarks/docs_page.py"
         print(f"{args.page}: {state}")
         sys.exit(0 if current else 1)
-    changed = write(args.results, args.page)
+    changed = write(args.results, args.page, HOME if args.page == PAGE else None)
     print(f"{args.page}: {'updated' if changed else 'already up to date'}")
 
 

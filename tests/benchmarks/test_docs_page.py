@@ -21,6 +21,10 @@ def test_the_committed_page_matches_the_committed_results():
     assert docs_page.PAGE.read_text() == docs_page.render(), (
         "docs/benchmarks.md is out of date: run python benchmarks/docs_page.py"
     )
+    home = docs_page.HOME.read_text()
+    assert home == docs_page.home(), "docs/index.md's headline table is out of date"
+    table = home.split(docs_page.HOME_START, 1)[1].split(docs_page.HOME_END, 1)[0]
+    assert table.count("](benchmarks.md#") == len(docs_page.headline_table(RESULTS)) - 2 >= 5
 
 
 def test_every_result_has_its_section_table_and_plot():
