@@ -293,3 +293,19 @@ def test_a_corrupt_image_in_a_worker_is_its_own_error_line_not_the_workers_trace
     (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
     assert line.startswith(f"fastload diagnose: error: {broken}: not an image OpenCV can decode")
     assert "Traceback" not in line and "worker process" not in line
+
+
+def test_every_option_of_every_command_says_what_it_does_and_its_default():
+    from fastload.tools.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    silent, no_default = [], []
+    for name, parser in commands.items():
+        for action in parser._actions:
+            if not action.option_strings or action.option_strings[0] == "-h":
+                continue
+            if not action.help:
+                silent.append(f"{name} {action.option_strings[0]}")
+            elif action.default not in (None, False) and "default" not in action.help:
+                no_default.append(f"{name} {action.option_strings[0]}")
+    assert silent == [] and no_default == []

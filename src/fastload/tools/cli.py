@@ -30,8 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = subcommands.add_parser(
         "demo", help="compare DataLoader and FastLoader on generated JPEGs"
     )
-    demo.add_argument("--images-per-class", type=arguments.positive, default=16)
-    demo.add_argument("--repeats", type=arguments.positive, default=3)
+    demo.add_argument(
+        "--images-per-class", type=arguments.positive, default=16,
+        help="generated JPEGs per class, 8 classes (default: %(default)s)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--repeats", type=arguments.positive, default=3,
+        help="timed epochs of each pipeline, after a warm-up (default: %(default)s)",
+    )  # fmt: skip
     demo.add_argument(
         "--plot", type=arguments.plot, default="fastload-demo.png",
         help="PNG of the training loop's wait and step per iteration (default: %(default)s)",
