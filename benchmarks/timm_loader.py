@@ -18,7 +18,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,8 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
 from benchmarks.lib.common import Row, interleaved, plot, report, results_folder
 from benchmarks.lib.data import photo_folder
 from fastload.datasets.folder import ImageFolder
+from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
-
-
-def cpu_seconds() -> float:
-    own, children = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def loaders(root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -76,10 +68,10 @@ def loaders(root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def epoch(loader: Any) -> tuple[float, float, int]:
-    started, cpu, images = time.perf_counter(), cpu_seconds(), 0
+    started, cpu, images = time.perf_counter(), cpu_seconds_with_workers(), 0
     for batch, _ in loader:
         images += len(batch)
-    return time.perf_counter() - started, cpu_seconds() - cpu, images
+    return time.perf_counter() - started, cpu_seconds_with_workers() - cpu, images
 
 
 def main() -> None:
