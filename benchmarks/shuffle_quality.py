@@ -79,7 +79,7 @@ NOTES = {
 
 @dataclass(frozen=True)
 class StandInShard:
-    samples: range
+    count: int  # samples
     size: int  # bytes
 
 
@@ -99,7 +99,7 @@ class LabelOrdered:
         total = self.classes * self.per_class
         self.starts = [*range(0, total, self.per_shard), total]
         self.shards = [
-            StandInShard(range(end - start), (end - start) * self.sample_bytes)
+            StandInShard(end - start, (end - start) * self.sample_bytes)
             for start, end in zip(self.starts, self.starts[1:], strict=False)
         ]
         samples = np.arange(total)
@@ -221,7 +221,7 @@ def streaming_order(
 
     canonical = world.nodes
     block = block or max(4_000_000 // canonical, 1 << 18)
-    sizes = np.array([len(shard.samples) for shard in data.shards], np.int64)
+    sizes = np.array([shard.count for shard in data.shards], np.int64)
     ids = get_partitions("relaxed", len(data), canonical, world.nodes, world.ranks_per_node,
                          world.workers, world.batch)  # fmt: skip
     with warnings.catch_warnings():

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from common_utils import KILLED_CONVERSION
+from old_shard_index import to_version_2
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
 from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
@@ -37,6 +38,13 @@ def folder(tmp_path_factory) -> Path:
 def shards(folder, tmp_path) -> Path:
     write_shards(folder, tmp_path / "shards", shard_size=30_000)
     return tmp_path / "shards"
+
+
+@pytest.fixture
+def old_shards(shards) -> Path:
+    """The same shard set with an index of version 2: members inline."""
+    to_version_2(shards)
+    return shards
 
 
 def test_an_image_folder_reads_back_as_imagefolder_does(folder, shards):
@@ -126,7 +134,8 @@ def rewrite_index(shards: Path, change, *, digest: bool = True) -> None:
         (lambda i: i["shards"][0].update(sha256=None), "sha256 None is not a SHA-256"),
     ],
 )
-def test_an_index_that_lies_is_refused_naming_it(shards, change, message):
+def test_an_index_that_lies_is_refused_naming_it(old_shards, change, message):
+    shards = old_shards
     rewrite_index(shards, change)
     with pytest.raises(ShardIndexError, match=message):
         ShardedDataset(shards)
@@ -147,7 +156,7 @@ def test_an_index_that_is_not_one_is_refused_naming_the_file(shards, content, me
 
 
 def test_an_index_edited_after_it_was_written_is_refused_by_its_digest(shards):
-    rewrite_index(shards, lambda index: overlapping(index), digest=False)
+    rewrite_index(shards, lambda index: index["shards"][0].update(count=1), digest=False)
     with pytest.raises(ShardIndexError, match="shards_sha256 does not match its shard list"):
         ShardedDataset(shards)
 
@@ -168,9 +177,12 @@ def listed_twice(index):
         (listed_twice, r"shard \S+\.tar is listed 2 times in the index"),
     ],
 )
-def test_verify_finds_what_an_index_with_a_matching_digest_hides(shards, change, finding, capsys):
+def test_verify_finds_what_an_index_with_a_matching_digest_hides(
+    old_shards, change, finding, capsys
+):
     from fastload.tools.cli import main
 
+    shards = old_shards
     rewrite_index(shards, change)  # its digest made to match, as a hostile writer would
     with pytest.raises(ShardIndexError, match=finding):
         ShardedDataset(shards).verify()
@@ -201,6 +213,7 @@ def test_a_cls_member_that_is_not_an_integer_is_named_and_fails_verify(folder, t
 
 def test_a_version_1_index_without_a_digest_is_still_read(shards):
     expected = ShardedDataset(shards)[3]
+    to_version_2(shards)
 
     def version_1(index):
         index["version"] = 1
@@ -235,7 +248,7 @@ def test_a_missing_index_or_folder_is_named(tmp_path):
 def test_tampered_bytes_fail_verify_and_a_bad_member_names_its_shard(shards):
     dataset = ShardedDataset(shards)
     shard = dataset.shards[0]
-    key, members = shard.samples[0]
+    key, members = dataset.members(0).key(0), dataset.members(0).members(0)
     with open(shards / shard.name, "r+b") as file:  # the first image's bytes overwritten
         file.seek(members["jpg"].offset)
         file.write(b"\x00" * members["jpg"].size)

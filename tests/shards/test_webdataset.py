@@ -43,7 +43,7 @@ def test_webdataset_shards_are_indexed_once_and_read(tmp_path):
     assert len(dataset) == 3
     assert [dataset[i][1] for i in range(3)] == [2, 0, 1]
     assert dataset[0][0].shape == (24, 32, 3)
-    assert dataset.shards[0].samples[0][0] == "part/000000"
+    assert dataset.members(0).key(0) == "part/000000"
     dataset.verify()
     before = index.stat().st_mtime_ns
     assert len(ShardedDataset(tmp_path, keys="*")) == 3  # the index is read, not rebuilt
@@ -113,8 +113,8 @@ def test_shard_names_with_spaces_and_keys_of_any_script_are_indexed_and_read(tmp
     with pytest.warns(UserWarning, match="each sample also holds café"):
         dataset = ShardedDataset(tmp_path)
     assert [shard.name for shard in dataset.shards] == ["train 0.tar"]
-    assert [key for key, _ in dataset.shards[0].samples] == ["v0", "données/é1"]
-    assert sorted(dataset.shards[0].samples[0][1]) == ["café", "jpg"]
+    assert dataset.members(0).keys == ["v0", "données/é1"]
+    assert sorted(dataset.members(0).members(0)) == ["café", "jpg"]
     assert dataset[1][1] == 3 and dataset[0][0].shape == (24, 32, 3)
     assert len(ShardedDataset(tmp_path, keys="*")) == 2  # the index written loads again
 

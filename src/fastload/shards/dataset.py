@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,12 @@ from fastload.shards.index import (
     ShardIndexError,
     file_sha256,
     load_index,
+    table_name,
 )
+from fastload.shards.layout import checked_table, load_table
 from fastload.shards.members import IMAGES, decode_member
 from fastload.shards.scan import scanned_index
+from fastload.shards.table import MemberTable
 from fastload.shards.transport import Transport, connect, is_remote
 
 __all__ = ["ShardedDataset"]
@@ -35,6 +38,11 @@ __all__ = ["ShardedDataset"]
 #: descriptors, and on the disk an evicted shard still holds while open (ShardShuffle's
 #: default window is at most 64 shards).
 OPEN_SHARDS = 64
+
+#: Member tables a process keeps read, the least recently used dropped past it (a table
+#: of 256 samples holds about 20 kB; version 3 indexes read a shard's table on its first
+#: read, not at construction).
+CACHED_TABLES = 256
 
 #: Members ``(image, label)`` reads; a sample with others says so once (``keys``).
 _READ_BY_DEFAULT = frozenset({*IMAGES, "cls", "fastload"})
@@ -61,7 +69,11 @@ class ShardedDataset(ImageDataset):
 
     Members are read by their offsets in the index with ``os.pread`` on a file opened
     once per process (fork- and spawn-safe; at most ``OPEN_SHARDS`` open at once).
-    ``verify()`` checks every shard's SHA-256.
+    Construction reads per-shard facts only: a shard's member table (index version 3,
+    ``NAME.idx``) is read and checked the first time one of its samples is read, and
+    kept per process (at most ``CACHED_TABLES``), so the dataset pickles to a size that
+    grows with the shards, not the samples. ``verify()`` checks every shard's SHA-256
+    and every table.
 
     Example:
         >>> from fastload.shards import write_shards
@@ -117,10 +129,10 @@ class ShardedDataset(ImageDataset):
                 self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
         self._say_what_is_left_out()
-        self._starts: list[int] = np.cumsum(
-            [0] + [len(shard.samples) for shard in self.shards]
-        ).tolist()
+        # the first global index of each shard: a binary search finds a sample's shard
+        self._starts: list[int] = np.cumsum([0] + [shard.count for shard in self.shards]).tolist()
         self._files: dict[int, int] = {}  # shard number -> descriptor, in this process
+        self._tables: OrderedDict[int, MemberTable] = OrderedDict()  # shard -> its members
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -141,9 +153,32 @@ class ShardedDataset(ImageDataset):
     def shard_of(self, index: int) -> int:
         return self.locate(index)[0]
 
+    def members(self, shard: int) -> MemberTable:
+        """Shard number ``shard``'s samples (keys and members): inline in an index of
+        version 1 or 2, or its member table, read and checked on first use and kept (at
+        most ``CACHED_TABLES`` in a process, the least recently used dropped past it)."""
+        self._own_process()
+        table = self._tables.pop(shard, None)
+        if table is None:
+            table = self._read_table(shard)
+            if len(self._tables) >= CACHED_TABLES:
+                self._tables.popitem(last=False)
+        self._tables[shard] = table
+        return table
+
+    def _read_table(self, shard: int) -> MemberTable:
+        facts = self.shards[shard]
+        if self.transport is not None and facts.samples is None:
+            where = f"{self.path}/{table_name(facts.name)}"
+            return checked_table(self.transport.table(facts), where, facts)
+        return load_table(Path(self.path), facts)
+
+    def _own_process(self) -> None:
+        if os.getpid() != self._pid:  # a forked worker: its own descriptors and tables
+            self._files, self._tables, self._pid = {}, OrderedDict(), os.getpid()
+
     def _read(self, shard: int, member: Member) -> bytes:
-        if os.getpid() != self._pid:  # a forked worker: its own descriptors
-            self._files, self._pid = {}, os.getpid()
+        self._own_process()
         descriptor = self._files.pop(shard, None)
         if descriptor is None:
             descriptor = self._open(shard)
@@ -173,8 +208,8 @@ class ShardedDataset(ImageDataset):
 
     def _say_what_is_left_out(self) -> None:
         """Warn once if ``(image, label)`` leaves members out (captions, metadata): the
-        first sample tells, without reading every sample's entry."""
-        first = next((shard.samples[0][1] for shard in self.shards if shard.samples), {})
+        first shard's extensions tell, without reading any member table."""
+        first = next((shard.extensions for shard in self.shards if shard.count), ())
         others = sorted(set(first) - _READ_BY_DEFAULT)
         if self.keys is None and others:
             warnings.warn(
@@ -206,7 +241,8 @@ class ShardedDataset(ImageDataset):
 
     def __getitem__(self, index: int) -> Any:
         shard, place = self.locate(index)
-        key, members = self.shards[shard].samples[place]
+        table = self.members(shard)
+        key, members = table.key(place), table.members(place)
         source = f"{self._where(shard)}:{key}"
         if self.keys is not None:
             return self._selected(shard, members, source)
@@ -236,26 +272,36 @@ class ShardedDataset(ImageDataset):
                 raise ShardIndexError(
                     f"{self.path}: shard {name} is listed {names.count(name)} times in the index"
                 )
-        for number, shard in enumerate(self.shards):
-            spans = sorted(
-                (member.offset, member.offset + member.size, f"{key}.{member.extension}")
-                for key, members in shard.samples
-                for member in members.values()
-                if member.size
-            )
-            for (_, end, first), (start, _, second) in itertools.pairwise(spans):
-                if start < end:
-                    raise ShardIndexError(
-                        f"{self._where(number)}: members {first} and {second} overlap"
-                    )
+        for number in range(len(self.shards)):
+            self._check_overlaps(number)
         for number, shard in enumerate(self.shards):
             if file_sha256(self._local_file(number)) != shard.sha256:
                 raise ShardIndexError(
                     f"{self._where(number)}: its SHA-256 differs from the index's"
                 )
 
+    def _check_overlaps(self, number: int) -> None:
+        """No two members of shard ``number`` share a byte (its table read and checked)."""
+        table = self._read_table(number)  # not kept: verify reads every table once
+        used = np.flatnonzero(table.sizes > 0)
+        order = used[np.argsort(table.offsets[used], kind="stable")]
+        ends = table.offsets[order] + table.sizes[order]
+        clash = np.flatnonzero(table.offsets[order][1:] < ends[:-1])
+        if clash.size:
+            first, second = (int(order[clash[0]]), int(order[clash[0] + 1]))
+            raise ShardIndexError(
+                f"{self._where(number)}: members {self._member_name(table, first)} and "
+                f"{self._member_name(table, second)} overlap"
+            )
+
+    @staticmethod
+    def _member_name(table: MemberTable, member: int) -> str:
+        sample = int(np.searchsorted(table.first, member, side="right")) - 1
+        return f"{table.key(sample)}.{table.extensions[int(table.extension[member])]}"
+
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_files": {}}  # descriptors stay in their process
+        # descriptors and member tables stay in their process: O(shards) bytes pickled
+        return {**self.__dict__, "_files": {}, "_tables": OrderedDict()}
 
     def __del__(self) -> None:
         if getattr(self, "_pid", None) == os.getpid():

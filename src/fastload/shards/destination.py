@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fastload.shards.index import INDEX, PROGRESS, write_index
+from fastload.shards.index import INDEX, PROGRESS, table_name
+from fastload.shards.layout import write_index
 from fastload.shards.remote import S3Shards
 from fastload.shards.transport import is_remote
 
@@ -169,6 +170,9 @@ class S3Destination(Destination):
 
     def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         index = write_index(self.staging, shards, meta)
+        for shard in shards:  # the tables first: the index, put last, makes the set whole
+            name = table_name(shard["name"])
+            self.put(self.staging / name, name)
         self.put(index, INDEX)
         for name in [*self._record_names(), PROGRESS]:  # the header last
             try:

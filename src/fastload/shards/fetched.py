@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from fastload.shards.cache import READ_ONLY, NodeCache
-from fastload.shards.index import INDEX, PROGRESS, Shard, ShardIndexError, parse_index
+from fastload.shards.index import (
+    INDEX,
+    PROGRESS,
+    Shard,
+    ShardIndexError,
+    parse_index,
+    table_name,
+)
 
 __all__ = ["CachedShards", "byte_spans"]
 
@@ -154,7 +161,21 @@ class CachedShards:
         entries = []
         for name, size in tars:  # no hash to check yet: this scan records it
             entries.append(scan_tar(self.local_path(Shard(name, size, "", []))))
-        return write_scanned_index(self.cache, entries, self.url)
+        return write_scanned_index(self.cache, entries, self.url, tables=False)
+
+    def table(self, shard: Shard) -> bytes:
+        """The bytes of ``shard``'s member table (index version 3), one whole GET: it is
+        small, and its hash is checked by the reader against the index."""
+        name = table_name(shard.name)
+        try:
+            return self._read_object(name)
+        except Exception as error:
+            explained = self.explained(error, f"{self.url}/{name}")
+            if isinstance(explained, ShardIndexError):  # missing: say which table
+                raise ShardIndexError(
+                    f"{self.url}/{name}: the member table of {shard.name} is missing"
+                ) from None
+            raise explained from None
 
     def local_path(self, shard: Shard) -> Path:
         """The shard's file in the cache, downloaded and checked first if it is not there."""

@@ -1,6 +1,9 @@
 """The index of a shard set: ``index.json``, written last, so that a shard set without
-it is visibly incomplete. Per shard: its name, size in bytes, SHA-256, and for each
-sample its key and members (extension, offset of the data in the tar, size).
+it is visibly incomplete. Per shard: its name, size in bytes, SHA-256, and (version 3)
+its sample count, extensions and its member table's size and SHA-256: the table,
+``NAME.idx`` beside the shard (:mod:`fastload.shards.table`), holds each sample's key and
+members (extension, offset of the data in the tar, size) and is read when the shard is
+first opened. Versions 1 and 2 list the members inline, and are still read.
 
 Read with :func:`load_index`, which checks everything a hostile index could lie about
 (names, offsets, sizes, counts) before any shard is read. Since version 2 the index
@@ -27,15 +30,19 @@ __all__ = [
     "Shard",
     "ShardIndexError",
     "index_bytes",
+    "table_name",
     "load_index",
     "shard_entry",
     "shards_digest",
-    "write_index",
+    "write_inline_index",
 ]
 
 INDEX = "index.json"
 PROGRESS = ".fastload-progress.json"  # an unfinished conversion: not a shard set yet
-VERSION = 2  # 2: shards_sha256, the digest of the shard list (version 1 is still read)
+# 2: shards_sha256, the digest of the shard list; 3: members in a table per shard
+VERSION = 3
+INLINE = 2  # the last version with members inline (written for scans kept in a cache)
+TABLE = ".idx"  # a shard's member table is its name and this
 # A file beside the index: no path, no traversal, not one of the cache's own dot-files;
 # spaces and any script are names (``train 0.tar``, ``données-0.tar``).
 _NAME = re.compile(r"^[^./\\\x00][^/\\\x00]*$")
@@ -56,10 +63,23 @@ class Member:
 
 @dataclass(frozen=True)
 class Shard:
+    """A shard's facts from the index. Its members are inline (``samples``: versions 1
+    and 2) or in its member table (version 3: ``samples`` is None, the table's size and
+    SHA-256 are here)."""
+
     name: str
     size: int
     sha256: str
-    samples: list[tuple[str, dict[str, Member]]]
+    samples: list[tuple[str, dict[str, Member]]] | None = None
+    count: int = 0
+    extensions: tuple[str, ...] = ()
+    table_size: int = 0
+    table_sha256: str = ""
+
+
+def table_name(shard: str) -> str:
+    """The file of a shard's member table, beside it: ``shard-000001.tar.idx``."""
+    return shard + TABLE
 
 
 def file_sha256(path: Path) -> str:
@@ -89,20 +109,26 @@ def shards_digest(shards: list[Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def index_bytes(shards: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
+def index_bytes(
+    shards: list[dict[str, Any]], meta: dict[str, Any], version: int = VERSION
+) -> bytes:
     """An index's content: its format, version, metadata, shard list and that list's
-    digest."""
-    content = {"format": "fastload-shards", "version": VERSION, **meta,
+    digest (``version`` 3's entries name their tables, ``INLINE``'s list members)."""
+    content = {"format": "fastload-shards", "version": version, **meta,
                "shards_sha256": shards_digest(shards), "shards": shards}  # fmt: skip
     return json.dumps(content, ensure_ascii=False).encode()
 
 
-def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """``index.json`` written whole or not at all, and only one that loads: checked as
-    :func:`parse_index` checks it first (a refusal writes nothing), then a temporary file
-    of this writer's own (writers of one folder at once never share it) renamed."""
+def write_inline_index(
+    folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]
+) -> Path:
+    """``index.json`` of version 2 (members inline), written whole or not at all, and only
+    one that loads: checked as :func:`parse_index` checks it first (a refusal writes
+    nothing), then a temporary file of this writer's own renamed. New shard sets get
+    version 3 (:func:`fastload.shards.layout.write_index`); this is for scans kept in a
+    cache, and for tests of the old layout."""
     path = folder / INDEX
-    data = index_bytes(shards, meta)
+    data = index_bytes(shards, meta, INLINE)
     parse_index(data, str(path))
     write_whole(path, data)
     return path
@@ -182,29 +208,65 @@ def parse_index(data: bytes, where: str) -> tuple[list[Shard], dict[str, Any]]:
             f"{where}: shards_sha256 does not match its shard list: the index was edited or "
             "damaged after it was written"
         )
-    shards = [_shard(entry, where, number) for number, entry in enumerate(entries)]
+    if parsed["version"] >= 3:
+        shards = [_tabled(entry, where, number) for number, entry in enumerate(entries)]
+        tables = {table_name(shard.name) for shard in shards}
+        clash = next((shard.name for shard in shards if shard.name in tables), None)
+        if clash is not None:  # a shard whose name is another's table
+            raise ShardIndexError(f"{where}: shard {clash} is named as a member table")
+    else:
+        shards = [_shard(entry, where, number) for number, entry in enumerate(entries)]
     meta = {key: value for key, value in parsed.items() if key != "shards"}
     meta["shards_sha256"] = digest  # version 1 too: it names the shard set
     return shards, meta
 
 
-def _shard(entry: Any, index: str, number: int) -> Shard:
-    where = f"{index}: shard {number}"
-    try:
-        name, size, sha256, samples = (
-            entry["name"],
-            entry["size"],
-            entry["sha256"],
-            entry["samples"],
-        )
-    except (KeyError, TypeError):
-        raise ShardIndexError(f"{where}: needs name, size, sha256 and samples") from None
+def _facts(entry: Any, where: str) -> tuple[str, int, str]:
+    """A shard entry's name, size and SHA-256, checked."""
+    name, size, sha256 = entry["name"], entry["size"], entry["sha256"]
     if not isinstance(name, str) or not _NAME.match(name) or name == INDEX:
         raise ShardIndexError(f"{where}: {name!r} is not a file name beside the index")
     if not isinstance(size, int) or size < 0:
         raise ShardIndexError(f"{where} ({name}): size {size!r}")
     if not isinstance(sha256, str) or not _SHA256.match(sha256):  # its bytes are checked by it
         raise ShardIndexError(f"{where} ({name}): sha256 {sha256!r} is not a SHA-256 in hex")
+    return name, size, sha256
+
+
+def _tabled(entry: Any, index: str, number: int) -> Shard:
+    """A version 3 entry: the shard's facts and its table's."""
+    where = f"{index}: shard {number}"
+    try:
+        name, size, sha256 = _facts(entry, where)
+        count, extensions = entry["count"], entry["extensions"]
+        table_size, table_sha256 = entry["table_size"], entry["table_sha256"]
+    except (KeyError, TypeError):
+        raise ShardIndexError(
+            f"{where}: needs name, size, sha256, count, extensions, table_size and "
+            "table_sha256"
+        ) from None
+    if not isinstance(count, int) or count < 0:
+        raise ShardIndexError(f"{where} ({name}): count {count!r}")
+    if not isinstance(extensions, list) or not all(
+        isinstance(ext, str) and _EXTENSION.match(ext) for ext in extensions
+    ):
+        raise ShardIndexError(f"{where} ({name}): extensions {extensions!r}")
+    if not isinstance(table_size, int) or table_size < 0:
+        raise ShardIndexError(f"{where} ({name}): table_size {table_size!r}")
+    if not isinstance(table_sha256, str) or not _SHA256.match(table_sha256):
+        raise ShardIndexError(
+            f"{where} ({name}): table_sha256 {table_sha256!r} is not a SHA-256 in hex"
+        )
+    return Shard(name, size, sha256, None, count, tuple(extensions), table_size, table_sha256)
+
+
+def _shard(entry: Any, index: str, number: int) -> Shard:
+    where = f"{index}: shard {number}"
+    try:
+        name, size, sha256 = _facts(entry, where)
+        samples = entry["samples"]
+    except (KeyError, TypeError):
+        raise ShardIndexError(f"{where}: needs name, size, sha256 and samples") from None
     if not isinstance(samples, list):
         raise ShardIndexError(f"{where} ({name}): samples is not a list")
     parsed = []
@@ -232,4 +294,5 @@ def _shard(entry: Any, index: str, number: int) -> Shard:
                 )
             checked[extension] = Member(extension, offset, length)
         parsed.append((key, checked))
-    return Shard(name, size, sha256, parsed)
+    extensions = tuple(dict.fromkeys(ext for _, members in parsed for ext in members))
+    return Shard(name, size, sha256, parsed, len(parsed), extensions)

@@ -143,7 +143,8 @@ class ShardShuffle(Sampler[int]):
             "seed": self.seed,
             "window": self.window,
             "groups": self.groups,
-            "shard_set": self.dataset.meta["shards_sha256"],
+            # an index upgraded to version 3 names the same set as before (its old digest)
+            "shard_set": self.dataset.meta.get("upgraded_from", self.dataset.meta["shards_sha256"]),
             "drop_last": int(self.drop_last),
         }
 

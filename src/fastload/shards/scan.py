@@ -16,6 +16,7 @@ from typing import Any
 
 from fastload.shards.index import (
     INDEX,
+    INLINE,
     Member,
     Shard,
     ShardIndexError,
@@ -23,9 +24,10 @@ from fastload.shards.index import (
     index_bytes,
     index_of,
     shard_entry,
-    write_index,
+    write_inline_index,
     write_whole,
 )
+from fastload.shards.layout import write_index
 
 __all__ = ["index_webdataset", "scanned_index"]
 
@@ -84,9 +86,16 @@ def scanned_index(
     return index_of(folder, kept.read_bytes(), str(kept))
 
 
-def write_scanned_index(folder: Path, shards: list[dict[str, Any]], where: str) -> Path:
-    """The index of scanned shards, written into ``folder``."""
-    return write_index(folder, shards, _scanned_meta(shards, where))
+def write_scanned_index(
+    folder: Path, shards: list[dict[str, Any]], where: str, *, tables: bool = True
+) -> Path:
+    """The index of scanned shards, written into ``folder``: version 3, member tables
+    beside the tars, or (``tables=False``, a scan kept in a node's cache, read by that
+    node only) version 2, members inline."""
+    meta = _scanned_meta(shards, where)
+    if not tables:
+        return write_inline_index(folder, shards, meta)
+    return write_index(folder, shards, meta)
 
 
 def _tars(folder: Path) -> list[Path]:
@@ -104,7 +113,8 @@ def _scanned_meta(shards: list[dict[str, Any]], where: str) -> dict[str, Any]:
 
 def _scanned_bytes(folder: Path, tars: list[Path]) -> bytes:
     shards = [scan_tar(path) for path in tars]
-    return index_bytes(shards, _scanned_meta(shards, str(folder)))
+    # kept in a cache (or not kept): members inline, no table files to keep beside it
+    return index_bytes(shards, _scanned_meta(shards, str(folder)), INLINE)
 
 
 def _tars_digest(folder: Path, tars: list[Path]) -> str:

@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
         "index", help="write index.json beside WebDataset shards (*.tar), read once by all"
     )
     index.add_argument("folder", type=Path, help="a folder of WebDataset .tar shards")
+    index.add_argument(
+        "--upgrade", action="store_true",
+        help="convert the folder's index of version 1 or 2 (members inline) to version 3 "
+        "(a member table per shard, written first; index.json replaced last) (default: off)",
+    )  # fmt: skip
     index.set_defaults(run=commands.index)
 
     verify = subcommands.add_parser(

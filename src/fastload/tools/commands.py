@@ -131,6 +131,12 @@ def index(args: argparse.Namespace) -> None:
 
     if not args.folder.is_dir():
         raise FileNotFoundError(f"{args.folder}: no such folder")
+    if args.upgrade:
+        from fastload.shards.layout import upgrade_index
+
+        upgraded, count = upgrade_index(args.folder)
+        print(f"{upgraded}: version 3, a member table beside each of its {count} shards")
+        return
     if (args.folder / INDEX).exists():
         raise FileExistsError(f"{args.folder / INDEX} exists; it is left as it is")
     path = index_webdataset(args.folder)

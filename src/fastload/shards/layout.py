@@ -1,0 +1,136 @@
+"""The index layout of version 3 on disk: each shard's member table written beside it,
+then ``index.json`` with per-shard facts only (:func:`write_index`); a table read back and
+checked against its index entry (:func:`checked_table`); an index of version 1 or 2
+(members inline) converted in place (:func:`upgrade_index`, ``fastload index --upgrade``).
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from fastload.shards import write_shards
+    >>> from fastload.testing.shapes import ShapesDetection
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = write_shards(ShapesDetection(3, size=(32, 32)), folder)
+    >>> sorted(path.name for path in folder.iterdir())
+    ['index.json', 'shard-000000.tar', 'shard-000000.tar.idx']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from fastload.shards.index import (
+    INDEX,
+    INLINE,
+    Shard,
+    ShardIndexError,
+    index_bytes,
+    load_index,
+    parse_index,
+    table_name,
+    write_whole,
+)
+from fastload.shards.table import MemberTable, read_table, table_bytes
+
+__all__ = ["checked_table", "load_table", "upgrade_index", "write_index"]
+
+
+def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """Write ``folder``'s index in version 3 from ``shards``' entries with members inline
+    (as :func:`~fastload.shards.index.shard_entry` makes them): every member table first,
+    each whole or not at all, then ``index.json``, checked as loading checks it, last.
+
+    A table file that is already there is left as it is when it holds these bytes (a
+    commit run again) and refused otherwise: a file this writer did not make is never
+    replaced.
+
+    Raises:
+        ShardIndexError: Entries that would not load.
+        FileExistsError: A file under a table's name with other bytes.
+    """
+    path = folder / INDEX
+    inline, _ = parse_index(index_bytes(shards, meta, INLINE), str(path))  # refusal: no write
+    tables = [(folder / table_name(shard.name), _table_of(shard)) for shard in inline]
+    for file, data in tables:  # all refused before any is written
+        if file.exists() and (not file.is_file() or file.read_bytes() != data):
+            raise FileExistsError(
+                f"{file} exists and is not this shard's member table; it is left as it is"
+            )
+    entries = []
+    for shard, (file, data) in zip(inline, tables, strict=True):
+        if not file.exists():
+            write_whole(file, data)
+        entries.append({
+            "name": shard.name, "size": shard.size, "sha256": shard.sha256,
+            "count": shard.count, "extensions": list(shard.extensions),
+            "table_size": len(data), "table_sha256": hashlib.sha256(data).hexdigest(),
+        })  # fmt: skip
+    content = index_bytes(entries, meta)
+    parse_index(content, str(path))
+    write_whole(path, content)
+    return path
+
+
+def _table_of(shard: Shard) -> bytes:
+    assert shard.samples is not None  # parsed from an inline index
+    return table_bytes(shard.samples)
+
+
+def checked_table(data: bytes, where: str, shard: Shard) -> MemberTable:
+    """The member table ``data`` of ``shard`` (named ``where`` in errors), checked: its
+    size and SHA-256 those of the index, its samples and members consistent with the
+    shard (:func:`~fastload.shards.table.read_table`), its extensions the index's.
+
+    Raises:
+        ShardIndexError: Any of those that does not hold, naming ``where``.
+    """
+    if len(data) != shard.table_size or hashlib.sha256(data).hexdigest() != shard.table_sha256:
+        raise ShardIndexError(
+            f"{where}: its SHA-256 differs from the index's: the member table was changed "
+            "or damaged after it was written"
+        )
+    table = read_table(data, where, shard_size=shard.size, count=shard.count)
+    if tuple(table.extensions) != shard.extensions:
+        raise ShardIndexError(
+            f"{where}: extensions {table.extensions}, the index says {list(shard.extensions)}"
+        )
+    return table
+
+
+def load_table(folder: Path, shard: Shard) -> MemberTable:
+    """``shard``'s members: inline (versions 1 and 2) or its table in ``folder``, checked.
+
+    Raises:
+        ShardIndexError: A table that is missing or fails :func:`checked_table`.
+    """
+    if shard.samples is not None:
+        return MemberTable.of(shard.samples)
+    path = folder / table_name(shard.name)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ShardIndexError(f"{path}: the member table of {shard.name} is missing") from None
+    return checked_table(data, str(path), shard)
+
+
+def upgrade_index(folder: Path) -> tuple[Path, int]:
+    """Convert ``folder``'s index of version 1 or 2 to version 3 in place: the member
+    tables written beside the shards, then ``index.json`` replaced whole. The new index
+    keeps the old shard list's digest as ``upgraded_from``, so a ``ShardShuffle`` state
+    saved on the old index is still accepted. Returns the index and its shard count.
+
+    Raises:
+        ShardIndexError: No index, or one that does not load.
+        ValueError: An index of version 3 already.
+        FileExistsError: A file under a table's name with other bytes.
+    """
+    shards, meta = load_index(folder)  # checked whole, each shard present and of its size
+    if meta["version"] >= 3:
+        raise ValueError(f"{folder / INDEX} is of version {meta['version']}: nothing to upgrade")
+    raw = json.loads((folder / INDEX).read_bytes())
+    kept = {key: value for key, value in raw.items()
+            if key not in ("format", "version", "shards", "shards_sha256")}  # fmt: skip
+    kept["upgraded_from"] = meta["shards_sha256"]
+    return write_index(folder, raw["shards"], kept), len(shards)
