@@ -1,0 +1,217 @@
+"""Index version 3: a shard's member table round-trips any keys, extensions, offsets and
+sizes; a table changed, cut short, mis-hashed or pointing outside its shard is refused
+naming the file; construction reads no table, and the dataset pickles to bytes that grow
+with the shards; an index of version 2 reads, upgrades with one command, and reads the
+same samples after."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.shard_index import write_synthetic
+from fastload import make_image_folder
+from fastload.shards import ShardedDataset, ShardShuffle, write_shards
+from fastload.shards.index import INDEX, Member, ShardIndexError, shards_digest, table_name
+from fastload.shards.table import read_table, table_bytes
+from fastload.tools.cli import main
+from old_shard_index import to_version_2
+
+SHARD = 1 << 40  # a shard size every drawn member fits in
+
+extension = st.from_regex(r"\A\w{1,8}\Z", fullmatch=True)
+span = st.tuples(st.integers(0, SHARD // 2), st.integers(0, SHARD // 2))
+sample = st.tuples(st.text(max_size=20), st.dictionaries(extension, span, min_size=1, max_size=4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(sample, max_size=30))
+def test_a_table_reads_back_what_was_written(drawn):
+    samples = [(key, {ext: Member(ext, offset, size) for ext, (offset, size) in spans.items()})
+               for key, spans in drawn]  # fmt: skip
+    table = read_table(table_bytes(samples), "t.idx", shard_size=SHARD, count=len(samples))
+    assert list(table.samples()) == samples
+
+
+def test_a_table_that_is_not_one_is_refused_naming_it():
+    samples = [("a", {"jpg": Member("jpg", 0, 10)}), ("b", {"jpg": Member("jpg", 10, 5)})]
+    data = table_bytes(samples)
+    with pytest.raises(ShardIndexError, match=r"^t\.idx: not a fastload member table"):
+        read_table(b"PK" + data, "t.idx", shard_size=100, count=2)
+    with pytest.raises(ShardIndexError, match=r"^t\.idx: cut short"):
+        read_table(data[:40], "t.idx", shard_size=100, count=2)
+    with pytest.raises(ShardIndexError, match=r"^t\.idx: 2 samples, the index says 3"):
+        read_table(data, "t.idx", shard_size=100, count=3)
+    with pytest.raises(ShardIndexError, match=r"^t\.idx: member 1 .* lies outside the shard's 12"):
+        read_table(data, "t.idx", shard_size=12, count=2)
+    version = bytearray(data)
+    version[8] = 9
+    with pytest.raises(ShardIndexError, match="member table version 9"):
+        read_table(bytes(version), "t.idx", shard_size=100, count=2)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return make_image_folder(
+        tmp_path_factory.mktemp("images"), num_classes=2, images_per_class=5, size=(32, 24)
+    )
+
+
+@pytest.fixture
+def shards(folder, tmp_path) -> Path:
+    write_shards(folder, tmp_path / "shards", shard_size=10_000)
+    return tmp_path / "shards"
+
+
+def everything(dataset: ShardedDataset) -> list[tuple[bytes, int]]:
+    return [(image.tobytes(), label) for image, label in (dataset[i] for i in range(len(dataset)))]
+
+
+def test_a_shard_set_is_written_in_version_3_a_table_beside_each_shard(shards):
+    index = json.loads((shards / INDEX).read_text())
+    assert index["version"] == 3 and len(index["shards"]) > 2
+    for entry in index["shards"]:
+        assert "samples" not in entry and (shards / table_name(entry["name"])).is_file()
+    assert sum(entry["count"] for entry in index["shards"]) == len(ShardedDataset(shards)) == 10
+
+
+def change_bytes(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-3])
+
+
+def outside(path: Path) -> None:
+    """A member moved past its shard's end, the table's facts in the index made to match
+    (as a hostile writer would): only the contents check finds it."""
+    data = bytearray(path.read_bytes())
+    data[32:40] = (10**9).to_bytes(8, "little")  # the first member's offset
+    path.write_bytes(bytes(data))
+    index_path = path.parent / INDEX
+    index = json.loads(index_path.read_text())
+    import hashlib
+
+    index["shards"][0]["table_sha256"] = hashlib.sha256(data).hexdigest()
+    index["shards_sha256"] = shards_digest(index["shards"])
+    index_path.write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (change_bytes, "its SHA-256 differs from the index's"),
+        (cut_short, "its SHA-256 differs from the index's"),
+        (outside, r"member 0 \(its sample's \w+\) at 1000000000 .* lies outside the shard's"),
+    ],
+)
+def test_a_tampered_table_is_refused_naming_it(shards, tamper, message, capsys):
+    first = ShardedDataset(shards).shards[0].name
+    tamper(shards / table_name(first))
+    dataset = ShardedDataset(shards)  # per-shard facts only: the table is not read yet
+    where = re.escape(str(shards / table_name(first)))
+    with pytest.raises(ShardIndexError, match=f"{where}: {message}"):
+        dataset[0]
+    with pytest.raises(ShardIndexError, match=f"{where}: {message}"):
+        dataset.verify()
+    with pytest.raises(SystemExit) as stop:
+        main(["verify", str(shards)])
+    assert stop.value.code == 1 and table_name(first) in capsys.readouterr().out
+
+
+def test_a_wrong_hash_in_the_index_is_refused_naming_the_table(shards):
+    index = json.loads((shards / INDEX).read_text())
+    index["shards"][1]["table_sha256"] = "0" * 64
+    index["shards_sha256"] = shards_digest(index["shards"])
+    (shards / INDEX).write_text(json.dumps(index))
+    dataset = ShardedDataset(shards)
+    dataset[0]  # shard 0's table is intact
+    name = table_name(dataset.shards[1].name)
+    with pytest.raises(ShardIndexError, match=f"{re.escape(name)}: its SHA-256 differs"):
+        dataset[dataset.shard_range(1)[0]]
+
+
+def test_construction_reads_no_table_and_a_missing_one_is_named_on_first_read(shards):
+    expected = everything(ShardedDataset(shards))
+    tables = {path.name: path.read_bytes() for path in shards.glob("*.idx")}
+    for name in tables:
+        (shards / name).unlink()
+    dataset = ShardedDataset(shards)  # constructs without any table
+    assert len(dataset) == 10
+    name = table_name(dataset.shards[0].name)
+    with pytest.raises(ShardIndexError, match=f"{re.escape(str(shards / name))}: the member "
+                       f"table of {re.escape(dataset.shards[0].name)} is missing"):  # fmt: skip
+        dataset[0]
+    for name, data in tables.items():
+        (shards / name).write_bytes(data)
+    assert everything(dataset) == expected
+
+
+def test_the_dataset_pickles_to_bytes_that_grow_with_its_shards(tmp_path):
+    write_synthetic(tmp_path / "new", samples=200 * 50, shards=200, layout=3)
+    write_synthetic(tmp_path / "old", samples=200 * 50, shards=200, layout=2)
+    new, old = ShardedDataset(tmp_path / "new"), ShardedDataset(tmp_path / "old")
+    new.members(3)  # a table read and kept in this process: not pickled
+    pickled = len(pickle.dumps(new))
+    # name, size, two SHA-256s, count, extensions: under 400 bytes a shard; the members
+    # inline (version 2) take about 3,900 a shard here, 75 bytes a sample
+    assert pickled < 200 * 400 and pickled * 5 < len(pickle.dumps(old))
+    again = pickle.loads(pickle.dumps(new))
+    assert again.members(3).key(0) == new.members(3).key(0) == f"{3 * 50:09d}"
+
+
+def test_a_version_2_index_reads_and_upgrades_to_the_same_samples(shards, capsys):
+    expected = everything(ShardedDataset(shards))
+    to_version_2(shards)  # the old layout, written by the old code path
+    assert not list(shards.glob("*.idx")) and json.loads((shards / INDEX).read_text())["version"] == 2
+    old = ShardedDataset(shards)
+    assert everything(old) == expected
+    state = ShardShuffle(old, global_batch_size=2, seed=1).order_identity()
+    assert main(["index", "--upgrade", str(shards)]) in (None, 0)
+    assert "version 3" in capsys.readouterr().out
+    upgraded = ShardedDataset(shards)
+    assert upgraded.meta["version"] == 3 and len(list(shards.glob("*.idx"))) == len(old.shards)
+    assert everything(upgraded) == expected
+    upgraded.verify()
+    # a state saved on the old index still names this set
+    assert ShardShuffle(upgraded, global_batch_size=2, seed=1).order_identity() == state
+    with pytest.raises(SystemExit) as stop:
+        main(["index", "--upgrade", str(shards)])
+    assert stop.value.code == 2
+    assert re.fullmatch(r"fastload index: error: .*nothing to upgrade\n", capsys.readouterr().err)
+
+
+def test_an_upgrade_never_replaces_a_file_it_did_not_make(shards, capsys):
+    to_version_2(shards)
+    before = (shards / INDEX).read_bytes()
+    first = ShardedDataset(shards).shards[0].name
+    (shards / table_name(first)).write_bytes(b"mine")
+    with pytest.raises(SystemExit) as stop:
+        main(["index", "--upgrade", str(shards)])
+    error = capsys.readouterr().err
+    assert stop.value.code == 2 and error.count("\n") == 1 and "is left as it is" in error
+    assert (shards / table_name(first)).read_bytes() == b"mine"
+    assert (shards / INDEX).read_bytes() == before and len(list(shards.glob("*.idx"))) == 1
+
+
+def test_fastload_index_writes_tables_beside_webdataset_shards(shards):
+    expected = everything(ShardedDataset(shards))
+    for path in [*shards.glob("*.idx"), shards / INDEX]:
+        path.unlink()
+    main(["index", str(shards)])
+    assert json.loads((shards / INDEX).read_text())["version"] == 3
+    dataset = ShardedDataset(shards)
+    assert len(list(shards.glob("*.idx"))) == len(dataset.shards)
+    assert [label for _, label in everything(dataset)] == [label for _, label in expected]
+    assert np.array_equal(np.frombuffer(everything(dataset)[0][0], np.uint8),
+                          np.frombuffer(expected[0][0], np.uint8))  # fmt: skip
