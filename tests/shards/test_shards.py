@@ -18,13 +18,13 @@ import pytest
 import torch
 
 from common_utils import KILLED_CONVERSION
-from old_shard_index import to_version_2
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
 from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.cache import NodeCache
 from fastload.shards.index import INDEX, PROGRESS, ShardIndexError, shards_digest
 from fastload.testing.shapes import ShapesDetection
+from old_shard_index import to_version_2
 
 
 @pytest.fixture(scope="module")

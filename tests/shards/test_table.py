@@ -173,7 +173,9 @@ def test_the_dataset_pickles_to_bytes_that_grow_with_its_shards(tmp_path):
 def test_a_version_2_index_reads_and_upgrades_to_the_same_samples(shards, capsys):
     expected = everything(ShardedDataset(shards))
     to_version_2(shards)  # the old layout, written by the old code path
-    assert not list(shards.glob("*.idx")) and json.loads((shards / INDEX).read_text())["version"] == 2
+    assert (
+        not list(shards.glob("*.idx")) and json.loads((shards / INDEX).read_text())["version"] == 2
+    )
     old = ShardedDataset(shards)
     assert everything(old) == expected
     state = ShardShuffle(old, global_batch_size=2, seed=1).order_identity()

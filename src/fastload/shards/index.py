@@ -30,10 +30,10 @@ __all__ = [
     "Shard",
     "ShardIndexError",
     "index_bytes",
-    "table_name",
     "load_index",
     "shard_entry",
     "shards_digest",
+    "table_name",
     "write_inline_index",
 ]
 
@@ -119,9 +119,7 @@ def index_bytes(
     return json.dumps(content, ensure_ascii=False).encode()
 
 
-def write_inline_index(
-    folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]
-) -> Path:
+def write_inline_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     """``index.json`` of version 2 (members inline), written whole or not at all, and only
     one that loads: checked as :func:`parse_index` checks it first (a refusal writes
     nothing), then a temporary file of this writer's own renamed. New shard sets get
@@ -242,8 +240,7 @@ def _tabled(entry: Any, index: str, number: int) -> Shard:
         table_size, table_sha256 = entry["table_size"], entry["table_sha256"]
     except (KeyError, TypeError):
         raise ShardIndexError(
-            f"{where}: needs name, size, sha256, count, extensions, table_size and "
-            "table_sha256"
+            f"{where}: needs name, size, sha256, count, extensions, table_size and table_sha256"
         ) from None
     if not isinstance(count, int) or count < 0:
         raise ShardIndexError(f"{where} ({name}): count {count!r}")

@@ -151,7 +151,11 @@ def read_table(data: bytes, where: str, *, shard_size: int, count: int) -> Membe
         return values
 
     offsets, sizes = array("<u8", members), array("<u8", members)
-    key_ends, first, extension = array("<u8", samples), array("<u4", samples + 1), array("<u2", members)
+    key_ends, first, extension = (
+        array("<u8", samples),
+        array("<u4", samples + 1),
+        array("<u2", members),
+    )
     blob = data[at : at + key_bytes]
     try:
         tail = data[at + key_bytes :].decode()
@@ -177,10 +181,15 @@ def read_table(data: bytes, where: str, *, shard_size: int, count: int) -> Membe
             f"{offsets[bad]} + {sizes[bad]} bytes lies outside the shard's {shard_size}"
         )
     starts = np.concatenate([[0], key_ends[:-1]]) if samples else key_ends
-    if samples and (key_ends[-1] != key_bytes or (np.diff(starts) < 0).any() or (key_ends < starts).any()):
+    if samples and (
+        key_ends[-1] != key_bytes or (np.diff(starts) < 0).any() or (key_ends < starts).any()
+    ):
         raise ShardIndexError(f"{where}: its keys are malformed")
     try:
-        keys = [blob[s:e].decode("utf-8", _TEXT) for s, e in zip(starts.tolist(), key_ends.tolist(), strict=True)]
+        keys = [
+            blob[s:e].decode("utf-8", _TEXT)
+            for s, e in zip(starts.tolist(), key_ends.tolist(), strict=True)
+        ]
     except UnicodeDecodeError:
         raise ShardIndexError(f"{where}: a key that is not UTF-8") from None
     for sample in range(samples):  # an extension twice in one sample: which would it read?
