@@ -374,3 +374,21 @@ def test_an_epoch_is_exact_through_the_server_killed_and_restarted_mid_epoch(fol
                 restart.start()
         restart.join()
         assert labels == expected
+
+
+def test_a_member_table_is_fetched_on_first_read_and_a_bad_one_is_named(
+    server, folder, aws, tmp_path
+):
+    write_shards(folder, "s3://data/tables", shard_size=30_000)
+    client = boto3.client("s3", **server.client_options())
+    name = ShardedDataset("s3://data/tables", cache_dir=tmp_path).shards[0].name + ".idx"
+    table = client.get_object(Bucket="data", Key=f"tables/{name}")["Body"].read()
+    client.put_object(Bucket="data", Key=f"tables/{name}", Body=table[:-1] + b"\x00")
+    dataset = ShardedDataset("s3://data/tables", cache_dir=tmp_path)  # reads no table
+    with pytest.raises(ShardIndexError, match=f"s3://data/tables/{name}: its SHA-256 differs"):
+        dataset[0]
+    client.delete_object(Bucket="data", Key=f"tables/{name}")
+    with pytest.raises(ShardIndexError, match=f"s3://data/tables/{name}: the member table"):
+        ShardedDataset("s3://data/tables", cache_dir=tmp_path)[0]
+    client.put_object(Bucket="data", Key=f"tables/{name}", Body=table)
+    assert ShardedDataset("s3://data/tables", cache_dir=tmp_path)[0][1] == 0

@@ -171,7 +171,7 @@ class CachedShards:
             return self._read_object(name)
         except Exception as error:
             explained = self.explained(error, f"{self.url}/{name}")
-            if isinstance(explained, ShardIndexError):  # missing: say which table
+            if isinstance(explained, ShardIndexError | FileNotFoundError):  # say which table
                 raise ShardIndexError(
                     f"{self.url}/{name}: the member table of {shard.name} is missing"
                 ) from None
