@@ -20,7 +20,9 @@ Usage: python lightning_train.py WORKDIR --feed prefetcher|loader|outside [--dev
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
+import signal
 from pathlib import Path
 
 import lightning as L
@@ -67,6 +69,9 @@ class Model(L.LightningModule):
 
 
 def main() -> None:
+    # a run that stops answering is asked for every thread's stack (SIGUSR1, sent by the
+    # test to the whole session: both ranks and their loader workers, which inherit this)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--feed", choices=["prefetcher", "loader", "outside"], required=True)
