@@ -165,10 +165,15 @@ class CachedShards:
 
     def table(self, shard: Shard) -> bytes:
         """The bytes of ``shard``'s member table (index version 3), one whole GET: it is
-        small, and its hash is checked by the reader against the index."""
+        small. One whose SHA-256 is not the index's is fetched again, up to ``attempts``
+        times; the reader checks what is returned against the index."""
         name = table_name(shard.name)
         try:
-            return self._read_object(name)
+            for _attempt in range(self.attempts):  # a body damaged on the way: again
+                data = self._read_object(name)
+                if hashlib.sha256(data).hexdigest() == shard.table_sha256:
+                    break
+            return data
         except Exception as error:
             explained = self.explained(error, f"{self.url}/{name}")
             if isinstance(explained, ShardIndexError | FileNotFoundError):  # say which table

@@ -103,8 +103,23 @@ class S3Shards(CachedShards):
         return session.client("s3", config=config, **options)
 
     def _read_object(self, name: str) -> bytes:
-        data = self.client().get_object(Bucket=self.bucket, Key=self.key(name))["Body"].read()
-        return bytes(data)
+        """The whole object; a body cut short while it is read is read again (with the
+        backoff of :meth:`_fetch`), the last such error raised after the last attempt."""
+        from botocore.exceptions import (
+            IncompleteReadError,
+            ReadTimeoutError,
+            ResponseStreamingError,
+        )
+
+        for attempt in range(_BODY_ATTEMPTS):
+            try:
+                response = self.client().get_object(Bucket=self.bucket, Key=self.key(name))
+                return bytes(response["Body"].read())
+            except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError):
+                if attempt == _BODY_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1 * 2**attempt)
+        raise AssertionError("unreachable")
 
     def _listing(self) -> dict[str, int]:
         """Name -> size of the objects right under the prefix."""
@@ -152,7 +167,8 @@ class S3Shards(CachedShards):
 
     def explained(self, error: Exception, where: str) -> Exception:
         """botocore's error as one a user can act on, naming the URL."""
-        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+        response = getattr(error, "response", None) or {}  # a streaming error has None
+        code = response.get("Error", {}).get("Code", "")
         if code == "NoSuchBucket":
             return FileNotFoundError(f"{where}: the bucket {self.bucket!r} does not exist")
         if code in ("NoSuchKey", "404") and where.endswith(INDEX):
