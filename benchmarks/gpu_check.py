@@ -1,16 +1,16 @@
 """What a short GPU window measures first: `make gpu-check`, one command that fits one device
 call of at most 9 minutes, the parts in order, each within its own budget.
 
-  cuda_new        the CUDA tests of the paths that had never run on a GPU (150 s):
+  cuda_new        the CUDA tests of the paths that had never run on a GPU (70 s):
                   cuda_tests.py --select new
   decode          GPUDecoder per backend vs torchvision's nvJPEG call, decode only and
                   decode + random resized crop + flip + normalise to bf16 channels_last;
-                  DALI's mixed decode + crop + resize + normalise when installed (90 s)
+                  DALI's mixed decode + crop + resize + normalise when installed (50 s)
   end_to_end_r18  ResNet-18, bf16, channels_last, batch 256: fastload with GPU decode and
                   with CPU decode, torchvision ImageFolder + DataLoader, DALI when
-                  installed, the step alone; interleaved rounds of short epochs (120 s)
-  end_to_end_r50  the same with ResNet-50 (120 s)
-  memory          reserved CUDA memory over several epochs (60 s)
+                  installed, the step alone; interleaved rounds of short epochs (190 s)
+  end_to_end_r50  the same with ResNet-50 (190 s)
+  memory          reserved CUDA memory over several epochs (40 s)
   cuda_rest       the other CUDA tests, with whatever time is left
 
 Each part writes its JSON (and PNG) when it ends; one cut short by its budget keeps what it
@@ -76,14 +76,14 @@ def cuda_tests(select: str) -> list[str]:
 WORKERS = ["--workers", str(max(1, available_cpus() // 2))]
 
 PLAN = [
-    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 150,
+    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 70,
          cuda_tests("new"), "cuda_tests_new"),
-    Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 90),
-    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18"), 120,
+    Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 50),
+    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18"), 190,
          ["--name", "end_to_end_resnet18"], "end_to_end_resnet18"),
-    Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end"), 120,
+    Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end"), 190,
          ["--name", "end_to_end"], "end_to_end"),
-    Part("memory", "gpu_memory.py", ["--epochs", "5", "--batches", "10"], 60),
+    Part("memory", "gpu_memory.py", ["--epochs", "5", "--batches", "10"], 40),
     Part("cuda_rest", "cuda_tests.py", [*cuda_tests("rest"), *WORKERS], None,
          cuda_tests("rest"), "cuda_tests_rest"),
 ]  # fmt: skip

@@ -205,10 +205,18 @@ def test_augmix_each_sample_equals_torchvision_for_its_draw(dtype, device, chain
     got = ours(batch, params=params)
     want = augmix_with_torchvision(theirs, ours, params, batch)
     difference = (got.double() - want.double()).abs()
-    if dtype == torch.uint8:  # a level flipped in a chain of 3, then mixed and truncated:
-        assert difference.max() <= 3 and (difference > 0).double().mean() < 0.001  # measured
-    else:
-        assert difference.max() <= 1e-5
+    level = 0.0 if dtype == torch.uint8 else 1e-5
+    worst = int(difference.flatten(1).amax(dim=1).argmax())
+    where = (
+        f"max {float(difference.max()):.4g}, {float((difference > level).double().mean()):.3%}"
+        f" of pixels off; worst sample {worst}: ops {params['ops'][worst].tolist()}"
+    )
+    # a value one rounding step apart crosses a posterize, solarize or equalize step in
+    # a later op: the reductions of a batch on CUDA add in another order than torchvision's
+    # per image, so there only the share of pixels is bounded, not how far they move
+    assert (difference > level).double().mean() < 0.001, where
+    if device == "cpu":
+        assert difference.max() <= (3 if dtype == torch.uint8 else 1e-5), where  # measured
 
 
 def test_augmix_chains_are_one_to_three_steps_and_ops_follow_torchvision():
