@@ -450,6 +450,8 @@ HEADLINES = [
      "ResNet-18 training from JPEGs, GPU decode, vs torchvision + DataLoader"),
     ("gpu/end_to_end_resnet18", "fastload, LMDB, CPU decode",
      "ResNet-18 training from JPEGs, CPU decode, vs torchvision + DataLoader"),
+    ("gpu/end_to_end_resnet18", "NVIDIA DALI, mixed decode, hw_decoder_load 0.65",
+     "(peer) DALI's pipeline in the same ResNet-18 training, vs torchvision + DataLoader"),
     ("gpu/gpu_decode", "GPUDecoder(224), nvjpeg: crop, flip, normalise to bf16 NHWC",
      "GPU decode to a finished batch, vs OpenCV's decode alone"),
     ("gpu/gpu_decode", "NVIDIA DALI, mixed decode, hw_decoder_load 0.65",

@@ -211,10 +211,12 @@ def test_augmix_each_sample_equals_torchvision_for_its_draw(dtype, device, chain
         f"max {float(difference.max()):.4g}, {float((difference > level).double().mean()):.3%}"
         f" of pixels off; worst sample {worst}: ops {params['ops'][worst].tolist()}"
     )
-    # a value one rounding step apart crosses a posterize, solarize or equalize step in
-    # a later op: the reductions of a batch on CUDA add in another order than torchvision's
-    # per image, so there only the share of pixels is bounded, not how far they move
-    assert (difference > level).double().mean() < 0.001, where
+    # On CUDA a value one rounding step apart (a batch's reductions and sampling grids add
+    # in another order than torchvision's per image) picks another neighbour in a nearest
+    # resample or crosses a posterize, solarize or equalize step later in the chain: there
+    # only the share of pixels moved is bounded, not how far they move
+    share = 0.001 if device == "cpu" else 0.01
+    assert (difference > level).double().mean() < share, where
     if device == "cpu":
         assert difference.max() <= (3 if dtype == torch.uint8 else 1e-5), where  # measured
 
