@@ -51,7 +51,8 @@ from benchmarks.lib.data import DATA, jpeg_folder
 from benchmarks.lib.streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.testing.s3server import FaultyProxy, LocalS3, swift_installed
+from fastload.testing.proxy import FaultyProxy
+from fastload.testing.s3server import LocalS3, swift_installed
 from fastload.tools.measure import Measurement
 
 

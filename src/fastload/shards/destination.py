@@ -1,4 +1,5 @@
-"""Where a conversion writes its shards: a local folder, or ``s3://bucket/prefix``.
+"""Where a conversion writes its shards: a local folder, or object storage (``s3://``,
+``gs://``, ``az://``).
 
 Shards are written under a temporary name in a local staging folder and *put* once
 complete: renamed into the folder, or uploaded (and the local copy removed, so a
@@ -21,7 +22,7 @@ from typing import Any
 
 from fastload.shards.index import INDEX, PROGRESS, table_name
 from fastload.shards.layout import write_index
-from fastload.shards.remote import S3Shards
+from fastload.shards.objects import ObjectShards
 from fastload.shards.transport import is_remote
 
 __all__ = ["Destination", "destination"]
@@ -97,75 +98,36 @@ class Destination:
         """Nothing to release for a folder."""
 
 
-class S3Destination(Destination):
-    """``s3://bucket/prefix``: each shard uploaded when complete, the index after all."""
+class StoreDestination(Destination):
+    """Object storage (``s3://``, ``gs://``, ``az://``): each shard uploaded when
+    complete, the index after all."""
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
-        self.remote = S3Shards(url, options=options, cache_dir=tempfile.gettempdir())
+        self.remote = ObjectShards(url, options=options, cache_dir=tempfile.gettempdir())
         self.url = self.remote.url
+        self.remote._writable(INDEX)  # a web server's URL is refused before any work
         self.staging = Path(tempfile.mkdtemp(prefix="fastload-shards-"))
 
     def __str__(self) -> str:
         return self.url
 
-    def _exists(self, name: str) -> bool:
-        from botocore.exceptions import ClientError
-
-        try:
-            self.remote.client().head_object(Bucket=self.remote.bucket, Key=self.remote.key(name))
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
-                return False
-            raise self.remote.explained(error, f"{self.url}/{name}") from None
-        return True
-
     def has_index(self) -> bool:
-        return self._exists(INDEX)
+        return self.remote.exists(INDEX)
 
     def progress(self) -> dict[str, Any] | None:
-        if not self._exists(PROGRESS):
+        if not self.remote.exists(PROGRESS):
             return None
-        records = [json.loads(self._get(name)) for name in self._record_names()]
-        return merged(json.loads(self._get(PROGRESS)), records)
+        records = [json.loads(self.remote.read(name)) for name in self._record_names()]
+        return merged(json.loads(self.remote.read(PROGRESS)), records)
 
     def _record_names(self) -> list[str]:
-        prefix = self.remote.key(_RECORD)
-        pages = self.remote.client().get_paginator("list_objects_v2")
-        try:
-            keys = [entry["Key"] for page in pages.paginate(Bucket=self.remote.bucket,
-                    Prefix=prefix) for entry in page.get("Contents", [])]  # fmt: skip
-        except Exception as error:
-            raise self.remote.explained(error, f"{self.url}/{_RECORD}*") from None
-        start = len(self.remote.key(""))
-        return sorted(key[start:] for key in keys if key[-1].isdigit())
-
-    def _get(self, name: str) -> bytes:
-        try:
-            response = self.remote.client().get_object(
-                Bucket=self.remote.bucket, Key=self.remote.key(name)
-            )
-            return bytes(response["Body"].read())
-        except Exception as error:
-            raise self.remote.explained(error, f"{self.url}/{name}") from None
+        return [name for name in self.remote.names(_RECORD) if name[-1].isdigit()]
 
     def _write(self, name: str, data: bytes) -> None:
-        self._upload_bytes(data, name)
-
-    def _upload_bytes(self, data: bytes, name: str) -> None:
-        try:
-            self.remote.client().put_object(
-                Bucket=self.remote.bucket, Key=self.remote.key(name), Body=data
-            )
-        except Exception as error:
-            raise self.remote.explained(error, f"{self.url}/{name}") from None
+        self.remote.write(name, data)
 
     def put(self, finished: Path, name: str) -> None:
-        try:
-            self.remote.client().upload_file(
-                str(finished), self.remote.bucket, self.remote.key(name)
-            )
-        except Exception as error:
-            raise self.remote.explained(error, f"{self.url}/{name}") from None
+        self.remote.write(name, finished)
         finished.unlink()
 
     def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
@@ -175,12 +137,7 @@ class S3Destination(Destination):
             self.put(self.staging / name, name)
         self.put(index, INDEX)
         for name in [*self._record_names(), PROGRESS]:  # the header last
-            try:
-                self.remote.client().delete_object(
-                    Bucket=self.remote.bucket, Key=self.remote.key(name)
-                )
-            except Exception as error:
-                raise self.remote.explained(error, f"{self.url}/{name}") from None
+            self.remote.delete(name)
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -189,10 +146,10 @@ class S3Destination(Destination):
 def destination(
     target: str | os.PathLike[str], options: dict[str, Any] | None = None
 ) -> Destination:
-    """The :class:`Destination` for a folder or an ``s3://`` URL (``options`` go to
-    ``boto3.client("s3", ...)``)."""
+    """The :class:`Destination` for a folder or a URL of object storage (``options``:
+    the store's, see :mod:`fastload.shards.objects`)."""
     if is_remote(target):
-        return S3Destination(str(target), options)
+        return StoreDestination(str(target), options)
     if options:
-        raise ValueError("storage options are for an s3:// destination")
+        raise ValueError("storage options are for a destination in object storage")
     return Destination(target)

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from fastload.shards.index import Shard
-from fastload.shards.remote import S3Shards
+from fastload.shards.objects import SCHEMES as STORE_SCHEMES
+from fastload.shards.objects import ObjectShards
 
 __all__ = ["SCHEMES", "Transport", "connect", "is_remote"]
 
@@ -53,7 +54,7 @@ class Transport(Protocol):
 
 
 #: URL scheme -> the transport that reaches it.
-SCHEMES: dict[str, type[S3Shards]] = {"s3": S3Shards}
+SCHEMES: dict[str, type[ObjectShards]] = dict.fromkeys(STORE_SCHEMES, ObjectShards)
 
 
 def is_remote(path: Any) -> bool:

@@ -13,7 +13,6 @@ Example::
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FaultyProxy", "LocalS3", "swift_installed"]
+from fastload.testing.proxy import free_port
+
+__all__ = ["LocalS3", "swift_installed"]
 
 ACCESS_KEY, SECRET_KEY = "test:tester", "testing"
 _SERVERS = {"object": 0, "container": 1, "account": 2}
@@ -37,12 +38,6 @@ def swift_installed() -> bool:
     except ImportError:
         return False
     return _bin("swift-proxy-server").exists() and _bin("swift-ring-builder").exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _server_conf(root: Path, kind: str, port: int) -> str:
@@ -106,7 +101,7 @@ class LocalS3:
                 "the local S3 server needs OpenStack Swift: pip install '.[testing]'"
             )
         self.root = Path(tempfile.mkdtemp(prefix="fastload-s3-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._processes: list[subprocess.Popen[bytes]] = []
 
@@ -145,7 +140,7 @@ class LocalS3:
         )
         builder = str(_bin("swift-ring-builder"))
         for kind in _SERVERS:
-            port = _free_port()
+            port = free_port()
             ring = str(etc / f"{kind}.builder")
             steps = (["create", "4", "1", "1"], ["add", f"r1z1-127.0.0.1:{port}/sdb1", "1"],
                      ["rebalance"])  # fmt: skip
@@ -205,95 +200,3 @@ class LocalS3:
                 process.wait()
         self._processes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-class FaultyProxy:
-    """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that misbehaves as object
-    stores do under load, on a fixed schedule (request numbers, from 1): ``slow_down``
-    every n-th request answered ``503 SlowDown``; ``truncate`` every n-th body cut in
-    half (the connection closed early); ``corrupt`` every n-th body of a ranged GET with
-    one byte changed (its length right: only a checksum sees it); ``stall`` every n-th answered
-    only after ``stall_s`` seconds. ``endpoint`` replaces the server's."""
-
-    def __init__(
-        self, upstream: str, *, slow_down: int = 0, truncate: int = 0, corrupt: int = 0,
-        stall: int = 0, stall_s: float = 0.0,
-    ) -> None:  # fmt: skip
-        import http.server
-        import threading
-        import urllib.parse
-
-        target = urllib.parse.urlparse(upstream)
-        self.counts = {"requests": 0, "slow_down": 0, "truncate": 0, "corrupt": 0, "stall": 0}
-        lock = threading.Lock()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:  # quiet
-                return
-
-            def _forward(self) -> None:
-                import http.client
-
-                with lock:
-                    proxy.counts["requests"] += 1
-                    number = proxy.counts["requests"]
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                if slow_down and number % slow_down == 0:
-                    proxy.counts["slow_down"] += 1
-                    message = b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"
-                    self.send_response(503)
-                    self.send_header("Content-Length", str(len(message)))
-                    self.end_headers()
-                    self.wfile.write(message)
-                    return
-                if stall and number % stall == 0:
-                    proxy.counts["stall"] += 1
-                    time.sleep(stall_s)
-                host = target.hostname or "127.0.0.1"
-                connection = http.client.HTTPConnection(host, target.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                connection.request(self.command, self.path, body=body, headers=headers)
-                response = connection.getresponse()
-                data = response.read()
-                self.send_response(response.status)
-                for name, value in response.getheaders():
-                    if name.lower() not in ("connection", "transfer-encoding"):
-                        self.send_header(name, value)
-                self.end_headers()
-                cut = (
-                    truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1
-                )
-                ranged = self.command == "GET" and "Range" in self.headers and data
-                if corrupt and number % corrupt == 0 and ranged:  # shard bytes, not an index
-                    proxy.counts["corrupt"] += 1
-                    data = bytes([data[0] ^ 0xFF]) + data[1:]
-                if cut:
-                    proxy.counts["truncate"] += 1
-                    self.wfile.write(data[: len(data) // 2])
-                    self.close_connection = True
-                else:
-                    self.wfile.write(data)
-                connection.close()
-
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
-
-        class Server(http.server.ThreadingHTTPServer):
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client gave up
-                    super().handle_error(request, client_address)
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FaultyProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()

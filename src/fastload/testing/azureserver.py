@@ -1,0 +1,129 @@
+"""An Azure Blob Storage server on 127.0.0.1 for tests and benchmarks: Microsoft's
+emulator Azurite (npm package ``azurite``: ``make test`` installs it into ``.venv``
+where npm is found; ``npm install azurite`` anywhere on ``PATH`` does too), its data in
+a temporary folder, requests signed with the emulator's well-known account key as
+Azure checks them. Containers are made with Azure's own SDK (``azure-storage-blob``,
+``pip install '.[testing]'``).
+
+Example::
+
+    with LocalAzurite() as server:
+        server.create_container("data")
+        ShardedDataset("az://data/train", storage_options=server.options())
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fastload.testing.proxy import free_port
+
+__all__ = ["ACCOUNT", "KEY", "LocalAzurite", "azurite_binary"]
+
+#: The emulator's account and key, the same on every machine (Microsoft's documentation).
+ACCOUNT = "devstoreaccount1"
+KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def azurite_binary() -> Path | None:
+    """``azurite-blob``: ``$FASTLOAD_AZURITE``, else the one npm installed beside this
+    Python (``npm install --prefix .venv azurite``), else the one on ``PATH``."""
+    candidates = [os.environ.get("FASTLOAD_AZURITE"),
+                  str(Path(sys.prefix) / "node_modules" / ".bin" / "azurite-blob"),
+                  shutil.which("azurite-blob")]  # fmt: skip
+    return next((Path(c) for c in candidates if c and Path(c).exists()), None)
+
+
+def sdk_installed() -> bool:
+    try:
+        import azure.storage.blob  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class LocalAzurite:
+    """Azurite's blob service on a free port; ``endpoint`` is its account's URL. Stopped
+    and its folder removed on exit."""
+
+    def __init__(self) -> None:
+        binary = azurite_binary()
+        if binary is None or not sdk_installed():
+            raise RuntimeError(
+                "the local Azure server needs Azurite (npm install --prefix .venv azurite) "
+                "and azure-storage-blob (pip install '.[testing]')"
+            )
+        self.binary, self.port = binary, free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="fastload-azurite-"))
+        self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LocalAzurite:
+        command = [str(self.binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                   "--location", str(self.root), "--silent", "--skipApiVersionCheck",
+                   "--loose", "--disableTelemetry"]  # fmt: skip
+        with open(self.root / "azurite.log", "wb") as log:
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_until_it_listens()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _wait_until_it_listens(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self._process is not None and self._process.poll() is not None:
+                    log = (self.root / "azurite.log").read_text(errors="replace")[-500:]
+                    raise RuntimeError(f"Azurite exited at start: {log}") from None
+                if time.monotonic() > deadline:
+                    message = f"Azurite did not listen in {timeout:.0f} s"
+                    raise RuntimeError(message) from None
+                time.sleep(0.1)
+
+    def connection_string(self) -> str:
+        return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
+                f"BlobEndpoint={self.endpoint};")  # fmt: skip
+
+    def create_container(self, name: str) -> None:
+        from azure.storage.blob import BlobServiceClient
+
+        BlobServiceClient.from_connection_string(self.connection_string()).create_container(name)
+
+    def options(self, endpoint: str | None = None) -> dict[str, Any]:
+        """The storage options that reach it (through ``endpoint``, a proxy in front of
+        it, if given)."""
+        base = f"{endpoint}/{ACCOUNT}" if endpoint else self.endpoint
+        return {"account_name": ACCOUNT, "account_key": KEY, "endpoint": base}
+
+    def environment(self) -> dict[str, str]:
+        """The usual Azure variables for it."""
+        return {"AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": KEY,
+                "AZURE_STORAGE_ENDPOINT": self.endpoint}  # fmt: skip
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        shutil.rmtree(self.root, ignore_errors=True)

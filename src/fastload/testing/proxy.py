@@ -1,0 +1,131 @@
+"""An HTTP proxy on 127.0.0.1 in front of an object store's server, for the tests and
+benchmarks: the faults object stores show under load, on a fixed schedule, and requests
+rewritten where a test server speaks another dialect than the client
+(:mod:`fastload.testing.gcsserver`).
+
+Example::
+
+    with LocalS3() as server, FaultyProxy(server.endpoint, slow_down=4) as proxy:
+        options = {**server.client_options(), "endpoint_url": proxy.endpoint}
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Answer", "FaultyProxy", "Rewrite", "free_port"]
+
+#: The answer's headers and body -> the headers to send back.
+Answer = Callable[[list[tuple[str, str]], bytes], list[tuple[str, str]]]
+#: (method, path, headers) -> the request to send upstream instead, and what to change in
+#: its answer's headers (None: nothing).
+Rewrite = Callable[[str, str, dict[str, str]], tuple[str, str, dict[str, str], Answer | None]]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class FaultyProxy:
+    """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that misbehaves as object
+    stores do under load, on a fixed schedule (request numbers, from 1): ``slow_down``
+    every n-th request answered ``503 SlowDown``; ``truncate`` every n-th body cut in
+    half (the connection closed early); ``corrupt`` every n-th body of a ranged GET with
+    one byte changed (its length right: only a checksum sees it); ``stall`` every n-th answered
+    only after ``stall_s`` seconds; ``rewrite`` changes each request before it goes
+    upstream. ``endpoint`` replaces the server's."""
+
+    def __init__(
+        self, upstream: str, *, slow_down: int = 0, truncate: int = 0, corrupt: int = 0,
+        stall: int = 0, stall_s: float = 0.0, rewrite: Rewrite | None = None,
+    ) -> None:  # fmt: skip
+        import http.server
+        import threading
+        import urllib.parse
+
+        target = urllib.parse.urlparse(upstream)
+        self.counts = {"requests": 0, "slow_down": 0, "truncate": 0, "corrupt": 0, "stall": 0}
+        lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                return
+
+            def _forward(self) -> None:
+                import http.client
+
+                with lock:
+                    proxy.counts["requests"] += 1
+                    number = proxy.counts["requests"]
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if slow_down and number % slow_down == 0:
+                    proxy.counts["slow_down"] += 1
+                    message = b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(message)))
+                    self.end_headers()
+                    self.wfile.write(message)
+                    return
+                if stall and number % stall == 0:
+                    proxy.counts["stall"] += 1
+                    time.sleep(stall_s)
+                host = target.hostname or "127.0.0.1"
+                connection = http.client.HTTPConnection(host, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                method, path, answer = self.command, self.path, None
+                if rewrite is not None:
+                    method, path, headers, answer = rewrite(method, path, headers)
+                connection.request(method, path, body=body, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                answered = response.getheaders()
+                for name, value in answer(answered, data) if answer else answered:
+                    if name.lower() not in ("connection", "transfer-encoding"):
+                        self.send_header(name, value)
+                self.end_headers()
+                cut = (
+                    truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1
+                )
+                ranged = self.command == "GET" and "Range" in self.headers and data
+                if corrupt and number % corrupt == 0 and ranged:  # shard bytes, not an index
+                    proxy.counts["corrupt"] += 1
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                if cut:
+                    proxy.counts["truncate"] += 1
+                    self.wfile.write(data[: len(data) // 2])
+                    self.close_connection = True
+                else:
+                    self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client gave up
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultyProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():  # shutdown() waits for a loop that was started
+            self.server.shutdown()
+        self.server.server_close()
