@@ -19,11 +19,11 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from fastload.shards.index import INDEX, PROGRESS, table_name
 from fastload.shards.layout import write_index
-from fastload.shards.objects import ObjectShards
-from fastload.shards.transport import is_remote
+from fastload.shards.transport import SCHEMES, is_remote
 
 __all__ = ["Destination", "destination"]
 
@@ -103,9 +103,11 @@ class StoreDestination(Destination):
     complete, the index after all."""
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
-        self.remote = ObjectShards(url, options=options, cache_dir=tempfile.gettempdir())
+        scheme = SCHEMES[urlparse(url).scheme]
+        self.remote = scheme(url, options=options, cache_dir=tempfile.gettempdir())
         self.url = self.remote.url
-        self.remote._writable(INDEX)  # a web server's URL is refused before any work
+        if not getattr(self.remote, "writable", True):  # refused before any work
+            raise PermissionError(f"{self.url}: a web server's shards are read-only")
         self.staging = Path(tempfile.mkdtemp(prefix="fastload-shards-"))
 
     def __str__(self) -> str:
@@ -147,7 +149,8 @@ def destination(
     target: str | os.PathLike[str], options: dict[str, Any] | None = None
 ) -> Destination:
     """The :class:`Destination` for a folder or a URL of object storage (``options``:
-    the store's, see :mod:`fastload.shards.objects`)."""
+    the store's client's, see :mod:`fastload.shards.remote` for ``s3://`` and
+    :mod:`fastload.shards.objects` for the others)."""
     if is_remote(target):
         return StoreDestination(str(target), options)
     if options:

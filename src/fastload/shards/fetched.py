@@ -1,7 +1,8 @@
 """A shard set in object storage, each shard fetched whole into the node's cache before
 its samples are read: what every scheme shares (:class:`CachedShards`). A scheme's class
-(S3's: :class:`~fastload.shards.remote.S3Shards`) says how to read an object, a byte
-range of one, and the listing under the prefix, and what its errors mean.
+(S3's :class:`~fastload.shards.remote.S3Shards`, the other stores'
+:class:`~fastload.shards.objects.ObjectShards`) says how to read an object, a byte range
+of one, and the listing under the prefix, how to write one, and what its errors mean.
 
 A shard is downloaded by parallel ranged reads into a temporary file, its SHA-256
 checked against the index, and only then renamed into the cache; one that fails its
@@ -66,7 +67,9 @@ def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
 class CachedShards:
     """The shard set at ``url``: its index, and each shard as a local file on demand.
     A scheme's subclass gives :attr:`chunk` and implements :meth:`_read_object`,
-    :meth:`_fetch`, :meth:`_listing` and :meth:`explained`."""
+    :meth:`_fetch` (or :meth:`_receive`, a shard's spans at once), :meth:`_listing`
+    and :meth:`explained`; one that can be written to, :meth:`exists`, :meth:`read`,
+    :meth:`names`, :meth:`write` and :meth:`delete` too."""
 
     #: Bytes per ranged read.
     chunk: int
@@ -117,6 +120,25 @@ class CachedShards:
     def explained(self, error: Exception, where: str) -> Exception:
         """The scheme's error as one a user can act on, naming ``where``; a missing
         index is a :class:`ShardIndexError`."""
+        raise NotImplementedError
+
+    def exists(self, name: str) -> bool:
+        """Whether the object ``name`` is under the prefix."""
+        raise NotImplementedError
+
+    def read(self, name: str) -> bytes:
+        """The object ``name``, its errors explained."""
+        raise NotImplementedError
+
+    def names(self, prefix: str) -> list[str]:
+        """The objects under the set's prefix whose names start with ``prefix``, sorted."""
+        raise NotImplementedError
+
+    def write(self, name: str, data: bytes | Path) -> None:
+        """Put ``data`` (bytes, or a file's) as the object ``name``: whole or not at all."""
+        raise NotImplementedError
+
+    def delete(self, name: str) -> None:
         raise NotImplementedError
 
     # --- the index, and the shards as local files ----------------------------------------
@@ -249,19 +271,24 @@ class CachedShards:
     ) -> None:
         try:
             for _attempt in range(self.attempts):
-                digest = hashlib.sha256()
-                with open(part, "wb") as file:
-                    for body in self._bodies(shard, spans, url):
-                        digest.update(body)
-                        file.write(body)
-                if digest.hexdigest() == shard.sha256 or not shard.sha256:
-                    self.node.enter(part, shard.name, digest.hexdigest())
+                sha256 = self._receive(shard, part, spans, url)
+                if sha256 == shard.sha256 or not shard.sha256:
+                    self.node.enter(part, shard.name, sha256)
                     return
         finally:
             part.unlink(missing_ok=True)  # nothing half-downloaded stays
         raise ShardIndexError(
             f"{url}: its SHA-256 differs from the index's after {self.attempts} downloads"
         )
+
+    def _receive(self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str) -> str:
+        """The spans of ``shard`` written in order into ``part``; their SHA-256."""
+        digest = hashlib.sha256()
+        with open(part, "wb") as file:
+            for body in self._bodies(shard, spans, url):
+                digest.update(body)
+                file.write(body)
+        return digest.hexdigest()
 
     def _bodies(self, shard: Shard, spans: list[tuple[int, int]], url: str) -> Iterator[bytes]:
         if len(spans) == 1:  # one request: no thread

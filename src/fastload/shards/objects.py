@@ -1,24 +1,22 @@
-"""A shard set in object storage, through one maintained client for every store:
-obstore (``pip install '.[cloud]'``; Rust's ``object_store`` underneath), at
+"""A shard set in Google Cloud Storage (``gs://bucket/prefix``), Azure Blob Storage
+(``az://container/prefix``) or on a web server (``https://host/path``, read-only),
+through obstore (``pip install '.[cloud]'``; Rust's ``object_store`` underneath), one
+maintained client for those stores. (``s3://`` goes through boto3:
+:mod:`fastload.shards.remote`.)
 
-- ``s3://bucket/prefix``: Amazon S3 and S3-compatible servers;
-- ``gs://bucket/prefix``: Google Cloud Storage;
-- ``az://container/prefix``: Azure Blob Storage;
-- ``https://host/path`` (and ``http://``): any web server, read-only.
+Credentials come the usual way for each cloud: the environment (``GOOGLE_*``,
+``AZURE_*``), the clouds' config files and instance credentials, or ``options``
+(obstore's configuration keys: ``service_account_path``, ``account_name``,
+``account_key``, ``endpoint``, ...; ``client_options`` and ``retry_config`` as obstore
+takes them). An ``http://`` endpoint is allowed when it is the one given.
 
-Credentials come the usual way for each cloud: the environment (``AWS_*``,
-``GOOGLE_*``, ``AZURE_*``), the clouds' config files and instance credentials, or
-``options`` (obstore's configuration keys: ``endpoint``, ``access_key_id``,
-``service_account_path``, ``account_name``, ...; boto3's ``endpoint_url``,
-``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token`` and
-``region_name`` are read as their obstore names). An ``http://`` endpoint is allowed
-when it is the one given. The client is made in each process on first use (a client
-made before a fork is not safe to use in a forked worker).
-
-obstore retries throttling, 5xx answers, dropped connections and timeouts of reads, with
-exponential backoff and jitter; a request stalled for 10 s is given up and retried. A
-body cut short on the way is read again here. The download into the node's cache is
-:class:`~fastload.shards.fetched.CachedShards`'.
+obstore is not safe across ``fork``, and DataLoader workers are forked: each process
+asks its own :mod:`~fastload.shards.store_process`, started on first use, which runs
+the requests (the ranged GETs of a shard in parallel, written straight into the
+cache). obstore retries throttling, 5xx answers, dropped connections and timeouts of
+reads, with exponential backoff and jitter; a request stalled for 10 s is given up and
+retried; a body cut short on the way is read again. The download into the node's cache
+is :class:`~fastload.shards.fetched.CachedShards`'.
 
 Example::
 
@@ -29,32 +27,26 @@ Example::
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from fastload.shards import store_process
 from fastload.shards.fetched import CachedShards
 from fastload.shards.index import INDEX, Shard, ShardIndexError
 
-__all__ = ["SCHEMES", "ObjectShards"]
+__all__ = ["SCHEMES", "ObjectShards", "store_options"]
 
-#: URL schemes obstore reaches; the web ones are read-only.
-SCHEMES = ("s3", "gs", "az", "https", "http")
+#: URL schemes reached through obstore; the web ones are read-only.
+SCHEMES = ("gs", "az", "https", "http")
 CHUNK = 8 << 20  # bytes per ranged GET
-_BODY_ATTEMPTS = 5
-#: boto3's names for the S3 options, as obstore calls them.
-_BOTO3_NAMES = {
-    "endpoint_url": "endpoint", "aws_access_key_id": "access_key_id",
-    "aws_secret_access_key": "secret_access_key", "aws_session_token": "session_token",
-    "region_name": "region",
-}  # fmt: skip
-#: Where each cloud's endpoint may be set in the environment.
-_ENDPOINT_VARIABLES = {"s3": ("AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
-                       "az": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT")}  # fmt: skip
-_setup = threading.Lock()  # a process's client is made once
+#: Where a cloud's endpoint may be set in the environment.
+_ENDPOINT_VARIABLES = {"az": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT")}
+_setup = threading.Lock()  # a process's helper is started once
 
 
 def _fresh_setup_lock() -> None:
@@ -66,36 +58,81 @@ os.register_at_fork(after_in_child=_fresh_setup_lock)
 
 
 def store_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` as obstore's ``from_url`` takes them: boto3's names translated, an
-    ``http://`` endpoint allowed, the timeouts and retries set unless given.
+    """``options`` as obstore's ``from_url`` takes them, in JSON (durations in seconds):
+    an ``http://`` endpoint allowed, the timeouts and retries set unless given.
 
     Example:
-        >>> store_options("s3://b", {"endpoint_url": "http://127.0.0.1:9000"})["endpoint"]
-        'http://127.0.0.1:9000'
+        >>> store_options("az://c/set", {"endpoint": "http://127.0.0.1:10000/acct"})[
+        ...     "client_options"]["allow_http"]
+        True
     """
-    given = {_BOTO3_NAMES.get(key, key): value for key, value in options.items()}
-    client = dict(given.pop("client_options", {}))
+    given = dict(options)
+    client = {key: value.total_seconds() if isinstance(value, timedelta) else value
+              for key, value in given.pop("client_options", {}).items()}  # fmt: skip
     scheme = urlparse(url).scheme
-    endpoint = str(given.get("endpoint") or "")
-    if not endpoint:
-        variables = _ENDPOINT_VARIABLES.get(scheme, ())
-        endpoint = next((os.environ[v] for v in variables if os.environ.get(v)), "")
-        if endpoint and scheme == "s3":
-            given["endpoint"] = endpoint  # obstore reads AWS_ENDPOINT, not boto3's name
+    variables = _ENDPOINT_VARIABLES.get(scheme, ())
+    endpoint = str(given.get("endpoint") or next(
+        (os.environ[v] for v in variables if os.environ.get(v)), ""))  # fmt: skip
     if endpoint.startswith("http://") or scheme == "http":
         client.setdefault("allow_http", True)  # the endpoint asked for, not a downgrade
-    client.setdefault("connect_timeout", timedelta(seconds=5))
-    client.setdefault("timeout", timedelta(seconds=10))  # a stalled request is retried
-    retry = {"max_retries": 10, "retry_timeout": timedelta(minutes=3),
-             "backoff": {"init_backoff": timedelta(milliseconds=100),
-                         "max_backoff": timedelta(seconds=15), "base": 2}}  # fmt: skip
+    client.setdefault("connect_timeout", 5)
+    client.setdefault("timeout", 10)  # a stalled request is given up and retried
+    retry = {"max_retries": 10, "retry_timeout": 180,
+             "backoff": {"init_backoff": 0.1, "max_backoff": 15, "base": 2}}  # fmt: skip
     return {**given, "client_options": client, "retry_config": given.pop("retry_config", retry)}
 
 
+class StoreError(Exception):
+    """An error the store process answered with: ``kind`` (missing, refused, cut,
+    other) and its message."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class StoreProcess:
+    """This process's helper for one store (see :mod:`~fastload.shards.store_process`):
+    requests one at a time, in order."""
+
+    def __init__(self, url: str, options: dict[str, Any], parallel: int) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", store_process.__file__],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        self._lock = threading.Lock()
+        self.ask({"op": "open", "url": url, "options": store_options(url, options),
+                  "parallel": parallel})  # fmt: skip
+
+    def ask(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        """Its answer to one request; an error it answered with as a :class:`StoreError`."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        with self._lock:
+            try:
+                store_process.send(self._process.stdin, header, payload)
+                answer = store_process.receive(self._process.stdout)
+            except (BrokenPipeError, ValueError):
+                answer = None
+            if answer is None:
+                raise StoreError("other", "the store process ended")
+        reply, data = answer
+        if not reply["ok"]:
+            raise StoreError(reply["kind"], reply["message"])
+        return reply, data
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()  # it ends at the end of its requests
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
 class ObjectShards(CachedShards):
-    """The shard set at ``url`` (``s3://``, ``gs://``, ``az://``, ``https://``): its
-    index, and each shard as a local file on demand (see
-    :class:`~fastload.shards.fetched.CachedShards`)."""
+    """The shard set at ``url`` (``gs://``, ``az://``, ``https://``): its index, and each
+    shard as a local file on demand (see :class:`~fastload.shards.fetched.CachedShards`)."""
 
     @property
     def chunk(self) -> int:  # type: ignore[override]
@@ -113,182 +150,106 @@ class ObjectShards(CachedShards):
     ) -> None:
         parsed = urlparse(url)
         if parsed.scheme not in SCHEMES or not parsed.netloc:
-            raise ValueError(
-                f"{url}: not a URL of object storage ({', '.join(f'{s}://' for s in SCHEMES)})"
-            )
+            schemes = ", ".join(f"{scheme}://" for scheme in SCHEMES)
+            raise ValueError(f"{url}: not a URL of a store reached through obstore ({schemes})")
         super().__init__(url, cache_dir=cache_dir, cache_limit=cache_limit,
                          parallel=parallel, attempts=attempts)  # fmt: skip
         self.options = dict(options or {})
         self.writable = parsed.scheme not in ("https", "http")
-        self._store: Any = None
+        self._helper: StoreProcess | None = None
         self._pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
-        # a client stays in its process: a spawned worker makes its own
-        return {**super().__getstate__(), "_store": None, "_pid": -1}
+        # a helper answers its own process: a spawned worker starts its own
+        return {**super().__getstate__(), "_helper": None, "_pid": -1}
 
-    def store(self) -> Any:
-        """This process's obstore store, rooted at the URL (a forked worker makes its own)."""
+    def __del__(self) -> None:
+        if getattr(self, "_pid", -1) == os.getpid() and self._helper is not None:
+            self._helper.close()
+
+    def helper(self) -> StoreProcess:
+        """This process's store process (a forked worker starts its own)."""
         with _setup:
             if self._pid != os.getpid():
-                self._store, self._pid = self._new_store(), os.getpid()
-        return self._store
+                try:
+                    import obstore  # noqa: F401
+                except ModuleNotFoundError as error:
+                    raise ModuleNotFoundError(
+                        f"{self.url}: shards in object storage need obstore: pip install '.[cloud]'"
+                    ) from error
+                self._helper = StoreProcess(self.url, self.options, self.parallel)
+                self._pid = os.getpid()
+        assert self._helper is not None
+        return self._helper
 
-    def _new_store(self) -> Any:
+    def _ask(
+        self, header: dict[str, Any], where: str, payload: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
         try:
-            from obstore.store import from_url
-        except ModuleNotFoundError as error:
-            raise ModuleNotFoundError(
-                f"{self.url}: shards in object storage need obstore: pip install '.[cloud]'"
-            ) from error
-        try:
-            return from_url(self.url, **store_options(self.url, self.options))
-        except Exception as error:
-            raise ValueError(f"{self.url}: {type(error).__name__}: {error}") from None
+            return self.helper().ask(header, payload)
+        except StoreError as error:
+            raise self.explained(error, where) from None
 
     # --- what CachedShards reads through -------------------------------------------------
 
     def _read_object(self, name: str) -> bytes:
-        """The whole object; a body cut short while it is read is read again."""
-        import obstore
+        return self.helper().ask({"op": "read", "name": name})[1]
 
-        return self._again_if_cut(name, lambda: bytes(obstore.get(self.store(), name).bytes()))
-
-    def _fetch(self, shard: Shard, span: tuple[int, int], url: str) -> bytes:
-        """One ranged GET, all of its bytes or an error naming ``url``."""
-        import obstore
-
-        first, last = span
-
-        def ranged() -> bytes:
-            body = bytes(obstore.get_range(self.store(), shard.name, start=first, end=last + 1))
-            if len(body) != last - first + 1:
-                raise _CutShort(f"{len(body)} of {last - first + 1} bytes")
-            return body
-
-        try:
-            return self._again_if_cut(shard.name, ranged)
-        except _CutShort:
-            raise OSError(f"{url}: bytes {first}-{last} cut short {_BODY_ATTEMPTS} times") from None
-        except Exception as error:
-            raise self.explained(error, url) from None
-
-    def _again_if_cut(self, name: str, read: Any) -> bytes:
-        """``read()``, again with backoff doubling from 0.1 s while the answer is cut short
-        or fails on the way (obstore retries a request, not a body read half-way); an
-        answer the store gave (missing, refused) is not asked again."""
-        for attempt in range(_BODY_ATTEMPTS):
-            try:
-                return bytes(read())
-            except (*_missing(), *_refused()):
-                raise
-            except Exception:
-                if attempt == _BODY_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.1 * 2**attempt)
-        raise AssertionError("unreachable")
+    def _receive(self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str) -> str:
+        """The store process writes the spans into ``part``; their SHA-256."""
+        header = {"op": "download", "name": shard.name, "spans": spans, "path": str(part)}
+        reply, _ = self._ask(header, url)
+        return str(reply["sha256"])
 
     def _listing(self) -> dict[str, int]:
-        """Name -> size of the objects right under the prefix."""
-        import obstore
-
-        try:
-            found = obstore.list_with_delimiter(self.store())
-        except Exception as error:
-            raise self.explained(error, self.url) from None
-        return {entry["path"]: int(entry["size"]) for entry in found["objects"]}
+        return dict(self._ask({"op": "listing"}, self.url)[0]["objects"])
 
     def explained(self, error: Exception, where: str) -> Exception:
-        """obstore's error as one a user can act on, naming ``where``."""
-        if isinstance(error, _missing()) and where.endswith(f"/{INDEX}"):
+        """The store's error as one a user can act on, naming ``where``."""
+        kind = error.kind if isinstance(error, StoreError) else "other"
+        if kind == "missing" and where.endswith(f"/{INDEX}"):
             return ShardIndexError(
                 f"{where}: no {INDEX}: not a fastload shard set, or its conversion did not finish"
             )
-        if isinstance(error, _missing()):
+        if kind == "missing":
             return FileNotFoundError(f"{where}: no such object (or no such bucket)")
-        if isinstance(error, _refused()):
+        if kind == "refused":
             return PermissionError(
                 f"{where}: the store refused the credentials: check the cloud's variables "
-                f"(AWS_*, GOOGLE_*, AZURE_*) or the storage options given ({first_line(error)})"
+                f"(GOOGLE_*, AZURE_*) or the storage options given ({error})"
             )
-        if isinstance(error, OSError | ValueError) and str(error).startswith(self.url):
-            return error  # already explained
-        return OSError(f"{where}: {type(error).__name__}: {first_line(error)}")
+        return OSError(f"{where}: {error}")
 
     # --- what a conversion writes through ------------------------------------------------
 
     def exists(self, name: str) -> bool:
-        import obstore
-
-        try:
-            obstore.head(self.store(), name)
-        except _missing():
-            return False
-        except Exception as error:
-            raise self.explained(error, f"{self.url}/{name}") from None
-        return True
+        return bool(self._ask({"op": "exists", "name": name}, f"{self.url}/{name}")[0]["exists"])
 
     def read(self, name: str) -> bytes:
-        try:
-            return self._read_object(name)
-        except Exception as error:
-            raise self.explained(error, f"{self.url}/{name}") from None
+        return self._ask({"op": "read", "name": name}, f"{self.url}/{name}")[1]
 
     def names(self, prefix: str) -> list[str]:
         """The objects whose names start with ``prefix``, under the set's prefix."""
-        import obstore
-
-        try:
-            return sorted(entry["path"] for batch in obstore.list(self.store(), prefix=prefix)
-                          for entry in batch)  # fmt: skip
-        except Exception as error:
-            raise self.explained(error, f"{self.url}/{prefix}*") from None
+        return list(
+            self._ask({"op": "names", "prefix": prefix}, f"{self.url}/{prefix}*")[0]["names"]
+        )
 
     def write(self, name: str, data: bytes | Path) -> None:
         """Put ``data`` (bytes, or a file's) as the object ``name``: whole or not at all."""
-        import obstore
-
         self._writable(name)
-        # Google's XML API takes an object up to 5 TiB in one request; the others upload
-        # a large file in parts
+        # Google's XML API takes an object up to 5 TiB in one request; Azure's takes a
+        # large file in blocks
         multipart = None if urlparse(self.url).scheme != "gs" else False
-        try:
-            obstore.put(self.store(), name, data, use_multipart=multipart)
-        except Exception as error:
-            raise self.explained(error, f"{self.url}/{name}") from None
+        header: dict[str, Any] = {"op": "write", "name": name, "multipart": multipart}
+        if isinstance(data, Path):
+            self._ask({**header, "path": str(data)}, f"{self.url}/{name}")
+        else:
+            self._ask(header, f"{self.url}/{name}", data)
 
     def delete(self, name: str) -> None:
-        import obstore
-
         self._writable(name)
-        try:
-            obstore.delete(self.store(), name)
-        except Exception as error:
-            raise self.explained(error, f"{self.url}/{name}") from None
+        self._ask({"op": "delete", "name": name}, f"{self.url}/{name}")
 
     def _writable(self, name: str) -> None:
         if not self.writable:
             raise PermissionError(f"{self.url}/{name}: a web server's shards are read-only")
-
-
-def _missing() -> tuple[type[Exception], ...]:
-    """What obstore raises for an object or bucket that is not there."""
-    from obstore.exceptions import NotFoundError
-
-    return (NotFoundError, FileNotFoundError)
-
-
-def _refused() -> tuple[type[Exception], ...]:
-    """What obstore raises for credentials the store refused."""
-    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
-
-    return (PermissionDeniedError, UnauthenticatedError, PermissionError)
-
-
-class _CutShort(Exception):
-    """A ranged answer with fewer bytes than asked for."""
-
-
-def first_line(error: Exception) -> str:
-    """obstore's message without its debug dump."""
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -164,6 +165,48 @@ class S3Shards(CachedShards):
             except Exception as error:
                 raise self.explained(error, url) from None
         raise AssertionError("unreachable")
+
+    def exists(self, name: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client().head_object(Bucket=self.bucket, Key=self.key(name))
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                return False
+            raise self.explained(error, f"{self.url}/{name}") from None
+        return True
+
+    def read(self, name: str) -> bytes:
+        try:
+            return self._read_object(name)
+        except Exception as error:
+            raise self.explained(error, f"{self.url}/{name}") from None
+
+    def names(self, prefix: str) -> list[str]:
+        pages = self.client().get_paginator("list_objects_v2")
+        try:
+            keys = [entry["Key"] for page in pages.paginate(Bucket=self.bucket,
+                    Prefix=self.key(prefix)) for entry in page.get("Contents", [])]  # fmt: skip
+        except Exception as error:
+            raise self.explained(error, f"{self.url}/{prefix}*") from None
+        start = len(self.key(""))
+        return sorted(key[start:] for key in keys)
+
+    def write(self, name: str, data: bytes | Path) -> None:
+        try:
+            if isinstance(data, Path):  # in parts, in parallel, where it is large
+                self.client().upload_file(str(data), self.bucket, self.key(name))
+            else:
+                self.client().put_object(Bucket=self.bucket, Key=self.key(name), Body=data)
+        except Exception as error:
+            raise self.explained(error, f"{self.url}/{name}") from None
+
+    def delete(self, name: str) -> None:
+        try:
+            self.client().delete_object(Bucket=self.bucket, Key=self.key(name))
+        except Exception as error:
+            raise self.explained(error, f"{self.url}/{name}") from None
 
     def explained(self, error: Exception, where: str) -> Exception:
         """botocore's error as one a user can act on, naming the URL."""

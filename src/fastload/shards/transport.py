@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from fastload.shards.index import Shard
 from fastload.shards.objects import SCHEMES as STORE_SCHEMES
 from fastload.shards.objects import ObjectShards
+from fastload.shards.remote import S3Shards
 
 __all__ = ["SCHEMES", "Transport", "connect", "is_remote"]
 
@@ -54,7 +55,10 @@ class Transport(Protocol):
 
 
 #: URL scheme -> the transport that reaches it.
-SCHEMES: dict[str, type[ObjectShards]] = dict.fromkeys(STORE_SCHEMES, ObjectShards)
+SCHEMES: dict[str, type[S3Shards] | type[ObjectShards]] = {
+    "s3": S3Shards,
+    **dict.fromkeys(STORE_SCHEMES, ObjectShards),
+}
 
 
 def is_remote(path: Any) -> bool:
