@@ -54,11 +54,12 @@ def run_script(path: Path, *args: str) -> str:
     return out.getvalue()
 
 
-#: ``python -c KILLED_CONVERSION FOLDER DESTINATION``: write_shards of the image folder,
-#: the process killed with SIGKILL when it reads image 11 (after a few finished shards).
+#: ``python -c KILLED_CONVERSION FOLDER DESTINATION [OPTIONS_JSON]``: write_shards of the
+#: image folder (with those storage options), the process killed with SIGKILL when it
+#: reads image 11 (after a few finished shards).
 KILLED_CONVERSION = textwrap.dedent(
     """
-    import os, signal, sys
+    import json, os, signal, sys
     from fastload import ImageFolder
     from fastload.shards import write_shards
 
@@ -70,6 +71,8 @@ KILLED_CONVERSION = textwrap.dedent(
         return read(self, index)
 
     ImageFolder.__getitem__ = killed_at_11
-    write_shards(ImageFolder(sys.argv[1], decode="numpy"), sys.argv[2], shard_size=20_000)
+    options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+    write_shards(ImageFolder(sys.argv[1], decode="numpy"), sys.argv[2], shard_size=20_000,
+                 storage_options=options)
     """
 )

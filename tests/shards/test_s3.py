@@ -125,7 +125,7 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
     from botocore.config import Config
 
     from fastload.shards import remote
-    from fastload.testing.s3server import FaultyProxy
+    from fastload.testing.proxy import FaultyProxy
 
     monkeypatch.setattr(remote, "CHUNK", 4096)  # many ranged GETs a shard: many faults
 

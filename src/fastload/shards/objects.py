@@ -223,7 +223,12 @@ class ObjectShards(CachedShards):
     # --- what a conversion writes through ------------------------------------------------
 
     def exists(self, name: str) -> bool:
-        return bool(self._ask({"op": "exists", "name": name}, f"{self.url}/{name}")[0]["exists"])
+        return self.version(name) is not None
+
+    def version(self, name: str) -> tuple[str, str] | None:
+        """The object's ETag and last modification time (ISO 8601), None if absent."""
+        reply, _ = self._ask({"op": "head", "name": name}, f"{self.url}/{name}")
+        return None if reply["version"] is None else tuple(reply["version"])
 
     def read(self, name: str) -> bytes:
         return self._ask({"op": "read", "name": name}, f"{self.url}/{name}")[1]

@@ -7,9 +7,10 @@ asks it over its pipes. A shard's ranged GETs run in parallel here and are writt
 straight into the cache's part file, hashed on the way: its bytes never cross the pipe.
 
 Messages, both ways: a 4-byte length, a JSON header, then ``size`` bytes of payload.
-Requests: ``{"op": "open", "url", "options"}`` once, then ``read``, ``download``,
-``listing``, ``names``, ``exists``, ``write``, ``delete``. Answers: ``{"ok": true, ...}``
-or ``{"ok": false, "kind": "missing" | "refused" | "cut" | "other", "message"}``.
+Requests: ``{"op": "open", "url", "options", "parallel"}`` once, then ``read``,
+``download``, ``listing``, ``names``, ``head``, ``write``, ``delete``. Answers:
+``{"ok": true, ...}`` or ``{"ok": false, "kind": "missing" | "refused" | "cut" | "other",
+"message"}``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def kind(error: BaseException) -> str:
         UnauthenticatedError,
     )
 
-    if isinstance(error, NotFoundError | FileNotFoundError):
+    # a listing of a bucket that is not there comes as a generic error with its 404
+    if isinstance(error, NotFoundError | FileNotFoundError) or "status code: 404" in str(error):
         return "missing"
     if isinstance(error, PermissionDeniedError | UnauthenticatedError | PermissionError):
         return "refused"
@@ -137,17 +139,18 @@ class Server:
         if op == "listing":
             found = obstore.list_with_delimiter(self.store)
             return {"objects": {o["path"]: int(o["size"]) for o in found["objects"]}}, b""
-        if op == "names":
-            batches = obstore.list(self.store, prefix=header["prefix"])
-            return {"names": sorted(o["path"] for batch in batches for o in batch)}, b""
-        if op == "exists":
+        if op == "names":  # obstore's prefix is whole path segments: a name's start here
+            batches = obstore.list(self.store)
+            found = (o["path"] for batch in batches for o in batch)
+            return {"names": sorted(n for n in found if n.startswith(header["prefix"]))}, b""
+        if op == "head":
             try:
-                obstore.head(self.store, name)
+                meta = obstore.head(self.store, name)
             except Exception as error:
                 if kind(error) != "missing":
                     raise
-                return {"exists": False}, b""
-            return {"exists": True}, b""
+                return {"version": None}, b""
+            return {"version": [meta["e_tag"], meta["last_modified"].isoformat()]}, b""
         if op == "write":
             data = open(header["path"], "rb") if "path" in header else payload  # noqa: SIM115
             try:

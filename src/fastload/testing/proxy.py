@@ -92,8 +92,12 @@ class FaultyProxy:
                 self.send_response(response.status)
                 answered = response.getheaders()
                 for name, value in answer(answered, data) if answer else answered:
-                    if name.lower() not in ("connection", "transfer-encoding"):
+                    if name.lower() not in ("connection", "transfer-encoding", "content-length"):
                         self.send_header(name, value)
+                if self.command != "HEAD":  # the body read whole: its length, not chunks
+                    self.send_header("Content-Length", str(len(data)))
+                elif response.getheader("Content-Length") is not None:
+                    self.send_header("Content-Length", response.getheader("Content-Length"))
                 self.end_headers()
                 cut = (
                     truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1

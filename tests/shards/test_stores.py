@@ -1,0 +1,202 @@
+"""Shard sets in Google Cloud Storage and Azure Blob Storage, against real servers on
+127.0.0.1 started by these tests (fake-gcs-server from its PyPI wheel, Microsoft's
+Azurite from npm): the round trip, forked workers, faults, a killed conversion resumed,
+and the errors a user meets, as tests/shards/test_s3.py runs them against S3. A server
+that cannot start skips its tests, saying why."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from common_utils import KILLED_CONVERSION
+from fastload import FastLoader, ImageFolder, make_image_folder
+from fastload.shards import ShardedDataset, ShardShuffle, write_shards
+from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
+from fastload.shards.objects import ObjectShards
+from fastload.testing.proxy import FaultyProxy
+
+pytest.importorskip("obstore", reason="gs:// and az:// need obstore: pip install '.[cloud]'")
+
+
+@dataclass
+class Store:
+    """A running server and how to reach it."""
+
+    scheme: str
+    server: Any
+
+    def url(self, prefix: str) -> str:
+        return f"{self.scheme}://data/{prefix}"
+
+    def options(self, endpoint: str | None = None, **client: Any) -> dict[str, Any]:
+        """Storage options reaching the server (through ``endpoint`` if given), with
+        ``client`` added to obstore's client options."""
+        options = self.server.options(endpoint)
+        options["client_options"] = {**options.get("client_options", {}), **client}
+        return options
+
+    def objects(self, prefix: str) -> ObjectShards:
+        """The objects under ``prefix``, read and written around fastload's own code."""
+        return ObjectShards(self.url(prefix), options=self.options(), cache_dir="/nonexistent")
+
+
+def start(scheme: str) -> Any:
+    if scheme == "gs":
+        from fastload.testing.gcsserver import LocalGCS, fake_gcs_installed
+
+        if not fake_gcs_installed():
+            pytest.skip("fake-gcs-server is not installed: pip install '.[testing]'")
+        server = LocalGCS().__enter__()
+        server.create_bucket("data")
+        return server
+    from fastload.testing.azureserver import LocalAzurite, azurite_binary, sdk_installed
+
+    if azurite_binary() is None or not sdk_installed():
+        pytest.skip("Azurite is not installed: npm install --prefix .venv azurite, and "
+                    "pip install '.[testing]'")  # fmt: skip
+    server = LocalAzurite().__enter__()
+    server.create_container("data")
+    return server
+
+
+@pytest.fixture(scope="module", params=["gs", "az"])
+def store(request):
+    server = start(request.param)
+    try:
+        yield Store(request.param, server)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_image_folder(
+        tmp_path_factory.mktemp("images"), num_classes=3, images_per_class=8, size=(64, 48)
+    )
+
+
+@pytest.fixture(scope="module")
+def url(store, folder):
+    write_shards(folder, store.url("train"), shard_size=30_000, storage_options=store.options())
+    return store.url("train")
+
+
+def test_a_bucket_reads_back_as_the_folder_does(store, url, folder, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=store.options())
+    reference = ImageFolder(folder)
+    assert len(dataset) == 24 and len(dataset.shards) > 1
+    for index in range(len(dataset)):
+        image, label = dataset[index]
+        assert label == reference[index][1] and np.array_equal(image, reference[index][0])
+    listed = store.objects("train").names("")
+    assert INDEX in listed and PROGRESS not in listed
+    assert [name for name in listed if name.endswith(".tar")] == [s.name for s in dataset.shards]
+
+
+def test_forked_workers_read_every_sample_once(store, url, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor",
+                             storage_options=store.options())  # fmt: skip
+    # this process asked the store first (the index): its workers are forked after
+    sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
+    loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=2,
+                        multiprocessing_context="fork")  # fmt: skip
+    labels = torch.cat([labels for _, labels in loader]).tolist()
+    assert labels == [dataset[index][1] for index in sampler] and len(labels) == 24
+
+
+def test_a_shard_that_fails_its_hash_is_named_with_its_url(store, url, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=store.options())
+    shard = dataset.shards[0]
+    objects = store.objects("train")
+    original = objects.read(shard.name)
+    objects.write(shard.name, bytes([original[0] ^ 0xFF]) + original[1:])
+    try:
+        with pytest.raises(ShardIndexError, match=rf"{url}/{shard.name}: its SHA-256 differs"):
+            dataset[0]
+        assert not list(tmp_path.rglob(f"{shard.name}*"))  # nothing unchecked entered the cache
+    finally:
+        objects.write(shard.name, original)
+
+
+def test_a_missing_index_bucket_or_credential_is_said_plainly(store, url, tmp_path):
+    nothing = store.url("nothing")
+    with pytest.raises(ShardIndexError, match=rf"{nothing}/index\.json: no index\.json"):
+        ShardedDataset(nothing, cache_dir=tmp_path, storage_options=store.options())
+    absent = f"{store.scheme}://absent/train"
+    # Azure answers 404; fake-gcs-server a 500 naming the bucket (Google, a 404)
+    with pytest.raises(OSError, match=rf"{absent}.*(no such object|no bucket named absent)"):
+        ShardedDataset(absent, cache_dir=tmp_path, storage_options=store.options())
+    if store.scheme == "az":  # the GCS server takes every request (no OAuth to refuse)
+        wrong = {**store.options(), "account_key": "d3Jvbmc="}
+        with pytest.raises(PermissionError, match="the store refused the credentials"):
+            ShardedDataset(url, cache_dir=tmp_path, storage_options=wrong)
+
+
+def test_a_web_server_url_is_read_only():
+    with pytest.raises(PermissionError, match="a web server's shards are read-only"):
+        write_shards([], "https://example.com/set")
+
+
+@pytest.mark.slow
+def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
+    store, url, folder, tmp_path, monkeypatch
+):
+    from fastload.shards import objects
+
+    monkeypatch.setattr(objects, "CHUNK", 4096)  # many ranged GETs a shard: many faults
+    # every 4th request a 503, every 5th body cut in half, every 7th stalled past the
+    # timeout, every 31st with a byte changed: obstore retries the requests, fastload the
+    # bodies, and the shards that fail their hash
+    upstream = store.server.endpoint.removesuffix("/devstoreaccount1")
+    with FaultyProxy(upstream, slow_down=4, truncate=5, stall=7, stall_s=1.5,
+                     corrupt=31) as proxy:  # fmt: skip
+        options = store.options(proxy.endpoint, timeout=1, connect_timeout=1)
+        dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=options)
+        reference = ImageFolder(folder)
+        order = list(ShardShuffle(dataset, global_batch_size=4, seed=3, window=2))
+        for index in order:
+            image, label = dataset[index]
+            assert label == reference[index][1] and np.array_equal(image, reference[index][0])
+        dataset.verify()  # the cache holds what was written; the member tables too
+    assert len(order) == 24 and sorted(order) == list(range(24))
+    assert all(proxy.counts[fault] for fault in ("slow_down", "truncate", "stall", "corrupt"))
+
+
+@pytest.mark.slow
+def test_a_killed_upload_resumes_without_uploading_finished_shards_again(store, folder, tmp_path):
+    options = store.options()
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_CONVERSION, str(folder), store.url("killed"),
+         json.dumps(options)],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    objects = store.objects("killed")
+    uploaded = objects.names("")
+    finished = {name: objects.read(name) for name in uploaded if name.endswith(".tar")}
+    assert finished and PROGRESS in uploaded and INDEX not in uploaded
+    with pytest.raises(ShardIndexError, match="conversion did not finish"):
+        ShardedDataset(store.url("killed"), cache_dir=tmp_path, storage_options=options)
+    with pytest.raises(FileExistsError, match="pass resume=True"):
+        write_shards(ImageFolder(folder, decode="numpy"), store.url("killed"),
+                     storage_options=options)  # fmt: skip
+    stamps = {name: objects.version(name) for name in finished}
+    time.sleep(1.1)  # a new upload would carry a later stamp
+    write_shards(ImageFolder(folder, decode="numpy"), store.url("killed"), shard_size=20_000,
+                 resume=True, storage_options=options)  # fmt: skip
+    assert {name: objects.version(name) for name in finished} == stamps
+    after = objects.names("")
+    assert PROGRESS not in after and INDEX in after
+    write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "whole", shard_size=20_000)
+    resumed = ShardedDataset(store.url("killed"), cache_dir=tmp_path / "c", storage_options=options)
+    whole = ShardedDataset(tmp_path / "whole")
+    assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]
