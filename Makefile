@@ -28,6 +28,11 @@ $(DEV_READY): pyproject.toml constraints.txt | $(BIN)/python
 	@echo "Installing fastload with the test and docs toolchain into $(VENV) (the first time: a few minutes)"
 	$(TORCH_FIRST)
 	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e '.[dev,docs]'
+	@# Azurite, the tests' Azure server, is an npm package: into the venv where npm is
+	@if command -v npm >/dev/null; then \
+		npm install --prefix $(VENV) --no-audit --no-fund --loglevel=error azurite@3 \
+		|| echo "Azurite did not install: the Azure tests will be skipped"; \
+	else echo "no npm: the Azure tests will be skipped (npm install --prefix $(VENV) azurite)"; fi
 	touch $@ $(DEMO_READY)
 
 demo: $(DEMO_READY)

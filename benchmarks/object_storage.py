@@ -1,15 +1,15 @@
 """Streaming a shard set from object storage: fastload's ShardedDataset against the raw
 rate of parallel GETs, against the same samples on local disk, and against the streaming
 loaders people use, on a real S3 server started here on 127.0.0.1 (OpenStack Swift's S3
-API).
+API; with ``--store gs`` or ``az``, fake-gcs-server or Azurite, the peers left out).
 
 The data: ``--images`` photo-like 500x375 JPEGs in shards of ``--shard-size`` bytes,
 uploaded to a bucket. Each timed pass reads every sample's encoded bytes and label (no
 decoding: the question is the I/O), with ``--workers`` DataLoader workers or the peer's
 equivalent:
 
-- raw parallel GETs: every shard fetched whole by ``--parallel`` boto3 GETs at once,
-  nothing else (the ceiling a reader of this server reaches here);
+- raw parallel GETs: every shard fetched whole by ``--parallel`` GETs at once (boto3 for
+  S3, obstore for the others), nothing else (the ceiling a reader of this server reaches here);
 - fastload, cold: ShardedDataset on the bucket in ShardShuffle's order through
   FastLoader, its cache emptied before each pass;
 - fastload, warm: the same, the cache filled by the pass before;
@@ -26,8 +26,9 @@ raylet's children; every row counts the local S3 server's processes, and Ray's r
 up through all rounds, while it idles).
 
 Usage:
-    python benchmarks/object_storage.py [--images 2000] [--shard-size 8MB] [--workers 2]
-        [--parallel 4] [--rounds 3] [--out DIR] [--plot] [--smoke]
+    python benchmarks/object_storage.py [--store s3|gs|az] [--images 2000]
+        [--shard-size 8MB] [--workers 2] [--parallel 4] [--rounds 3] [--out DIR] [--plot]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -80,33 +81,84 @@ def cold(dataset: ShardedDataset, cache: Path, args) -> Callable[[], dict[str, f
     return run
 
 
+class Store:
+    """The server of ``--store`` on 127.0.0.1, with the bucket ``bench``: where its shards
+    go and the storage options that reach it."""
+
+    def __init__(self, scheme: str, stack: ExitStack) -> None:
+        self.scheme = scheme
+        if scheme == "s3":
+            import boto3
+
+            self.server = stack.enter_context(LocalS3())
+            boto3.client("s3", **self.server.client_options()).create_bucket(Bucket="bench")
+        elif scheme == "gs":
+            from fastload.testing.gcsserver import LocalGCS
+
+            self.server = stack.enter_context(LocalGCS())
+            self.server.create_bucket("bench")
+        else:
+            from fastload.testing.azureserver import LocalAzurite
+
+            self.server = stack.enter_context(LocalAzurite())
+            self.server.create_container("bench")
+        self.url = f"{scheme}://bench/shards"
+        #: where a proxy in front of it forwards to (Azure's account is in the path)
+        self.upstream = self.server.endpoint.removesuffix("/devstoreaccount1")
+
+    def options(self, endpoint: str | None = None, timeout_s: float | None = None) -> dict:
+        """Storage options reaching the server (through a proxy at ``endpoint``), with a
+        read timeout of ``timeout_s``."""
+        if self.scheme == "s3":
+            from botocore.config import Config
+
+            options = self.server.client_options()
+            if endpoint:
+                options["endpoint_url"] = endpoint
+            if timeout_s:
+                options["config"] = Config(read_timeout=timeout_s, connect_timeout=timeout_s)
+            return options
+        options = self.server.options(endpoint)
+        if timeout_s:
+            client = options.get("client_options", {})
+            options["client_options"] = {**client, "timeout": timeout_s,
+                                         "connect_timeout": timeout_s}  # fmt: skip
+        return options
+
+    @property
+    def transport(self):
+        """The module whose CHUNK sets the bytes per ranged GET."""
+        from fastload.shards import objects, remote
+
+        return remote if self.scheme == "s3" else objects
+
+
 def proxied(
-    server: LocalS3, cache: Path, args, stack: ExitStack, **faults: float
+    store: Store, cache: Path, args, stack: ExitStack, **faults: float
 ) -> Callable[[], dict[str, float]]:
     """The cold pass through a loopback proxy (``FaultyProxy``, injecting ``faults``), with
     ranged GETs of ``--fault-chunk`` bytes (enough requests for 1 % to happen) and a
     1 s read timeout."""
-    from botocore.config import Config
-
-    from fastload.shards import remote
-
-    proxy = stack.enter_context(FaultyProxy(server.endpoint, **faults))  # type: ignore[arg-type]
-    options = {**server.client_options(), "endpoint_url": proxy.endpoint,
-               "config": Config(read_timeout=1, connect_timeout=1)}  # fmt: skip
-    dataset = ShardedDataset("s3://bench/shards", decode=None, cache_dir=cache,
-                             storage_options=options)  # fmt: skip
+    proxy = stack.enter_context(FaultyProxy(store.upstream, **faults))  # type: ignore[arg-type]
+    options = store.options(proxy.endpoint, timeout_s=1)
+    dataset = ShardedDataset(store.url, decode=None, cache_dir=cache, storage_options=options)
     read_all = cold(dataset, cache, args)
+    module = store.transport
 
     def run() -> dict[str, float]:
-        chunk, remote.CHUNK = remote.CHUNK, args.fault_chunk  # the workers fork with it
+        chunk, module.CHUNK = module.CHUNK, args.fault_chunk  # the workers fork with it
         try:
             return read_all()
         finally:
-            remote.CHUNK = chunk
+            module.CHUNK = chunk
 
     run.proxy = proxy  # type: ignore[attr-defined]
     return run
 
+
+#: --store -> the server it starts, in the result's settings.
+SERVERS = {"s3": "OpenStack Swift s3api on 127.0.0.1", "gs": "fake-gcs-server on 127.0.0.1",
+           "az": "Azurite (blob) on 127.0.0.1"}  # fmt: skip
 
 #: 10 % of requests answered 503 SlowDown, 1 % of bodies cut short, 1 % with a byte
 #: changed, 1 % stalled 30 s (every n-th request: n not multiples of one another)
@@ -124,13 +176,46 @@ def cold_runs(dataset: ShardedDataset, cache: Path, args, truth: dict[str, int])
     }
 
 
-def raw_gets(server: LocalS3, dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
-    import boto3
+def obstore_on_s3(store: Store, cache: Path, args) -> dict[str, Callable[[], dict[str, float]]]:
+    """On S3, the cold pass through obstore (``ObjectShards``, in its store process) too,
+    beside boto3's (``S3Shards``, fastload's S3 client): which is faster here."""
+    if store.scheme != "s3":
+        return {}
+    from fastload.shards.objects import ObjectShards
 
-    client = boto3.client("s3", **server.client_options())
+    boto3_names = store.options()
+    options = {"endpoint": boto3_names["endpoint_url"], "region": boto3_names["region_name"],
+               "access_key_id": boto3_names["aws_access_key_id"],
+               "secret_access_key": boto3_names["aws_secret_access_key"]}  # fmt: skip
+    transport = ObjectShards(store.url, cache_dir=cache, options=options)
+    transport.index()  # the cache's namespace, as ShardedDataset sets its transport's
+    dataset = ShardedDataset(store.url, decode=None, cache_dir=cache, storage_options=boto3_names)
+    dataset.transport = transport
+    return {"fastload, cold cache, obstore client": cold(dataset, cache, args)}
 
-    def fetch(name: str) -> int:
-        return len(client.get_object(Bucket="bench", Key=f"shards/{name}")["Body"].read())
+
+def raw_gets(store: Store, dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
+    """Every shard fetched whole, ``--parallel`` at once, by the store's client (boto3 for
+    S3, obstore for the others) in this process."""
+    if store.scheme == "s3":
+        import boto3
+
+        client = boto3.client("s3", **store.options())
+
+        def fetch(name: str) -> int:
+            return len(client.get_object(Bucket="bench", Key=f"shards/{name}")["Body"].read())
+    else:
+        import obstore
+        from obstore.store import from_url
+
+        from fastload.shards.objects import store_options
+        from fastload.shards.store_process import options_for_obstore
+
+        options = options_for_obstore(store_options(store.url, store.options()))
+        client = from_url(store.url, **options)
+
+        def fetch(name: str) -> int:
+            return len(obstore.get(client, name).bytes())
 
     def run() -> dict[str, float]:
         cpu, start = cpu_seconds_of_tree(), time.perf_counter()
@@ -143,10 +228,13 @@ def raw_gets(server: LocalS3, dataset: ShardedDataset, args) -> Callable[[], dic
 
 
 def peer_passes(
-    server: LocalS3, shards: Path, work: Path, args, stack: ExitStack
+    store: Store, shards: Path, work: Path, args, stack: ExitStack
 ) -> tuple[dict[str, Callable[[], dict[str, float]]], dict[str, str]]:
     """Each peer's pass, set up (its data written and uploaded), or why it has none."""
     passes, notes = {}, {}
+    if store.scheme != "s3":
+        return passes, dict.fromkeys(PEERS, "not run: the peers run against the S3 server")
+    server = store.server
     for name, peer in PEERS.items():
         if (why := peer.unavailable()) is not None:
             notes[name] = why
@@ -190,12 +278,17 @@ def main() -> None:
     parser.add_argument("--fault-chunk", type=int, default=1 << 20,
                         help="bytes per ranged GET in the faults pass")  # fmt: skip
     parser.add_argument("--cold-runs", type=int, default=20)
+    parser.add_argument(
+        "--store", choices=["s3", "gs", "az"], default="s3",
+        help="the server: S3 (OpenStack Swift), Google Cloud Storage (fake-gcs-server), "
+        "Azure (Azurite); the peers run against S3 only",
+    )  # fmt: skip
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
         args.images, args.shard_size, args.rounds, args.batch_size = 40, 200_000, 1, 8
         args.fault_chunk, args.cold_runs = 50_000, 2
-    if not swift_installed() or importlib.util.find_spec("boto3") is None:
+    if args.store == "s3" and (not swift_installed() or importlib.util.find_spec("boto3") is None):
         raise SystemExit(
             "object_storage.py needs OpenStack Swift and boto3: pip install swift boto3"
         )
@@ -205,31 +298,29 @@ def main() -> None:
     try:
         local = work / "shards"
         write_shards(folder, local, shard_size=args.shard_size)
-        with LocalS3() as server:
-            import boto3
-
-            options = server.client_options()
-            boto3.client("s3", **options).create_bucket(Bucket="bench")
+        with ExitStack() as servers:
+            store = Store(args.store, servers)
+            options = store.options()
             # the same shards as the local set (files kept byte for byte), as a user writes
-            write_shards(folder, "s3://bench/shards", shard_size=args.shard_size,
-                         storage_options=options)  # fmt: skip
-            remote = ShardedDataset("s3://bench/shards", decode=None, cache_dir=work / "cache",
+            write_shards(folder, store.url, shard_size=args.shard_size, storage_options=options)
+            remote = ShardedDataset(store.url, decode=None, cache_dir=work / "cache",
                                     storage_options=options)  # fmt: skip
             on_disk = ShardedDataset(local, decode=None)
             truth = expected(local)
             with ExitStack() as stack:  # what a peer started (Ray) stops before the server
-                faults = proxied(server, work / "faulty-cache", args, stack, **FAULTS)
+                faults = proxied(store, work / "faulty-cache", args, stack, **FAULTS)
                 variants = {
-                    f"raw parallel GETs ({args.parallel} at once)": raw_gets(server, on_disk, args),
+                    f"raw parallel GETs ({args.parallel} at once)": raw_gets(store, on_disk, args),
                     "fastload, cold cache": cold(remote, work / "cache", args),
+                    **obstore_on_s3(store, work / "obstore-cache", args),
                     "fastload, warm cache": epoch_of(remote, args),
                     "fastload, local disk": epoch_of(on_disk, args),
                     "fastload, cold cache, via the proxy": proxied(
-                        server, work / "proxied-cache", args, stack
+                        store, work / "proxied-cache", args, stack
                     ),
                     "fastload, cold cache, via the proxy, faults injected": faults,
                 }  # fmt: skip
-                passes, notes = peer_passes(server, local, work / "peers", args, stack)
+                passes, notes = peer_passes(store, local, work / "peers", args, stack)
                 results = interleaved(variants | passes, rounds=args.rounds)
                 summary = {
                     "faults injected": FAULTS | dict(faults.proxy.counts),  # type: ignore[attr-defined]
@@ -246,10 +337,10 @@ def main() -> None:
     rows += [Row(name, None, args.images, note=note) for name, note in notes.items()]
     rows.sort(key=lambda row: list(variants | PEERS).index(row.name))
     result = report(
-        "object_storage", rows, baseline=f"raw parallel GETs ({args.parallel} at once)",
-        unit="samples",
+        "object_storage" if args.store == "s3" else f"object_storage_{args.store}", rows,
+        baseline=f"raw parallel GETs ({args.parallel} at once)", unit="samples",
         settings={key: value for key, value in vars(args).items() if key != "out"}
-        | {"server": "OpenStack Swift s3api on 127.0.0.1", "data": "500x375 JPEG, bytes only",
+        | {"server": SERVERS[args.store], "data": "500x375 JPEG, bytes only",
            "peers": {name: peer.version() for name, peer in PEERS.items()}},
         out=args.out, summary=summary,
     )  # fmt: skip

