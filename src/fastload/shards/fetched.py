@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fastload.shards.cache import READ_ONLY, NodeCache
+from fastload.shards.hedging import Hedged
 from fastload.shards.index import (
     INDEX,
     PROGRESS,
@@ -85,14 +86,17 @@ class CachedShards:
     ) -> None:
         self.url = url.rstrip("/")
         self.parallel, self.attempts = parallel, attempts
+        #: Hedged reads (:mod:`~fastload.shards.hedging`): a slow ranged GET asked again.
+        self.hedging = True
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "fastload"
         self.node = NodeCache(root, self.url, cache_limit)
         self._pool: ThreadPoolExecutor | None = None
+        self._hedged: Hedged | None = None
         self._pool_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         # threads stay in their process: a spawned worker makes its own
-        return {**self.__dict__, "_pool": None, "_pool_pid": -1}
+        return {**self.__dict__, "_pool": None, "_hedged": None, "_pool_pid": -1}
 
     @property
     def cache(self) -> Path:
@@ -291,14 +295,28 @@ class CachedShards:
         return digest.hexdigest()
 
     def _bodies(self, shard: Shard, spans: list[tuple[int, int]], url: str) -> Iterator[bytes]:
-        if len(spans) == 1:  # one request: no thread
-            yield self._fetch(shard, spans[0], url)
-            return
+        """Each span's bytes, in order: ``parallel`` ranged GETs at once, each hedged."""
         with _setup:
             if self._pool is None or self._pool_pid != os.getpid():  # a fork's: its own
                 self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="fastload-get")
+                self._hedged = Hedged(self.parallel)
                 self._pool_pid = os.getpid()
-        yield from self._pool.map(lambda span: self._fetch(shard, span, url), spans)
+        hedged = self._hedged
+        assert hedged is not None
+        hedged.enabled = self.hedging
+
+        def fetch(span: tuple[int, int]) -> bytes:
+            return hedged.call(lambda: self._fetch(shard, span, url))
+
+        if len(spans) == 1:  # one request: no thread of its own
+            yield fetch(spans[0])
+            return
+        yield from self._pool.map(fetch, spans)
+
+    @property
+    def hedge_counts(self) -> dict[str, int]:
+        """This process's requests, hedges and hedges that answered first."""
+        return dict(self._hedged.counts) if self._hedged is not None else {}
 
     # --- what a reader tells the node's cache --------------------------------------------
 

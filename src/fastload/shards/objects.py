@@ -97,14 +97,14 @@ class StoreProcess:
     """This process's helper for one store (see :mod:`~fastload.shards.store_process`):
     requests one at a time, in order."""
 
-    def __init__(self, url: str, options: dict[str, Any], parallel: int) -> None:
+    def __init__(self, url: str, options: dict[str, Any], parallel: int, hedging: bool) -> None:
         self._process = subprocess.Popen(
             [sys.executable, "-I", store_process.__file__],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
         self._lock = threading.Lock()
         self.ask({"op": "open", "url": url, "options": store_options(url, options),
-                  "parallel": parallel})  # fmt: skip
+                  "parallel": parallel, "hedging": hedging})  # fmt: skip
 
     def ask(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
         """Its answer to one request; an error it answered with as a :class:`StoreError`."""
@@ -179,7 +179,7 @@ class ObjectShards(CachedShards):
                     raise ModuleNotFoundError(
                         f"{self.url}: shards in object storage need obstore: pip install '.[cloud]'"
                     ) from error
-                self._helper = StoreProcess(self.url, self.options, self.parallel)
+                self._helper = StoreProcess(self.url, self.options, self.parallel, self.hedging)
                 self._pid = os.getpid()
         assert self._helper is not None
         return self._helper
@@ -205,6 +205,13 @@ class ObjectShards(CachedShards):
 
     def _listing(self) -> dict[str, int]:
         return dict(self._ask({"op": "listing"}, self.url)[0]["objects"])
+
+    @property
+    def hedge_counts(self) -> dict[str, int]:
+        """This process's requests, hedges and hedges that answered first."""
+        if self._helper is None or self._pid != os.getpid():
+            return {}
+        return dict(self._ask({"op": "counts"}, self.url)[0]["counts"])
 
     def explained(self, error: Exception, where: str) -> Exception:
         """The store's error as one a user can act on, naming ``where``."""

@@ -3,12 +3,14 @@ across ``fork`` (a child of a process that used it hangs on its first request: o
 and tokio both say so), and DataLoader workers are forked. So no fastload process
 starts obstore itself; each starts this one, with ``spawn`` semantics (a fresh
 interpreter running this file, importing only the standard library and obstore), and
-asks it over its pipes. A shard's ranged GETs run in parallel here and are written
-straight into the cache's part file, hashed on the way: its bytes never cross the pipe.
+asks it over its pipes. A shard's ranged GETs run in parallel here, hedged
+(:mod:`~fastload.shards.hedging`), and are written straight into the cache's part file,
+hashed on the way: its bytes never cross the pipe.
 
 Messages, both ways: a 4-byte length, a JSON header, then ``size`` bytes of payload.
-Requests: ``{"op": "open", "url", "options", "parallel"}`` once, then ``read``,
-``download``, ``listing``, ``names``, ``head``, ``write``, ``delete``. Answers:
+Requests: ``{"op": "open", "url", "options", "parallel", "hedging"}`` once, then
+``read``, ``download``, ``listing``, ``names``, ``head``, ``write``, ``delete``,
+``counts`` (the hedged reads'). Answers:
 ``{"ok": true, ...}`` or ``{"ok": false, "kind": "missing" | "refused" | "cut" | "other",
 "message"}``.
 """
@@ -22,7 +24,14 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import IO, Any
+
+if __package__:
+    from fastload.shards.hedging import Hedged
+else:  # run as a script (see ObjectShards): the module beside it, not the whole package
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hedging import Hedged  # type: ignore[no-redef]
 
 BODY_ATTEMPTS = 5
 _LENGTH = struct.Struct("<I")
@@ -97,11 +106,12 @@ def options_for_obstore(options: dict[str, Any]) -> dict[str, Any]:
 class Server:
     """One store, its requests answered in order."""
 
-    def __init__(self, url: str, options: dict[str, Any], parallel: int) -> None:
+    def __init__(self, url: str, options: dict[str, Any], parallel: int, hedging: bool) -> None:
         from obstore.store import from_url
 
         self.store = from_url(url, **options_for_obstore(options))
         self.pool = ThreadPoolExecutor(parallel, thread_name_prefix="fastload-get")
+        self.hedged = Hedged(parallel, enabled=hedging)
 
     def read(self, name: str) -> bytes:
         import obstore
@@ -123,7 +133,9 @@ class Server:
         """The spans, in parallel, written in order into ``path``; their SHA-256."""
         digest = hashlib.sha256()
         with open(path, "wb") as file:
-            for body in self.pool.map(lambda span: self.ranged(name, *span), spans):
+            hedged = self.pool.map(lambda span: self.hedged.call(lambda: self.ranged(name, *span)),
+                                   spans)  # fmt: skip
+            for body in hedged:
                 digest.update(body)
                 file.write(body)
         return digest.hexdigest()
@@ -141,8 +153,8 @@ class Server:
             return {"objects": {o["path"]: int(o["size"]) for o in found["objects"]}}, b""
         if op == "names":  # obstore's prefix is whole path segments: a name's start here
             batches = obstore.list(self.store)
-            found = (o["path"] for batch in batches for o in batch)
-            return {"names": sorted(n for n in found if n.startswith(header["prefix"]))}, b""
+            paths = (o["path"] for batch in batches for o in batch)
+            return {"names": sorted(p for p in paths if p.startswith(header["prefix"]))}, b""
         if op == "head":
             try:
                 meta = obstore.head(self.store, name)
@@ -159,6 +171,8 @@ class Server:
                 if not isinstance(data, bytes):
                     data.close()
             return {}, b""
+        if op == "counts":
+            return {"counts": self.hedged.counts}, b""
         if op == "delete":
             obstore.delete(self.store, name)
             return {}, b""
@@ -177,7 +191,7 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
         return
     header, _ = opened
     try:
-        server = Server(header["url"], header["options"], header["parallel"])
+        server = Server(header["url"], header["options"], header["parallel"], header["hedging"])
     except Exception as error:
         send(answers, {"ok": False, "kind": "other",
                        "message": f"{type(error).__name__}: {first_line(error)}"})  # fmt: skip

@@ -96,8 +96,8 @@ class FaultyProxy:
                         self.send_header(name, value)
                 if self.command != "HEAD":  # the body read whole: its length, not chunks
                     self.send_header("Content-Length", str(len(data)))
-                elif response.getheader("Content-Length") is not None:
-                    self.send_header("Content-Length", response.getheader("Content-Length"))
+                elif (declared := response.getheader("Content-Length")) is not None:
+                    self.send_header("Content-Length", declared)
                 self.end_headers()
                 cut = (
                     truncate and number % truncate == 0 and self.command == "GET" and len(data) > 1

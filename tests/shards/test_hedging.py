@@ -1,0 +1,102 @@
+"""Hedged reads: a request that runs past the threshold is asked again and the first
+answer wins, within a budget of hedges. Requests here block on events, so that what is
+asserted never depends on how fast the machine is."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fastload.shards.hedging import Hedged
+
+
+class Blocking:
+    """A request whose first attempt blocks until ``release`` is set; later ones answer
+    at once with their attempt's number."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.attempts = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            self.attempts += 1
+            attempt = self.attempts
+        if attempt == 1:
+            self.release.wait()
+        return attempt
+
+
+def test_a_request_past_the_threshold_is_answered_by_its_hedge():
+    hedged, request = Hedged(parallel=2, floor_s=0.01), Blocking()
+    try:
+        assert hedged.call(request) == 2  # the first attempt is still blocked
+    finally:
+        request.release.set()
+    assert hedged.counts == {"requests": 1, "hedged": 1, "hedge won": 1}
+
+
+def test_hedges_stay_within_their_budget():
+    hedged = Hedged(parallel=2, floor_s=0.01, budget=0.05)  # 1 hedge in the first 20
+    first, second = Blocking(), Blocking()
+    try:
+        assert hedged.call(first) == 2
+        threading.Timer(0.05, second.release.set).start()  # no hedge left: it waits
+        assert hedged.call(second) == 1
+    finally:
+        first.release.set()
+        second.release.set()
+    assert hedged.counts == {"requests": 2, "hedged": 1, "hedge won": 1}
+    for _ in range(38):
+        hedged.call(lambda: 0)
+    assert hedged._may_hedge()  # 40 requests: a second hedge is within 5 %
+
+
+def test_an_attempt_that_fails_leaves_the_other_to_answer_and_both_failing_raise():
+    hedged = Hedged(parallel=2, floor_s=0.01, budget=1.0)
+    release, attempts = threading.Event(), []
+
+    def first_slow_then_fails() -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            release.wait()
+            raise OSError("the slow one failed")
+        return "the hedge"
+
+    threading.Timer(0.05, release.set).start()
+    assert hedged.call(first_slow_then_fails) == "the hedge"
+    release.set()
+
+    later, calls = threading.Event(), []
+
+    def both_fail() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            later.wait()
+            raise OSError("the slow attempt's error")
+        raise OSError("the hedge's error")
+
+    threading.Timer(0.05, later.set).start()
+    with pytest.raises(OSError, match="the hedge's error"):  # the error that came first
+        hedged.call(both_fail)
+    assert len(calls) == 2
+
+
+def test_disabled_it_never_asks_twice():
+    hedged, request = Hedged(parallel=2, floor_s=0.01, enabled=False), Blocking()
+    threading.Timer(0.05, request.release.set).start()
+    assert hedged.call(request) == 1
+    assert hedged.counts == {"requests": 1, "hedged": 0, "hedge won": 0}
+
+
+def test_the_threshold_is_the_floor_until_there_are_enough_latencies():
+    hedged = Hedged(parallel=1, floor_s=0.5)
+    assert hedged.threshold() == 0.5
+    for seconds in [0.1] * 15 + [2.0] * 5:  # a quarter throttled: the median is 0.1
+        hedged._record(seconds)
+    assert hedged.threshold() == 0.5
+    for seconds in [1.0] * 21:
+        hedged._record(seconds)
+    assert hedged.threshold() == 3.0  # three times the median, past the floor
