@@ -202,3 +202,20 @@ def test_a_killed_upload_resumes_without_uploading_finished_shards_again(store, 
     resumed = ShardedDataset(store.url("killed"), cache_dir=tmp_path / "c", storage_options=options)
     whole = ShardedDataset(tmp_path / "whole")
     assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]
+
+
+def test_info_and_verify_take_an_azure_url_from_the_environment(
+    store, url, tmp_path, monkeypatch, capsys
+):
+    if store.scheme != "az":
+        pytest.skip("the GCS server's address comes in a service account file, not a variable")
+    from fastload.tools.cli import main
+
+    for name, value in store.server.environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the default cache, under ~/.cache/fastload
+    main(["info", url])
+    described = json.loads(capsys.readouterr().out)
+    assert described["samples"] == 24 and described["shards"] >= 2
+    main(["verify", url])
+    assert capsys.readouterr().out == f"{url}: {described['shards']} shards, 24 samples verified\n"

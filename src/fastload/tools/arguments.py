@@ -39,7 +39,8 @@ def byte_size(value: str) -> int:
 
 
 def source(text: str) -> str | Path:
-    """A command's DATABASE: an ``s3://`` URL as it is (a Path would mangle it), else a path."""
+    """A command's DATABASE: a URL of object storage as it is (a Path would mangle it), else
+    a path."""
     from fastload.shards.transport import is_remote
 
     return text if is_remote(text) else Path(text)

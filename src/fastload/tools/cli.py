@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     convert.add_argument(
         "destination",
-        help="database file to create (with --shards: a folder or s3://bucket/prefix)",
+        help="database file to create (with --shards: a folder, s3://, gs:// or az://bucket/prefix)",
     )
     convert.add_argument("--resume", action="store_true", help="finish an interrupted conversion")
     convert.add_argument(
@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = subcommands.add_parser("info", help="print a database's or shard set's metadata")
     info.add_argument(
-        "database", type=arguments.source, help="an LMDB file, a shard folder, s3://..."
+        "database",
+        type=arguments.source,
+        help="an LMDB file, a shard folder, s3://, gs://, az://, https://...",
     )
     info.set_defaults(run=commands.info)
 
@@ -134,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         "verify", help="read, check and decode every record (shard sets: hashes and samples)"
     )
     verify.add_argument(
-        "database", type=arguments.source, help="an LMDB file, a shard folder, s3://..."
+        "database",
+        type=arguments.source,
+        help="an LMDB file, a shard folder, s3://, gs://, az://, https://...",
     )
     verify.set_defaults(run=commands.verify)
 
