@@ -463,6 +463,35 @@ def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
     assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])
 
 
+@pytest.mark.parametrize("depth", ["two shards' bytes", "one byte"])
+def test_a_depth_in_bytes_fetches_the_shards_ahead_whose_sizes_fit_it(many, depth):
+    import time
+
+    remote = Fetches(ShardedDataset(many))
+    first_use = list(dict.fromkeys(
+        remote.shard_of(i)
+        for i in ShardShuffle(remote, global_batch_size=12, seed=1, window=2).rank_order()
+    ))  # fmt: skip
+    sizes = [remote.shards[shard].size for shard in first_use]
+    budget, fetched = (sizes[1] + sizes[2], 3) if depth == "two shards' bytes" else (1, 2)
+    sampler = ShardShuffle(remote, global_batch_size=12, seed=1, window=2, prefetch=0,
+                           prefetch_bytes=budget)  # fmt: skip
+    iterator = iter(sampler)
+    next(iterator)  # the reader is in the first shard
+    deadline = time.monotonic() + 10  # a bound on the wait, not a measurement
+    while len(remote.fetched) < fetched and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    # the shard being read, the next one always, then as many as the bytes allow
+    assert sorted(remote.fetched) == sorted(first_use[:fetched])
+    list(iterator)
+
+
+def test_a_depth_in_bytes_must_be_positive(many):
+    with pytest.raises(ValueError, match="prefetch_bytes must be an int >= 1, got 0"):
+        ShardShuffle(ShardedDataset(many), global_batch_size=12, prefetch_bytes=0)
+
+
 def cache_holding(cache_dir, names: list[str], *, limit: int) -> NodeCache:
     """A node's cache whose index lists ``names``, each cached (100 bytes, its hash recorded
     as a download records it), the first the least recently used."""

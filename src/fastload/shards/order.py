@@ -36,9 +36,14 @@ class ShardShuffle(Sampler[int]):
     ``set_epoch`` each epoch, as for a ``DistributedSampler`` of your own (FastLoader
     advances only the one it makes itself).
 
+    From object storage, a thread of the loader's process downloads ahead: the next
+    ``prefetch`` shards past the one being read, or, with ``prefetch_bytes``, the next
+    shards whose sizes add up to at most that many bytes (a depth that means the same
+    for 8 MB shards as for 1 GB ones; the next shard always).
+
     ``window`` by default (:func:`default_window`): up to 64 shards from a folder, up to
     16 from object storage; a warning says when ``cache_limit`` cannot hold it and the
-    ``prefetch``. A wider window mixes more shards into each batch (64 shards reach
+    prefetch. A wider window mixes more shards into each batch (64 shards reach
     0.80 of a permutation's distinct shards per batch of 32; ``benchmarks/
     shuffle_quality.py``); every shard of it is open, or in the cache, at once.
 
@@ -101,15 +106,19 @@ class ShardShuffle(Sampler[int]):
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = 8,
+        prefetch_bytes: int | None = None,
         drop_last: bool = True,
     ) -> None:
         check_int(global_batch_size, "global_batch_size", low=1)
         check_int(groups, "groups", low=1)
         self.prefetch = check_int(prefetch, "prefetch", low=0)
+        self.prefetch_bytes = (
+            None if prefetch_bytes is None else check_int(prefetch_bytes, "prefetch_bytes", low=1)
+        )
         if window is None:
             window = default_window(dataset, groups)
         check_int(window, "window", low=1)
-        _warn_if_the_cache_cannot_hold(dataset, window, self.prefetch)
+        _warn_if_the_cache_cannot_hold(dataset, window, self.prefetch, self.prefetch_bytes)
         if global_batch_size % groups:
             raise ValueError(
                 f"global_batch_size {global_batch_size} is not a multiple of groups {groups}: "
@@ -249,14 +258,16 @@ class ShardShuffle(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         mine = self.rank_order()
         transport = self.dataset.transport
-        if not (self.prefetch and transport is not None):
+        if not ((self.prefetch or self.prefetch_bytes) and transport is not None):
             yield from mine
             return
         # The order is known here, in the loader's process: a thread brings the next
-        # ``prefetch`` shards into the node's cache before the workers ask for them.
-        prefetcher = ShardPrefetcher(transport, self.dataset.shards,
-                                     [self.dataset.shard_of(i) for i in mine],
-                                     ahead=self.prefetch)  # fmt: skip
+        # shards into the node's cache before the workers ask for them.
+        shards_of_samples = [self.dataset.shard_of(i) for i in mine]
+        prefetcher = ShardPrefetcher(
+            transport, self.dataset.shards, shards_of_samples,
+            ahead=self.prefetch, ahead_bytes=self.prefetch_bytes,
+        )  # fmt: skip
         try:
             for position, index in enumerate(mine):
                 prefetcher.reached(position)
@@ -287,24 +298,31 @@ def default_window(dataset: ShardedDataset, groups: int) -> int:
     return min(per_group, 16 if dataset.transport is not None else 64)
 
 
-def _warn_if_the_cache_cannot_hold(dataset: ShardedDataset, window: int, prefetch: int) -> None:
+def _warn_if_the_cache_cannot_hold(
+    dataset: ShardedDataset, window: int, prefetch: int, prefetch_bytes: int | None
+) -> None:
     limit = None if dataset.transport is None else dataset.transport.cache_limit
     if limit is None:
         return
     sizes = sorted(shard.size for shard in dataset.shards)
-    needed = sum(sizes[-(window + prefetch) :])  # the largest shards, to be safe
+    if prefetch_bytes is None:
+        needed = sum(sizes[-(window + prefetch) :])  # the largest shards, to be safe
+        ahead = f"prefetch {prefetch} shards"
+    else:
+        needed, ahead = sum(sizes[-window:]) + prefetch_bytes, f"prefetch_bytes {prefetch_bytes}"
     if limit < needed:
         warnings.warn(
-            f"cache_limit {limit} bytes holds fewer than window {window} + prefetch "
-            f"{prefetch} shards ({needed} bytes): shards will be downloaded more than once",
+            f"cache_limit {limit} bytes holds fewer than window {window} shards + {ahead} "
+            f"({needed} bytes): shards will be downloaded more than once",
             stacklevel=3,
         )
 
 
 class ShardPrefetcher:
     """Fetches the shards of a sequence of samples into the cache, in order of first use,
-    at most ``ahead`` shards past the one the reader has reached, and keeps the cache's
-    plan (the shards read now, then the next ones) up to date for its eviction."""
+    at most ``ahead`` shards past the one the reader has reached (with ``ahead_bytes``:
+    the shards past it whose sizes add up to at most that), and keeps the cache's plan
+    (the shards read now, then the next ones) up to date for its eviction."""
 
     def __init__(
         self,
@@ -313,13 +331,17 @@ class ShardPrefetcher:
         shards_of_samples: list[int],
         *,
         ahead: int,
+        ahead_bytes: int | None = None,
     ) -> None:
         self.transport, self.shards, self.ahead = transport, shards, ahead
+        self.ahead_bytes = ahead_bytes
         self.spans: dict[int, list[int]] = {}  # shard -> [first, last] position of use
         for position, shard in enumerate(shards_of_samples):
             self.spans.setdefault(shard, [position, position])[1] = position
         self.first_use = sorted(self.spans, key=lambda shard: self.spans[shard][0])
         self.starts = [self.spans[shard][0] for shard in self.first_use]
+        # bytes of the shards up to and including each, in order of first use
+        self.total = list(itertools.accumulate(shards[s].size for s in self.first_use))
         self.position = 0
         self.condition = threading.Condition()
         self.stopped = False
@@ -347,15 +369,23 @@ class ShardPrefetcher:
         later = [s for s in self.first_use if self.spans[s][0] > position]
         return now + later
 
+    def _may_fetch(self, number: int) -> bool:
+        """Whether shard ``number`` (in order of first use) is within the depth ahead of
+        the shard the reader is in."""
+        reached = self._reached_shard()
+        if self.ahead_bytes is None:
+            return number <= reached + self.ahead
+        return number <= reached + 1 or self.total[number] - self.total[reached] <= self.ahead_bytes
+
     def _run(self) -> None:
-        # up to ``ahead`` downloads at once: the readers of a window want all its shards
-        pool = ThreadPoolExecutor(self.ahead, thread_name_prefix="fastload-shard-fetch")
+        # a download per shard within the depth at once: the readers of a window want
+        # all its shards (by bytes: up to 16 at once)
+        threads = self.ahead if self.ahead_bytes is None else 16
+        pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastload-shard-fetch")
         try:
             for number, shard in enumerate(self.first_use):
                 with self.condition:
-                    # shard ``number`` may be fetched once the reader is within ``ahead``
-                    # shards of it
-                    while not self.stopped and self._reached_shard() + self.ahead < number:
+                    while not self.stopped and not self._may_fetch(number):
                         self.condition.wait()
                     if self.stopped:
                         return
