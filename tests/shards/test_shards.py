@@ -592,3 +592,14 @@ def test_a_version_2_shardshuffle_state_is_still_read(folder, tmp_path):
     resumed = loader()
     resumed.load_state_dict(version_2)
     assert [b[1].tolist() for b in resumed] == whole[1:]
+
+
+@pytest.mark.parametrize(("argument", "message"), [
+    ({"attempts": 0}, "attempts must be an int >= 1, got 0"),
+    ({"parallel": 0}, "parallel must be an int >= 1, got 0"),
+])  # fmt: skip
+def test_a_bucket_reader_refuses_no_attempts_or_no_parallel_reads(tmp_path, argument, message):
+    from fastload.shards.remote import S3Shards
+
+    with pytest.raises(ValueError, match=message):
+        S3Shards("s3://bucket/set", cache_dir=tmp_path, **argument)

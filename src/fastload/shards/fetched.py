@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from fastload._checks import check_int
 from fastload.shards.cache import READ_ONLY, NodeCache
 from fastload.shards.hedging import Hedged
 from fastload.shards.index import (
@@ -85,7 +86,8 @@ class CachedShards:
         attempts: int = 3,
     ) -> None:
         self.url = url.rstrip("/")
-        self.parallel, self.attempts = parallel, attempts
+        self.parallel = check_int(parallel, "parallel", low=1)
+        self.attempts = check_int(attempts, "attempts", low=1)
         #: Hedged reads (:mod:`~fastload.shards.hedging`): a slow ranged GET asked again.
         self.hedging = True
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "fastload"
