@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastload.testing.proxy import free_port
+from fastload.testing.proxy import FaultyProxy, free_port  # noqa: F401 (FaultyProxy: its old home)
 
 __all__ = ["LocalS3", "swift_installed"]
 
