@@ -142,8 +142,7 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
         for index in order:
             image, label = dataset[index]
             assert label == reference[index][1] and np.array_equal(image, reference[index][0])
-        # what entered the cache is what was written; the member tables, read afresh
-        # from the bucket through the same faults, are what was written too
+        # what entered the cache is what was written, the member tables too
         dataset.verify()
         # each stall past the hedging threshold was asked again, and that answered first
         assert dataset.transport.hedge_counts["hedge won"] >= 1
@@ -396,3 +395,18 @@ def test_a_member_table_is_fetched_on_first_read_and_a_bad_one_is_named(
         ShardedDataset("s3://data/tables", cache_dir=tmp_path)[0]
     client.put_object(Bucket="data", Key=f"tables/{name}", Body=table)
     assert ShardedDataset("s3://data/tables", cache_dir=tmp_path)[0][1] == 0
+
+
+def test_a_member_table_read_once_is_kept_in_the_nodes_cache(server, folder, aws, tmp_path):
+    write_shards(folder, "s3://data/kept", shard_size=30_000)
+    first = ShardedDataset("s3://data/kept", cache_dir=tmp_path)
+    image, label = first[0]
+    name = first.shards[0].name + ".idx"
+    assert (first.transport.cache / name).is_file()
+    boto3.client("s3", **server.client_options()).delete_object(Bucket="data",
+                                                                  Key=f"kept/{name}")  # fmt: skip
+    again = ShardedDataset("s3://data/kept", cache_dir=tmp_path)  # another reader of the node
+    image_again, label_again = again[0]  # its table from the cache: the bucket has none now
+    assert label_again == label and np.array_equal(image_again, image)
+    with pytest.raises(ShardIndexError, match=f"s3://data/kept/{name}: the member table"):
+        ShardedDataset("s3://data/kept", cache_dir=tmp_path / "elsewhere")[0]

@@ -192,10 +192,39 @@ class CachedShards:
         return write_scanned_index(self.cache, entries, self.url, tables=False)
 
     def table(self, shard: Shard) -> bytes:
-        """The bytes of ``shard``'s member table (index version 3), one whole GET: it is
-        small. One whose SHA-256 is not the index's is fetched again, up to ``attempts``
-        times; the reader checks what is returned against the index."""
+        """The bytes of ``shard``'s member table (index version 3): from the node's cache,
+        where a process of the node put it, checked, on its first read; else one whole
+        GET (it is small), fetched again up to ``attempts`` times while its SHA-256 is
+        not the index's, and kept in the cache when it is. The reader checks what is
+        returned against the index."""
         name = table_name(shard.name)
+        cached = self._cached_table(name, shard)
+        if cached is not None:
+            return cached
+        with self.node.locked(name):
+            cached = self._cached_table(name, shard)  # another process of the node, meanwhile
+            if cached is not None:
+                return cached
+            data = self._fetched_table(name, shard)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest == shard.table_sha256 and not self.node.read_only:
+                part = self.cache / f".{name}.part"
+                try:
+                    part.write_bytes(data)
+                    self.node.enter(part, name, digest)
+                except OSError:  # a full or read-only disk: read it again next time
+                    part.unlink(missing_ok=True)
+            return data
+
+    def _cached_table(self, name: str, shard: Shard) -> bytes | None:
+        if not shard.table_sha256 or self.node.checked_hash(name) != shard.table_sha256:
+            return None
+        try:
+            return (self.cache / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _fetched_table(self, name: str, shard: Shard) -> bytes:
         try:
             for _attempt in range(self.attempts):  # a body damaged on the way: again
                 data = self._read_object(name)
