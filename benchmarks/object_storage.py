@@ -70,13 +70,20 @@ def epoch_of(dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
     return lambda: timed(lambda: loader)
 
 
-def cold(dataset: ShardedDataset, cache: Path, args) -> Callable[[], dict[str, float]]:
+def cold(
+    dataset: ShardedDataset, cache: Path, args, hedging: bool = True
+) -> Callable[[], dict[str, float]]:
+    """A pass from an emptied cache; with ``hedging=False``, no ranged GET asked twice."""
     read_all = epoch_of(dataset, args)
 
     def run() -> dict[str, float]:
         shutil.rmtree(cache, ignore_errors=True)
         cache.mkdir(parents=True)
-        return read_all()
+        dataset.transport.hedging = hedging  # the workers fork with it
+        try:
+            return read_all()
+        finally:
+            dataset.transport.hedging = True
 
     return run
 
@@ -134,7 +141,7 @@ class Store:
 
 
 def proxied(
-    store: Store, cache: Path, args, stack: ExitStack, **faults: float
+    store: Store, cache: Path, args, stack: ExitStack, hedging: bool = True, **faults: float
 ) -> Callable[[], dict[str, float]]:
     """The cold pass through a loopback proxy (``FaultyProxy``, injecting ``faults``), with
     ranged GETs of ``--fault-chunk`` bytes (enough requests for 1 % to happen) and a
@@ -142,7 +149,7 @@ def proxied(
     proxy = stack.enter_context(FaultyProxy(store.upstream, **faults))  # type: ignore[arg-type]
     options = store.options(proxy.endpoint, timeout_s=1)
     dataset = ShardedDataset(store.url, decode=None, cache_dir=cache, storage_options=options)
-    read_all = cold(dataset, cache, args)
+    read_all = cold(dataset, cache, args, hedging)
     module = store.transport
 
     def run() -> dict[str, float]:
@@ -153,6 +160,7 @@ def proxied(
             module.CHUNK = chunk
 
     run.proxy = proxy  # type: ignore[attr-defined]
+    run.dataset = dataset  # type: ignore[attr-defined]
     return run
 
 
@@ -163,6 +171,11 @@ SERVERS = {"s3": "OpenStack Swift s3api on 127.0.0.1", "gs": "fake-gcs-server on
 #: 10 % of requests answered 503 SlowDown, 1 % of bodies cut short, 1 % with a byte
 #: changed, 1 % stalled 30 s (every n-th request: n not multiples of one another)
 FAULTS = {"slow_down": 10, "truncate": 99, "corrupt": 101, "stall": 103, "stall_s": 30.0}
+
+
+def hedges(run: Callable[[], dict[str, float]]) -> dict[str, int]:
+    """The hedged reads of a proxied pass's dataset, in this process."""
+    return run.dataset.transport.hedge_counts  # type: ignore[attr-defined]
 
 
 def cold_runs(dataset: ShardedDataset, cache: Path, args, truth: dict[str, int]) -> dict:
@@ -305,6 +318,8 @@ def main() -> None:
             write_shards(folder, store.url, shard_size=args.shard_size, storage_options=options)
             remote = ShardedDataset(store.url, decode=None, cache_dir=work / "cache",
                                     storage_options=options)  # fmt: skip
+            unhedged = ShardedDataset(store.url, decode=None, cache_dir=work / "unhedged-cache",
+                                      storage_options=options)  # fmt: skip
             on_disk = ShardedDataset(local, decode=None)
             truth = expected(local)
             with ExitStack() as stack:  # what a peer started (Ray) stops before the server
@@ -312,6 +327,9 @@ def main() -> None:
                 variants = {
                     f"raw parallel GETs ({args.parallel} at once)": raw_gets(store, on_disk, args),
                     "fastload, cold cache": cold(remote, work / "cache", args),
+                    "fastload, cold cache, no hedging": cold(
+                        unhedged, work / "unhedged-cache", args, hedging=False
+                    ),
                     **obstore_on_s3(store, work / "obstore-cache", args),
                     "fastload, warm cache": epoch_of(remote, args),
                     "fastload, local disk": epoch_of(on_disk, args),
@@ -319,11 +337,17 @@ def main() -> None:
                         store, work / "proxied-cache", args, stack
                     ),
                     "fastload, cold cache, via the proxy, faults injected": faults,
+                    "fastload, cold cache, via the proxy, faults injected, no hedging": proxied(
+                        store, work / "unhedged-faulty-cache", args, stack, hedging=False,
+                        **FAULTS,
+                    ),
                 }  # fmt: skip
                 passes, notes = peer_passes(store, local, work / "peers", args, stack)
                 results = interleaved(variants | passes, rounds=args.rounds)
                 summary = {
                     "faults injected": FAULTS | dict(faults.proxy.counts),  # type: ignore[attr-defined]
+                    # the downloads ahead run in the loader's process: most of the requests
+                    "hedged reads in the faults pass, the loader's process": hedges(faults),
                     "cold runs": cold_runs(remote, work / "cache", args, truth),
                 }
     finally:

@@ -11,9 +11,10 @@ Credentials come the usual way for each cloud: the environment (``GOOGLE_*``,
 takes them). An ``http://`` endpoint is allowed when it is the one given.
 
 obstore is not safe across ``fork``, and DataLoader workers are forked: each process
-asks its own :mod:`~fastload.shards.store_process`, started on first use, which runs
-the requests (the ranged GETs of a shard in parallel, written straight into the
-cache). obstore retries throttling, 5xx answers, dropped connections and timeouts of
+asks store processes of its own (:mod:`~fastload.shards.store_process`, up to
+``parallel`` of them, started as requests need them, a shard's download each at a
+time), which run the requests: the ranged GETs of a shard in parallel, written straight
+into the cache. obstore retries throttling, 5xx answers, dropped connections and timeouts of
 reads, with exponential backoff and jitter; a request stalled for 10 s is given up and
 retried; a body cut short on the way is read again. The download into the node's cache
 is :class:`~fastload.shards.fetched.CachedShards`'.
@@ -97,14 +98,14 @@ class StoreProcess:
     """This process's helper for one store (see :mod:`~fastload.shards.store_process`):
     requests one at a time, in order."""
 
-    def __init__(self, url: str, options: dict[str, Any], parallel: int, hedging: bool) -> None:
+    def __init__(self, url: str, options: dict[str, Any], parallel: int) -> None:
         self._process = subprocess.Popen(
             [sys.executable, "-I", store_process.__file__],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
         self._lock = threading.Lock()
         self.ask({"op": "open", "url": url, "options": store_options(url, options),
-                  "parallel": parallel, "hedging": hedging})  # fmt: skip
+                  "parallel": parallel})  # fmt: skip
 
     def ask(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
         """Its answer to one request; an error it answered with as a :class:`StoreError`."""
@@ -122,6 +123,10 @@ class StoreProcess:
             raise StoreError(reply["kind"], reply["message"])
         return reply, data
 
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
     def close(self) -> None:
         if self._process.stdin is not None:
             self._process.stdin.close()  # it ends at the end of its requests
@@ -130,6 +135,62 @@ class StoreProcess:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+
+
+class StoreProcesses:
+    """This process's store processes for one store: up to ``most`` of them, each
+    answering one request at a time, so that ``most`` requests (a shard's download each)
+    run at once; a request goes to an idle one, or to one started for it."""
+
+    def __init__(self, url: str, options: dict[str, Any], parallel: int, most: int) -> None:
+        self.url, self.options, self.parallel, self.most = url, options, parallel, most
+        self._idle: list[StoreProcess] = []
+        self._started = 0
+        self._condition = threading.Condition()
+
+    def ask(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        """The answer of one of them (see :meth:`StoreProcess.ask`)."""
+        helper = self._take()
+        try:
+            return helper.ask(header, payload)
+        finally:
+            with self._condition:
+                if helper.alive:
+                    self._idle.append(helper)
+                else:  # one that ended is replaced by the next request that needs one
+                    self._started -= 1
+                self._condition.notify()
+
+    def _take(self) -> StoreProcess:
+        with self._condition:
+            while not self._idle and self._started >= self.most:
+                self._condition.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._started += 1
+        try:  # started outside the lock: the others' requests go on meanwhile
+            return StoreProcess(self.url, self.options, self.parallel)
+        except BaseException:
+            with self._condition:
+                self._started -= 1
+                self._condition.notify()
+            raise
+
+    def counts(self) -> dict[str, int]:
+        """The hedged reads of the idle ones, added up (see :mod:`fastload.shards.hedging`)."""
+        with self._condition:
+            idle = list(self._idle)
+        totals: dict[str, int] = {}
+        for helper in idle:
+            for key, value in helper.ask({"op": "counts"})[0]["counts"].items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
+
+    def close(self) -> None:
+        with self._condition:
+            idle, self._idle = self._idle, []
+        for helper in idle:
+            helper.close()
 
 
 class ObjectShards(CachedShards):
@@ -158,7 +219,7 @@ class ObjectShards(CachedShards):
                          parallel=parallel, attempts=attempts)  # fmt: skip
         self.options = dict(options or {})
         self.writable = parsed.scheme not in ("https", "http")
-        self._helper: StoreProcess | None = None
+        self._helper: StoreProcesses | None = None
         self._pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
@@ -169,8 +230,8 @@ class ObjectShards(CachedShards):
         if getattr(self, "_pid", -1) == os.getpid() and self._helper is not None:
             self._helper.close()
 
-    def helper(self) -> StoreProcess:
-        """This process's store process (a forked worker starts its own)."""
+    def helper(self) -> StoreProcesses:
+        """This process's store processes (a forked worker starts its own)."""
         with _setup:
             if self._pid != os.getpid():
                 try:
@@ -179,7 +240,8 @@ class ObjectShards(CachedShards):
                     raise ModuleNotFoundError(
                         f"{self.url}: shards in object storage need obstore: pip install '.[cloud]'"
                     ) from error
-                self._helper = StoreProcess(self.url, self.options, self.parallel, self.hedging)
+                self._helper = StoreProcesses(self.url, self.options, self.parallel,
+                                              most=self.parallel)  # fmt: skip
                 self._pid = os.getpid()
         assert self._helper is not None
         return self._helper
@@ -199,7 +261,8 @@ class ObjectShards(CachedShards):
 
     def _receive(self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str) -> str:
         """The store process writes the spans into ``part``; their SHA-256."""
-        header = {"op": "download", "name": shard.name, "spans": spans, "path": str(part)}
+        header = {"op": "download", "name": shard.name, "spans": spans, "path": str(part),
+                  "hedging": self.hedging}  # fmt: skip
         reply, _ = self._ask(header, url)
         return str(reply["sha256"])
 
@@ -211,7 +274,7 @@ class ObjectShards(CachedShards):
         """This process's requests, hedges and hedges that answered first."""
         if self._helper is None or self._pid != os.getpid():
             return {}
-        return dict(self._ask({"op": "counts"}, self.url)[0]["counts"])
+        return self._helper.counts()
 
     def explained(self, error: Exception, where: str) -> Exception:
         """The store's error as one a user can act on, naming ``where``."""

@@ -8,7 +8,7 @@ asks it over its pipes. A shard's ranged GETs run in parallel here, hedged
 hashed on the way: its bytes never cross the pipe.
 
 Messages, both ways: a 4-byte length, a JSON header, then ``size`` bytes of payload.
-Requests: ``{"op": "open", "url", "options", "parallel", "hedging"}`` once, then
+Requests: ``{"op": "open", "url", "options", "parallel"}`` once, then
 ``read``, ``download``, ``listing``, ``names``, ``head``, ``write``, ``delete``,
 ``counts`` (the hedged reads'). Answers:
 ``{"ok": true, ...}`` or ``{"ok": false, "kind": "missing" | "refused" | "cut" | "other",
@@ -106,12 +106,12 @@ def options_for_obstore(options: dict[str, Any]) -> dict[str, Any]:
 class Server:
     """One store, its requests answered in order."""
 
-    def __init__(self, url: str, options: dict[str, Any], parallel: int, hedging: bool) -> None:
+    def __init__(self, url: str, options: dict[str, Any], parallel: int) -> None:
         from obstore.store import from_url
 
         self.store = from_url(url, **options_for_obstore(options))
         self.pool = ThreadPoolExecutor(parallel, thread_name_prefix="fastload-get")
-        self.hedged = Hedged(parallel, enabled=hedging)
+        self.hedged = Hedged(parallel)
 
     def read(self, name: str) -> bytes:
         import obstore
@@ -147,6 +147,7 @@ class Server:
         if op == "read":
             return {}, self.read(name)
         if op == "download":
+            self.hedged.enabled = header["hedging"]  # the asking process's setting, now
             return {"sha256": self.download(name, header["spans"], header["path"])}, b""
         if op == "listing":
             found = obstore.list_with_delimiter(self.store)
@@ -191,7 +192,7 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
         return
     header, _ = opened
     try:
-        server = Server(header["url"], header["options"], header["parallel"], header["hedging"])
+        server = Server(header["url"], header["options"], header["parallel"])
     except Exception as error:
         send(answers, {"ok": False, "kind": "other",
                        "message": f"{type(error).__name__}: {first_line(error)}"})  # fmt: skip

@@ -20,11 +20,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from fastload.testing.proxy import free_port
+from fastload.testing.processes import free_port, stop, wait_until_it_answers
 
 __all__ = ["ACCOUNT", "KEY", "LocalAzurite", "azurite_binary"]
 
@@ -82,20 +81,12 @@ class LocalAzurite:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _wait_until_it_listens(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self._process is not None and self._process.poll() is not None:
-                    log = (self.root / "azurite.log").read_text(errors="replace")[-500:]
-                    raise RuntimeError(f"Azurite exited at start: {log}") from None
-                if time.monotonic() > deadline:
-                    message = f"Azurite did not listen in {timeout:.0f} s"
-                    raise RuntimeError(message) from None
-                time.sleep(0.1)
+    def _wait_until_it_listens(self) -> None:
+        assert self._process is not None
+        wait_until_it_answers(
+            lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close(),
+            [self._process], "Azurite", logs=self.root,
+        )  # fmt: skip
 
     def connection_string(self) -> str:
         return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
@@ -119,11 +110,6 @@ class LocalAzurite:
 
     def stop(self) -> None:
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            stop([self._process])
             self._process = None
         shutil.rmtree(self.root, ignore_errors=True)

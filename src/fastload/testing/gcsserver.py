@@ -21,14 +21,13 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
-from fastload.testing.proxy import Answer, FaultyProxy, free_port
+from fastload.testing.processes import free_port, stop, wait_until_it_answers
+from fastload.testing.proxy import Answer, FaultyProxy
 
 __all__ = ["LocalGCS", "fake_gcs_installed"]
 
@@ -102,19 +101,11 @@ class LocalGCS:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _wait_until_it_answers(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/storage/v1/b", timeout=2)
-                return
-            except (urllib.error.URLError, ConnectionError):
-                if self._process is not None and self._process.poll() is not None:
-                    raise RuntimeError("fake-gcs-server exited at start") from None
-                if time.monotonic() > deadline:
-                    message = f"fake-gcs-server did not answer in {timeout:.0f} s"
-                    raise RuntimeError(message) from None
-                time.sleep(0.1)
+    def _wait_until_it_answers(self) -> None:
+        assert self._process is not None
+        url = f"http://127.0.0.1:{self.port}/storage/v1/b"
+        wait_until_it_answers(lambda: urllib.request.urlopen(url, timeout=2), [self._process],
+                              "fake-gcs-server")  # fmt: skip
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(
@@ -136,11 +127,6 @@ class LocalGCS:
     def stop(self) -> None:
         self._proxy.__exit__()
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            stop([self._process])
             self._process = None
         shutil.rmtree(self.root, ignore_errors=True)

@@ -11,26 +11,18 @@ Example::
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Answer", "FaultyProxy", "Rewrite", "free_port"]
+__all__ = ["Answer", "FaultyProxy", "Rewrite"]
 
 #: The answer's headers and body -> the headers to send back.
 Answer = Callable[[list[tuple[str, str]], bytes], list[tuple[str, str]]]
 #: (method, path, headers) -> the request to send upstream instead, and what to change in
 #: its answer's headers (None: nothing).
 Rewrite = Callable[[str, str, dict[str, str]], tuple[str, str, dict[str, str], Answer | None]]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class FaultyProxy:

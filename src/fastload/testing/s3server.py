@@ -16,11 +16,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from fastload.testing.proxy import FaultyProxy, free_port  # noqa: F401 (FaultyProxy: its old home)
+from fastload.testing.processes import free_port, stop, wait_until_it_answers
+from fastload.testing.proxy import FaultyProxy  # noqa: F401 (its old home)
 
 __all__ = ["LocalS3", "swift_installed"]
 
@@ -156,23 +156,12 @@ class LocalS3:
                 )
         self._wait_until_it_answers()
 
-    def _wait_until_it_answers(self, timeout: float = 60.0) -> None:
+    def _wait_until_it_answers(self) -> None:
         import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
 
         client = boto3.client("s3", **self.client_options())
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                client.list_buckets()
-                return
-            except (BotoCoreError, ClientError) as error:
-                dead = [p for p in self._processes if p.poll() is not None]
-                if dead or time.monotonic() > deadline:
-                    logs = {p.name: p.read_text()[-500:] for p in self.root.glob("*.log")}
-                    message = f"the local S3 server did not start ({error}): {logs}"
-                    raise RuntimeError(message) from None
-                time.sleep(0.2)
+        wait_until_it_answers(client.list_buckets, self._processes, "the local S3 server",
+                              logs=self.root)  # fmt: skip
 
     def kill_endpoint(self) -> None:
         """Kill the S3 endpoint (Swift's proxy) with SIGKILL, as a crash would: requests
@@ -190,13 +179,6 @@ class LocalS3:
         self._wait_until_it_answers()
 
     def stop(self) -> None:
-        for process in self._processes:
-            process.terminate()
-        for process in self._processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(self._processes)
         self._processes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
