@@ -407,6 +407,9 @@ def test_a_member_table_read_once_is_kept_in_the_nodes_cache(server, folder, aws
     assert (first.transport.cache / name).is_file()
     boto3.client("s3", **server.client_options()).delete_object(Bucket="data",
                                                                   Key=f"kept/{name}")  # fmt: skip
+    second = first.shards[1]
+    assert first.transport.prefetch(second, use=0)  # as the download-ahead thread does
+    assert (first.transport.cache / f"{second.name}.idx").is_file()  # the table came with it
     again = ShardedDataset("s3://data/kept", cache_dir=tmp_path)  # another reader of the node
     image_again, label_again = again[0]  # its table from the cache: the bucket has none now
     assert label_again == label and np.array_equal(image_again, image)

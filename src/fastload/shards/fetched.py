@@ -256,10 +256,15 @@ class CachedShards:
             return os.open(path, os.O_RDONLY)
 
     def prefetch(self, shard: Shard, use: int) -> bool:
-        """Download the shard now, for a read ``use`` places down this process's plan;
-        not when it would evict a shard needed sooner (returns False)."""
+        """Download the shard now, for a read ``use`` places down this process's plan,
+        and its member table (the workers that read it find both in the cache); not when
+        it would evict a shard needed sooner (returns False)."""
         with self.node.locked(shard.name):
-            return self._cached(shard, use=use) is not None
+            if self._cached(shard, use=use) is None:
+                return False
+        if shard.table_sha256:
+            self.table(shard)
+        return True
 
     def _cached(self, shard: Shard, *, use: int | None) -> Path | None:
         """(Under the shard's lock.) Its file, downloaded if absent or not the indexed
