@@ -192,8 +192,8 @@ def cold_runs(dataset: ShardedDataset, cache: Path, args, truth: dict[str, int])
 def obstore_on_s3(store: Store, cache: Path, args) -> dict[str, Callable[[], dict[str, float]]]:
     """On S3, the cold pass through obstore (``ObjectShards``, in its store process) too,
     beside boto3's (``S3Shards``, fastload's S3 client): which is faster here."""
-    if store.scheme != "s3":
-        return {}
+    if store.scheme != "s3" or importlib.util.find_spec("obstore") is None:
+        return {}  # not installed: boto3's pass alone
     from fastload.shards.objects import ObjectShards
 
     boto3_names = store.options()

