@@ -3,13 +3,10 @@ only: never on the number of nodes, GPUs or workers."""
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
-import threading
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.distributed as dist
@@ -18,8 +15,7 @@ from torch.utils.data import Sampler
 from fastload._checks import check_int
 from fastload.hashing import splitmix64
 from fastload.shards.dataset import ShardedDataset
-from fastload.shards.index import Shard
-from fastload.shards.transport import Transport
+from fastload.shards.prefetcher import ShardPrefetcher
 
 __all__ = ["ShardShuffle"]
 
@@ -307,102 +303,13 @@ def _warn_if_the_cache_cannot_hold(
     sizes = sorted(shard.size for shard in dataset.shards)
     if prefetch_bytes is None:
         needed = sum(sizes[-(window + prefetch) :])  # the largest shards, to be safe
-        ahead = f"prefetch {prefetch} shards"
+        held = f"window {window} + prefetch {prefetch} shards"
     else:
-        needed, ahead = sum(sizes[-window:]) + prefetch_bytes, f"prefetch_bytes {prefetch_bytes}"
+        needed = sum(sizes[-window:]) + prefetch_bytes
+        held = f"window {window} shards + prefetch_bytes {prefetch_bytes}"
     if limit < needed:
         warnings.warn(
-            f"cache_limit {limit} bytes holds fewer than window {window} shards + {ahead} "
-            f"({needed} bytes): shards will be downloaded more than once",
+            f"cache_limit {limit} bytes holds fewer than {held} ({needed} bytes): shards "
+            "will be downloaded more than once",
             stacklevel=3,
         )
-
-
-class ShardPrefetcher:
-    """Fetches the shards of a sequence of samples into the cache, in order of first use,
-    at most ``ahead`` shards past the one the reader has reached (with ``ahead_bytes``:
-    the shards past it whose sizes add up to at most that), and keeps the cache's plan
-    (the shards read now, then the next ones) up to date for its eviction."""
-
-    def __init__(
-        self,
-        transport: Transport,
-        shards: list[Shard],
-        shards_of_samples: list[int],
-        *,
-        ahead: int,
-        ahead_bytes: int | None = None,
-    ) -> None:
-        self.transport, self.shards, self.ahead = transport, shards, ahead
-        self.ahead_bytes = ahead_bytes
-        self.spans: dict[int, list[int]] = {}  # shard -> [first, last] position of use
-        for position, shard in enumerate(shards_of_samples):
-            self.spans.setdefault(shard, [position, position])[1] = position
-        self.first_use = sorted(self.spans, key=lambda shard: self.spans[shard][0])
-        self.starts = [self.spans[shard][0] for shard in self.first_use]
-        # bytes of the shards up to and including each, in order of first use
-        self.total = list(itertools.accumulate(shards[s].size for s in self.first_use))
-        self.position = 0
-        self.condition = threading.Condition()
-        self.stopped = False
-        self.thread = threading.Thread(
-            target=self._run, name="fastload-shard-prefetch", daemon=True
-        )
-        self.thread.start()
-
-    def reached(self, position: int) -> None:
-        with self.condition:
-            self.position = position
-            self.condition.notify()
-
-    def stop(self) -> None:
-        with self.condition:
-            self.stopped = True
-            self.condition.notify()
-        self.thread.join()
-        self.transport.forget_plan()
-
-    def plan(self) -> list[int]:
-        """The shards still to be read: those being read now, then by first use."""
-        position = self.position
-        now = [s for s in self.first_use if self.spans[s][0] <= position <= self.spans[s][1]]
-        later = [s for s in self.first_use if self.spans[s][0] > position]
-        return now + later
-
-    def _may_fetch(self, number: int) -> bool:
-        """Whether shard ``number`` (in order of first use) is within the depth ahead of
-        the shard the reader is in."""
-        reached = self._reached_shard()
-        if self.ahead_bytes is None:
-            return number <= reached + self.ahead
-        return number <= reached + 1 or self.total[number] - self.total[reached] <= self.ahead_bytes
-
-    def _run(self) -> None:
-        # a download per shard within the depth at once: the readers of a window want
-        # all its shards (by bytes: up to 16 at once)
-        threads = self.ahead if self.ahead_bytes is None else 16
-        pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastload-shard-fetch")
-        try:
-            for number, shard in enumerate(self.first_use):
-                with self.condition:
-                    while not self.stopped and not self._may_fetch(number):
-                        self.condition.wait()
-                    if self.stopped:
-                        return
-                    plan = self.plan()
-                self.transport.plan([self.shards[number].name for number in plan])
-                pool.submit(self._fetch, shard, plan.index(shard) if shard in plan else 0)
-        finally:
-            # stop() (a break, an error in the loop) waits for no download: those not
-            # started are dropped, those under way finish in the background
-            pool.shutdown(wait=False, cancel_futures=self.stopped)
-
-    def _fetch(self, shard: int, use: int) -> None:
-        try:
-            self.transport.prefetch(self.shards[shard], use)
-        except Exception:  # the worker that reads it fetches it again and says why
-            return
-
-    def _reached_shard(self) -> int:
-        """The number (in order of first use) of the shard the reader is in."""
-        return max(0, bisect.bisect_right(self.starts, self.position) - 1)
