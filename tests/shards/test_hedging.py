@@ -56,32 +56,28 @@ def test_hedges_stay_within_their_budget():
 
 def test_an_attempt_that_fails_leaves_the_other_to_answer_and_both_failing_raise():
     hedged = Hedged(parallel=2, floor_s=0.01, budget=1.0)
-    release, attempts = threading.Event(), []
 
-    def first_slow_then_fails() -> str:
-        attempts.append(1)
-        if len(attempts) == 1:
-            release.wait()
-            raise OSError("the slow one failed")
-        return "the hedge"
+    def request_where_the_hedge_frees_the_first(first_says: str, hedge_says: str | None):
+        """The first attempt blocks until the hedge ran, then fails: no clock decides."""
+        hedge_ran, calls = threading.Event(), []
 
-    threading.Timer(0.05, release.set).start()
-    assert hedged.call(first_slow_then_fails) == "the hedge"
-    release.set()
+        def request() -> str:
+            calls.append(1)
+            if len(calls) == 1:
+                hedge_ran.wait()
+                raise OSError(first_says)
+            hedge_ran.set()
+            if hedge_says is None:
+                raise OSError("the hedge's error")
+            return hedge_says
 
-    later, calls = threading.Event(), []
+        return request
 
-    def both_fail() -> str:
-        calls.append(1)
-        if len(calls) == 1:
-            later.wait()
-            raise OSError("the slow attempt's error")
-        raise OSError("the hedge's error")
-
-    threading.Timer(0.05, later.set).start()
-    with pytest.raises(OSError, match="the hedge's error"):  # the error that came first
-        hedged.call(both_fail)
-    assert len(calls) == 2
+    assert hedged.call(request_where_the_hedge_frees_the_first("slow, then failed", "hedge")) == (
+        "hedge"
+    )
+    with pytest.raises(OSError, match="the first attempt's error"):  # both failed
+        hedged.call(request_where_the_hedge_frees_the_first("the first attempt's error", None))
 
 
 def test_disabled_it_never_asks_twice():

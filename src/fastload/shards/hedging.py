@@ -62,8 +62,8 @@ class Hedged:
 
     def call(self, request: Callable[[], T]) -> T:
         """``request()``'s answer: the first complete one of at most two attempts (an
-        attempt that raises leaves the other to answer; both raising, the error that came
-        first)."""
+        attempt that raises leaves the other to answer; both raising, the first attempt's
+        error)."""
         with self._lock:
             self.counts["requests"] += 1
         started = time.perf_counter()
@@ -75,17 +75,16 @@ class Hedged:
             return answer
         second = self._attempts.submit(request)
         pending: set[Future[T]] = {first, second}
-        error: BaseException | None = None
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for attempt in done:
-                if attempt.exception() is None:
+            for attempt in (first, second):  # in this order where both are done
+                if attempt in done and attempt.exception() is None:
                     if attempt is second:
                         with self._lock:
                             self.counts["hedge won"] += 1
                     self._record(time.perf_counter() - started)
                     return attempt.result()
-                error = error or attempt.exception()
+        error = first.exception()  # both failed: the request's own error
         assert error is not None
         raise error
 
