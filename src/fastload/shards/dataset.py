@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import os
 import warnings
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -263,18 +263,17 @@ class ShardedDataset(ImageDataset):
         return self._finish(image, target, source)
 
     def verify(self) -> None:
-        """Check that the index lists each shard once and that no two members of a shard
-        share a byte, then every shard's SHA-256 against the index; raise naming the
+        """Check that the index lists each shard once, then, shard by shard, that no two
+        of its members share a byte and its SHA-256 is the index's; raise naming the
         first finding."""
-        names = [shard.name for shard in self.shards]
-        for name in names:
-            if names.count(name) > 1:
+        listed = Counter(shard.name for shard in self.shards)
+        for name, times in listed.items():
+            if times > 1:
                 raise ShardIndexError(
-                    f"{self.path}: shard {name} is listed {names.count(name)} times in the index"
+                    f"{self.path}: shard {name} is listed {times} times in the index"
                 )
-        for number in range(len(self.shards)):
+        for number, shard in enumerate(self.shards):  # shard by shard: each fetched once
             self._check_overlaps(number)
-        for number, shard in enumerate(self.shards):
             if file_sha256(self._local_file(number)) != shard.sha256:
                 raise ShardIndexError(
                     f"{self._where(number)}: its SHA-256 differs from the index's"

@@ -16,6 +16,7 @@ shared by the node's processes (one of them downloads a shard), evicted past
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import itertools
@@ -192,17 +193,26 @@ class CachedShards:
         return write_scanned_index(self.cache, entries, self.url, tables=False)
 
     def table(self, shard: Shard) -> bytes:
-        """The bytes of ``shard``'s member table (index version 3): from the node's cache,
-        where a process of the node put it, checked, on its first read; else one whole
-        GET (it is small), fetched again up to ``attempts`` times while its SHA-256 is
-        not the index's, and kept in the cache when it is. The reader checks what is
-        returned against the index."""
+        """The bytes of ``shard``'s member table (index version 3), from the node's
+        cache, where the shard's download puts it beside the shard (a reader needs both:
+        it waits for a download under way, or makes it, rather than asking for the table
+        alone); else one whole GET (it is small), asked again up to ``attempts`` times
+        while its SHA-256 is not the index's, and kept in the cache when it is. The
+        reader checks what is returned against the index."""
         name = table_name(shard.name)
         cached = self._cached_table(name, shard)
-        if cached is not None:
-            return cached
+        if cached is None:
+            with self.node.locked(shard.name):
+                self._cached(shard, use=None)
+            cached = self._cached_table(name, shard)
+        return cached if cached is not None else self._table_into_cache(shard)
+
+    def _table_into_cache(self, shard: Shard) -> bytes:
+        """``shard``'s table fetched (unless a process of the node did meanwhile) and
+        kept in the cache when its hash is the index's."""
+        name = table_name(shard.name)
         with self.node.locked(name):
-            cached = self._cached_table(name, shard)  # another process of the node, meanwhile
+            cached = self._cached_table(name, shard)
             if cached is not None:
                 return cached
             data = self._fetched_table(name, shard)
@@ -263,7 +273,7 @@ class CachedShards:
             if self._cached(shard, use=use) is None:
                 return False
         if shard.table_sha256:
-            self.table(shard)
+            self.table(shard)  # (fetched with the shard: read from the cache)
         return True
 
     def _cached(self, shard: Shard, *, use: int | None) -> Path | None:
@@ -289,7 +299,8 @@ class CachedShards:
         try:
             if self.node.read_only:
                 raise OSError(errno.EROFS, "read-only")
-            self._download_into(shard, part, spans, url)
+            with self._table_beside(shard):
+                self._download_into(shard, part, spans, url)
         except OSError as error:
             if error.errno in READ_ONLY:
                 raise OSError(
@@ -305,6 +316,29 @@ class CachedShards:
                     "another cache_dir",
                 ) from None
             raise
+
+    @contextlib.contextmanager
+    def _table_beside(self, shard: Shard) -> Iterator[None]:
+        """The shard's member table fetched into the cache while the shard downloads,
+        when it is not there: one round trip for both, and the reader that waits for the
+        shard finds its table."""
+        name = table_name(shard.name)
+        if not shard.table_sha256 or self.node.checked_hash(name) == shard.table_sha256:
+            yield
+            return
+
+        def fetch() -> None:
+            try:
+                self._table_into_cache(shard)
+            except Exception:  # the reader asks again, and says why it fails
+                return
+
+        beside = threading.Thread(target=fetch, name="fastload-table", daemon=True)
+        beside.start()
+        try:
+            yield
+        finally:
+            beside.join()
 
     def _download_into(
         self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str

@@ -28,6 +28,9 @@ __all__ = ["S3Shards"]
 CHUNK = 8 << 20  # bytes per ranged GET
 _BODY_ATTEMPTS = 5
 _setup = threading.Lock()  # a process's client is made once
+# botocore's parsed service models, kept from the first client a process makes: a forked
+# worker's client then skips parsing S3's model again, most of a new client's CPU time
+_models: Any = None
 
 
 def _fresh_setup_lock() -> None:
@@ -82,8 +85,9 @@ class S3Shards(CachedShards):
 
     def _new_client(self) -> Any:
         try:
-            import boto3
             from botocore.config import Config
+
+            session = _session()
         except ModuleNotFoundError as error:
             raise ModuleNotFoundError(
                 f"{self.url}: s3:// shards need boto3: pip install '.[s3]'"
@@ -99,8 +103,6 @@ class S3Shards(CachedShards):
         options = dict(self.options)
         if "config" in options:  # the caller's settings (timeouts, ...) win
             config = config.merge(options.pop("config"))
-        # a session of its own: boto3's default one caches what it found first
-        session = boto3.session.Session()
         return session.client("s3", config=config, **options)
 
     def _read_object(self, name: str) -> bytes:
@@ -226,3 +228,18 @@ class S3Shards(CachedShards):
                 "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the options given"
             )
         return OSError(f"{where}: {type(error).__name__}: {error}")
+
+
+def _session() -> Any:
+    """A new boto3 session (boto3's default one caches the credentials it found first),
+    sharing the service models parsed by the sessions of this process or its parent."""
+    import boto3
+    import botocore.session
+
+    global _models
+    core = botocore.session.get_session()
+    if _models is None:
+        _models = core.get_component("data_loader")
+    else:
+        core.register_component("data_loader", _models)
+    return boto3.session.Session(botocore_session=core)
