@@ -4,6 +4,7 @@ cache, with the errors a user meets named."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -416,3 +417,36 @@ def test_a_member_table_read_once_is_kept_in_the_nodes_cache(server, folder, aws
     assert label_again == label and np.array_equal(image_again, image)
     with pytest.raises(ShardIndexError, match=f"s3://data/kept/{name}: the member table"):
         ShardedDataset("s3://data/kept", cache_dir=tmp_path / "elsewhere")[0]
+
+
+def test_a_shards_member_table_comes_with_its_download_in_one_get_each(url, aws, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path)
+    transport, shard = dataset.transport, dataset.shards[1]
+    asked: list[str] = []
+    transport.client().meta.events.register(
+        "before-send.s3.GetObject", lambda request, **_: asked.append(request.url)
+    )
+    table = transport.table(shard)  # what a reader asks first: the shard comes with it
+    assert (transport.cache / shard.name).is_file()
+    assert (transport.cache / f"{shard.name}.idx").read_bytes() == table
+    assert sorted(url.rsplit("/", 1)[1] for url in asked) == [shard.name, f"{shard.name}.idx"]
+    transport.table(shard)
+    assert len(asked) == 2  # from the cache now
+
+
+def test_a_forked_workers_client_reuses_the_service_models_its_parent_parsed(url, aws):
+    from fastload.shards import remote
+
+    ShardedDataset(url).transport.client()  # the index read made this process's client
+    parent_models = id(remote._models)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        in_child = pool.apply(_models_of_a_new_client, (url,))
+    assert in_child == (parent_models, parent_models)
+
+
+def _models_of_a_new_client(url: str) -> tuple[int, int]:
+    from fastload.shards import remote
+
+    client = remote.S3Shards(url).client()  # made in this (forked) process
+    return id(client._loader), id(remote._models)

@@ -113,6 +113,20 @@ def test_forked_workers_read_every_sample_once(store, url, tmp_path):
     assert labels == [dataset[index][1] for index in sampler] and len(labels) == 24
 
 
+def test_a_shards_member_table_comes_with_its_download_not_alone(store, url, folder, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=store.options())
+    transport, shard = dataset.transport, dataset.shards[1]
+    table = transport.table(shard)  # what a reader asks first: the shard comes with it
+    assert (transport.cache / shard.name).is_file()
+    assert (transport.cache / f"{shard.name}.idx").read_bytes() == table
+    assert transport.node.checked_hash(f"{shard.name}.idx") == shard.table_sha256
+    assert not list(transport.cache.glob("*.part"))  # the table's own part file entered
+    first = dataset.shard_range(1)[0]
+    image, label = dataset[first]  # read through that table
+    assert label == ImageFolder(folder)[first][1]
+    assert np.array_equal(image, ImageFolder(folder)[first][0])
+
+
 def test_a_shard_that_fails_its_hash_is_named_with_its_url(store, url, tmp_path):
     dataset = ShardedDataset(url, cache_dir=tmp_path, storage_options=store.options())
     shard = dataset.shards[0]

@@ -76,6 +76,9 @@ class CachedShards:
 
     #: Bytes per ranged read.
     chunk: int
+    #: Whether the scheme's :meth:`_receive` brings a shard's member table itself
+    #: (otherwise a thread beside the download does).
+    tables_in_download = False
 
     def __init__(
         self,
@@ -216,15 +219,31 @@ class CachedShards:
             if cached is not None:
                 return cached
             data = self._fetched_table(name, shard)
-            digest = hashlib.sha256(data).hexdigest()
-            if digest == shard.table_sha256 and not self.node.read_only:
+            if not self.node.read_only:
                 part = self.cache / f".{name}.part"
                 try:
                     part.write_bytes(data)
-                    self.node.enter(part, name, digest)
                 except OSError:  # a full or read-only disk: read it again next time
                     part.unlink(missing_ok=True)
+                else:
+                    self._keep_table(shard, part, hashlib.sha256(data).hexdigest())
             return data
+
+    def _table_wanted(self, shard: Shard) -> bool:
+        """Whether ``shard`` has a member table that is not in the cache."""
+        wanted = shard.table_sha256 and not self.node.read_only
+        return bool(wanted) and self.node.checked_hash(table_name(shard.name)) != shard.table_sha256
+
+    def _keep_table(self, shard: Shard, part: Path, digest: str) -> None:
+        """(Under the table's lock.) ``part``, the table's bytes downloaded, enters the
+        cache when ``digest``, their SHA-256, is the index's; it is removed otherwise."""
+        try:
+            if digest == shard.table_sha256:
+                self.node.enter(part, table_name(shard.name), digest)
+        except OSError:  # a full disk: fetched again next time
+            pass
+        finally:
+            part.unlink(missing_ok=True)
 
     def _cached_table(self, name: str, shard: Shard) -> bytes | None:
         if not shard.table_sha256 or self.node.checked_hash(name) != shard.table_sha256:
@@ -322,8 +341,7 @@ class CachedShards:
         """The shard's member table fetched into the cache while the shard downloads,
         when it is not there: one round trip for both, and the reader that waits for the
         shard finds its table."""
-        name = table_name(shard.name)
-        if not shard.table_sha256 or self.node.checked_hash(name) == shard.table_sha256:
+        if self.tables_in_download or not self._table_wanted(shard):
             yield
             return
 

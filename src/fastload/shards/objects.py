@@ -38,7 +38,7 @@ from urllib.parse import urlparse
 
 from fastload.shards import store_process
 from fastload.shards.fetched import CachedShards
-from fastload.shards.index import INDEX, Shard, ShardIndexError
+from fastload.shards.index import INDEX, Shard, ShardIndexError, table_name
 
 __all__ = ["SCHEMES", "ObjectShards", "store_options"]
 
@@ -197,6 +197,8 @@ class ObjectShards(CachedShards):
     """The shard set at ``url`` (``gs://``, ``az://``, ``https://``): its index, and each
     shard as a local file on demand (see :class:`~fastload.shards.fetched.CachedShards`)."""
 
+    tables_in_download = True
+
     @property
     def chunk(self) -> int:  # type: ignore[override]
         return CHUNK  # read at each download: a test may make the requests small
@@ -260,10 +262,24 @@ class ObjectShards(CachedShards):
         return self.helper().ask({"op": "read", "name": name})[1]
 
     def _receive(self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str) -> str:
-        """The store process writes the spans into ``part``; their SHA-256."""
+        """The store process writes the spans into ``part``, and the shard's member table
+        beside it when the cache lacks it (one request for both); their SHA-256."""
         header = {"op": "download", "name": shard.name, "spans": spans, "path": str(part),
                   "hedging": self.hedging}  # fmt: skip
-        reply, _ = self._ask(header, url)
+        table = None
+        if self._table_wanted(shard):
+            name = table_name(shard.name)
+            table = part.with_name(f".{name}.{os.getpid()}.part")  # not another's part
+            header["table"] = [name, str(table)]
+        try:
+            reply, _ = self._ask(header, url)
+        except BaseException:
+            if table is not None:
+                table.unlink(missing_ok=True)
+            raise
+        if table is not None:  # kept if its hash is the index's (None: it failed)
+            with self.node.locked(table_name(shard.name)):
+                self._keep_table(shard, table, reply.get("table_sha256") or "")
         return str(reply["sha256"])
 
     def _listing(self) -> dict[str, int]:

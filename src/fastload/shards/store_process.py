@@ -9,7 +9,8 @@ hashed on the way: its bytes never cross the pipe.
 
 Messages, both ways: a 4-byte length, a JSON header, then ``size`` bytes of payload.
 Requests: ``{"op": "open", "url", "options", "parallel"}`` once, then
-``read``, ``download``, ``listing``, ``names``, ``head``, ``write``, ``delete``,
+``read``, ``download`` (a shard, and its member table with it), ``listing``, ``names``,
+``head``, ``write``, ``delete``,
 ``counts`` (the hedged reads'). Answers:
 ``{"ok": true, ...}`` or ``{"ok": false, "kind": "missing" | "refused" | "cut" | "other",
 "message"}``.
@@ -74,13 +75,14 @@ def kind(error: BaseException) -> str:
     return "cut" if isinstance(error, CutShort) else "other"
 
 
-def again_if_cut(read: Any) -> bytes:
-    """``read()``, again with backoff doubling from 0.1 s while the answer is cut short
-    or fails on the way (obstore retries a request, not a body read half-way); an answer
-    the store gave (missing, refused) is not asked again."""
+def again_if_cut(read: Any) -> Any:
+    """``read()`` (bytes, or obstore's buffer of them, not copied), again with backoff
+    doubling from 0.1 s while the answer is cut short or fails on the way (obstore
+    retries a request, not a body read half-way); an answer the store gave (missing,
+    refused) is not asked again."""
     for attempt in range(BODY_ATTEMPTS):
         try:
-            return bytes(read())
+            return read()
         except Exception as error:
             if kind(error) in ("missing", "refused") or attempt == BODY_ATTEMPTS - 1:
                 raise
@@ -113,16 +115,16 @@ class Server:
         self.pool = ThreadPoolExecutor(parallel, thread_name_prefix="fastload-get")
         self.hedged = Hedged(parallel)
 
-    def read(self, name: str) -> bytes:
+    def read(self, name: str) -> Any:
         import obstore
 
         return again_if_cut(lambda: obstore.get(self.store, name).bytes())
 
-    def ranged(self, name: str, first: int, last: int) -> bytes:
+    def ranged(self, name: str, first: int, last: int) -> Any:
         import obstore
 
-        def one() -> bytes:
-            body = bytes(obstore.get_range(self.store, name, start=first, end=last + 1))
+        def one() -> Any:
+            body = obstore.get_range(self.store, name, start=first, end=last + 1)
             if len(body) != last - first + 1:
                 raise CutShort(f"bytes {first}-{last} cut short {BODY_ATTEMPTS} times")
             return body
@@ -140,6 +142,26 @@ class Server:
                 file.write(body)
         return digest.hexdigest()
 
+    def download_with(self, header: dict[str, Any]) -> dict[str, Any]:
+        """A shard's download (``name``, ``spans`` into ``path``) and, with ``table``
+        (its name and a path), that object whole, fetched meanwhile: their SHA-256s
+        (the table's None where it failed: the asking process fetches it again)."""
+        beside = None
+        if "table" in header:
+            table_name, table_path = header["table"]
+            beside = self.pool.submit(self.read, table_name)
+        reply: dict[str, Any] = {
+            "sha256": self.download(header["name"], header["spans"], header["path"])
+        }
+        if beside is not None:
+            try:
+                data = beside.result()
+                Path(table_path).write_bytes(data)
+                reply["table_sha256"] = hashlib.sha256(data).hexdigest()
+            except Exception:
+                reply["table_sha256"] = None
+        return reply
+
     def answer(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         import obstore
 
@@ -148,7 +170,7 @@ class Server:
             return {}, self.read(name)
         if op == "download":
             self.hedged.enabled = header["hedging"]  # the asking process's setting, now
-            return {"sha256": self.download(name, header["spans"], header["path"])}, b""
+            return self.download_with(header), b""
         if op == "listing":
             found = obstore.list_with_delimiter(self.store)
             return {"objects": {o["path"]: int(o["size"]) for o in found["objects"]}}, b""
