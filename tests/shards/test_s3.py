@@ -4,6 +4,7 @@ cache, with the errors a user meets named."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import shutil
@@ -238,10 +239,20 @@ def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
     assert [(dataset[i][0].numpy().tobytes(), dataset[i][1]) for i in range(10)] == reference
     index = dataset.transport.cache / INDEX
     assert index.exists() and index.parent.name == "scanned"
+    assert json.loads(index.read_bytes())["version"] == 3  # O(shards); tables beside it
+    assert sorted(path.name for path in index.parent.glob("*.idx")) == [
+        "train-0.tar.idx", "train-1.tar.idx"]  # fmt: skip
     scanned = index.stat().st_mtime_ns
     again = ShardedDataset("s3://data/wds", cache_dir=tmp_path, decode=None)
     assert len(again) == 10 and index.stat().st_mtime_ns == scanned
     again.verify()
+    (index.parent / "train-1.tar.idx").unlink()  # the cache's files, taken from under it
+    with pytest.raises(
+        ShardIndexError,
+        match=r"train-1\.tar\.idx: the member table of "
+        r"train-1\.tar is missing from the scan kept in the cache: remove",
+    ):
+        ShardedDataset("s3://data/wds", cache_dir=tmp_path, decode=None)[9]
     with pytest.raises(ShardIndexError, match=r"no index\.json"):  # no tar either
         ShardedDataset("s3://data/nothing-here", cache_dir=tmp_path / "empty")
 

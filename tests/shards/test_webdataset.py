@@ -5,6 +5,7 @@ is refused naming it."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 
 import cv2
@@ -63,7 +64,11 @@ def test_without_an_index_nothing_is_written_into_the_shards_folder(tmp_path):
     again = ShardedDataset(shards, keys=("jpg",), cache_dir=cache)  # read from the cache
     assert [len(kept), len(again)] == [3, 3]
     assert [shard.sha256 for shard in again.shards] == [shard.sha256 for shard in scanned.shards]
-    assert len(list((cache / "fastload-scans").glob("*.json"))) == 1
+    kept_scan = list((cache / "fastload-scans").glob(f"*/{INDEX}"))
+    assert len(kept_scan) == 1 and json.loads(kept_scan[0].read_bytes())["version"] == 3
+    tables = sorted(path.name for path in kept_scan[0].parent.glob("*.idx"))
+    assert tables == ["a.tar.idx", "b.tar.idx"]  # beside the kept index, not the shards
+    assert [again[index][0].shape for index in range(3)] == [(24, 32, 3)] * 3
     assert sorted((p.name, p.stat().st_mtime_ns) for p in shards.iterdir()) == listing
     write_tar(shards / "b.tar", [("2.jpg", jpeg(2)), ("2.cls", b"0"), ("3.jpg", jpeg(3))])
     assert len(ShardedDataset(shards, keys=("jpg",), cache_dir=cache)) == 4  # rewritten: rescanned

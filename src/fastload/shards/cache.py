@@ -117,6 +117,11 @@ class NodeCache:
         self.folder = self.source / ("scanned" if digest is None else f"index-{digest[:16]}")
         self.names = names
 
+    @property
+    def scanned(self) -> bool:
+        """Whether the namespace is a scan's, its index and member tables written here."""
+        return self.folder.name == "scanned"
+
     def enter(self, part: Path, name: str, digest: str) -> Path:
         """The downloaded and checked ``part`` becomes shard ``name``, its hash recorded
         last: a shard is trusted only by a record written after it (interrupted in

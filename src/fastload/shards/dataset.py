@@ -115,6 +115,8 @@ class ShardedDataset(ImageDataset):
             else None
         )  # fmt: skip
         self.path: Path | str
+        #: Where the member tables are, when not beside the shards (a kept scan's folder).
+        self._tables_folder: Path | None = None
         if self.transport is not None:
             self.path = self.transport.url
             self.shards, self.meta = self.transport.index()
@@ -124,7 +126,9 @@ class ShardedDataset(ImageDataset):
                 raise FileNotFoundError(f"{self.path}: no such shard folder")
             unfinished = (self.path / PROGRESS).exists()
             if not (self.path / INDEX).exists() and not unfinished and any(self.path.glob("*.tar")):
-                self.shards, self.meta = scanned_index(self.path, cache_dir)  # WebDataset's
+                self.shards, self.meta, self._tables_folder = scanned_index(  # WebDataset's
+                    self.path, cache_dir
+                )
             else:
                 self.shards, self.meta = load_index(self.path)
         self.classes = self.meta.get("classes")
@@ -171,7 +175,7 @@ class ShardedDataset(ImageDataset):
         if self.transport is not None and facts.samples is None:
             where = f"{self.path}/{table_name(facts.name)}"
             return checked_table(self.transport.table(facts), where, facts)
-        return load_table(Path(self.path), facts)
+        return load_table(self._tables_folder or Path(self.path), facts)
 
     def _own_process(self) -> None:
         if os.getpid() != self._pid:  # a forked worker: its own descriptors and tables

@@ -193,7 +193,8 @@ class CachedShards:
         entries = []
         for name, size in tars:  # no hash to check yet: this scan records it
             entries.append(scan_tar(self.local_path(Shard(name, size, "", []))))
-        return write_scanned_index(self.cache, entries, self.url, tables=False)
+        # version 3: O(shards) in the index, each member table a file of the namespace
+        return write_scanned_index(self.cache, entries, self.url)
 
     def table(self, shard: Shard) -> bytes:
         """The bytes of ``shard``'s member table (index version 3), from the node's
@@ -231,7 +232,7 @@ class CachedShards:
 
     def _table_wanted(self, shard: Shard) -> bool:
         """Whether ``shard`` has a member table that is not in the cache."""
-        wanted = shard.table_sha256 and not self.node.read_only
+        wanted = shard.table_sha256 and not (self.node.read_only or self.node.scanned)
         return bool(wanted) and self.node.checked_hash(table_name(shard.name)) != shard.table_sha256
 
     def _keep_table(self, shard: Shard, part: Path, digest: str) -> None:
@@ -246,6 +247,16 @@ class CachedShards:
             part.unlink(missing_ok=True)
 
     def _cached_table(self, name: str, shard: Shard) -> bytes | None:
+        """The table in the cache: one downloaded, trusted by its recorded hash; one of a
+        scan, written beside the scanned index (the reader checks its hash)."""
+        if self.node.scanned:
+            try:
+                return (self.cache / name).read_bytes()
+            except FileNotFoundError:
+                raise ShardIndexError(
+                    f"{self.cache / name}: the member table of {shard.name} is missing from "
+                    f"the scan kept in the cache: remove {self.cache} to scan the shards again"
+                ) from None
         if not shard.table_sha256 or self.node.checked_hash(name) != shard.table_sha256:
             return None
         try:

@@ -41,7 +41,7 @@ INDEX = "index.json"
 PROGRESS = ".fastload-progress.json"  # an unfinished conversion: not a shard set yet
 # 2: shards_sha256, the digest of the shard list; 3: members in a table per shard
 VERSION = 3
-INLINE = 2  # the last version with members inline (written for scans kept in a cache)
+INLINE = 2  # the last version with members inline (a scan held in memory is one)
 TABLE = ".idx"  # a shard's member table is its name and this
 # A file beside the index: no path, no traversal, not one of the cache's own dot-files;
 # spaces and any script are names (``train 0.tar``, ``données-0.tar``).
@@ -123,8 +123,8 @@ def write_inline_index(folder: Path, shards: list[dict[str, Any]], meta: dict[st
     """``index.json`` of version 2 (members inline), written whole or not at all, and only
     one that loads: checked as :func:`parse_index` checks it first (a refusal writes
     nothing), then a temporary file of this writer's own renamed. New shard sets get
-    version 3 (:func:`fastload.shards.layout.write_index`); this is for scans kept in a
-    cache, and for tests of the old layout."""
+    version 3 (:func:`fastload.shards.layout.write_index`); this writes the old layout,
+    for the tests that read it."""
     path = folder / INDEX
     data = index_bytes(shards, meta, INLINE)
     parse_index(data, str(path))

@@ -24,8 +24,6 @@ from fastload.shards.index import (
     index_bytes,
     index_of,
     shard_entry,
-    write_inline_index,
-    write_whole,
 )
 from fastload.shards.layout import write_index
 
@@ -64,10 +62,12 @@ def index_webdataset(folder: Path) -> Path:
 
 def scanned_index(
     folder: Path, cache_dir: str | os.PathLike[str] | None
-) -> tuple[list[Shard], dict[str, Any]]:
+) -> tuple[list[Shard], dict[str, Any], Path | None]:
     """The index of the WebDataset shards in ``folder``, which has none, with nothing
     written into ``folder``: a scan kept in ``cache_dir`` (for these tars: their names,
-    sizes and times), or, without one, a scan now and a warning that says how to keep it.
+    sizes and times; version 3, its member tables in its own folder, the third value),
+    or, without one, a scan now (members inline, in memory: no folder) and a warning
+    that says how to keep it.
     """
     tars = _tars(folder)
     if cache_dir is None:
@@ -78,24 +78,18 @@ def scanned_index(
             "index beside them once, or give cache_dir= to keep the scan there",
             stacklevel=3,
         )
-        return index_of(folder, data, f"the scan of {folder}")
-    kept = Path(cache_dir) / SCANS / f"{_tars_digest(folder, tars)}.json"
-    if not kept.is_file():
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        write_whole(kept, _scanned_bytes(folder, tars))
-    return index_of(folder, kept.read_bytes(), str(kept))
+        return (*index_of(folder, data, f"the scan of {folder}"), None)
+    kept = Path(cache_dir) / SCANS / _tars_digest(folder, tars)
+    if not (kept / INDEX).is_file():  # written last: a scan cut short is made again
+        kept.mkdir(parents=True, exist_ok=True)
+        write_scanned_index(kept, [scan_tar(path) for path in tars], str(folder))
+    return (*index_of(folder, (kept / INDEX).read_bytes(), str(kept / INDEX)), kept)
 
 
-def write_scanned_index(
-    folder: Path, shards: list[dict[str, Any]], where: str, *, tables: bool = True
-) -> Path:
-    """The index of scanned shards, written into ``folder``: version 3, member tables
-    beside the tars, or (``tables=False``, a scan kept in a node's cache, read by that
-    node only) version 2, members inline."""
-    meta = _scanned_meta(shards, where)
-    if not tables:
-        return write_inline_index(folder, shards, meta)
-    return write_index(folder, shards, meta)
+def write_scanned_index(folder: Path, shards: list[dict[str, Any]], where: str) -> Path:
+    """The index of scanned shards, written into ``folder``: version 3, each member
+    table beside it."""
+    return write_index(folder, shards, _scanned_meta(shards, where))
 
 
 def _tars(folder: Path) -> list[Path]:
