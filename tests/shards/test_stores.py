@@ -7,6 +7,7 @@ that cannot start skips its tests, saying why."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -155,6 +156,17 @@ def test_a_missing_index_bucket_or_credential_is_said_plainly(store, url, tmp_pa
         wrong = {**store.options(), "account_key": "d3Jvbmc="}
         with pytest.raises(PermissionError, match="the store refused the credentials"):
             ShardedDataset(url, cache_dir=tmp_path, storage_options=wrong)
+
+
+@pytest.mark.parametrize("url", ["gs://", "ftp://host/set", "gs:///set"])
+def test_a_url_a_store_cannot_reach_is_refused_naming_it(url):
+    with pytest.raises(ValueError, match=rf"^{re.escape(url)}: not a URL of a store reached "
+                       r"through obstore \(gs://, az://, https://, http://, s3://\)$"):  # fmt: skip
+        ObjectShards(url)
+    from fastload.shards.remote import S3Shards
+
+    with pytest.raises(ValueError, match=rf"^{re.escape(url)}: not an s3://bucket/prefix URL$"):
+        S3Shards(url)
 
 
 def test_a_web_server_url_is_read_only():

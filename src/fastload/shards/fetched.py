@@ -86,10 +86,14 @@ class CachedShards:
         *,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        options: dict[str, Any] | None = None,
         parallel: int = 4,
         attempts: int = 3,
     ) -> None:
+        self._connect(url)
         self.url = url.rstrip("/")
+        #: The scheme's client settings (see its class).
+        self.options = dict(options or {})
         self.parallel = check_int(parallel, "parallel", low=1)
         self.attempts = check_int(attempts, "attempts", low=1)
         #: Hedged reads (:mod:`~fastload.shards.hedging`): a slow ranged GET asked again.
@@ -114,6 +118,11 @@ class CachedShards:
         return self.node.limit
 
     # --- what a scheme implements --------------------------------------------------------
+
+    def _connect(self, url: str) -> None:
+        """Check ``url`` (ValueError when it is not the scheme's) and set
+        the scheme's own attributes; its client is made later, in the process using it."""
+        raise NotImplementedError
 
     def _read_object(self, name: str) -> bytes:
         """The whole object ``name`` under the prefix."""

@@ -203,23 +203,11 @@ class ObjectShards(CachedShards):
     def chunk(self) -> int:  # type: ignore[override]
         return CHUNK  # read at each download: a test may make the requests small
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | None = None,
-        options: dict[str, Any] | None = None,
-        parallel: int = 4,
-        attempts: int = 3,
-    ) -> None:
+    def _connect(self, url: str) -> None:
         parsed = urlparse(url)
         if parsed.scheme not in _REACHES or not parsed.netloc:
             schemes = ", ".join(f"{scheme}://" for scheme in _REACHES)
             raise ValueError(f"{url}: not a URL of a store reached through obstore ({schemes})")
-        super().__init__(url, cache_dir=cache_dir, cache_limit=cache_limit,
-                         parallel=parallel, attempts=attempts)  # fmt: skip
-        self.options = dict(options or {})
         self.writable = parsed.scheme not in ("https", "http")
         self._helper: StoreProcesses | None = None
         self._pid = -1

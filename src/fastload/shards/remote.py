@@ -49,23 +49,11 @@ class S3Shards(CachedShards):
     def chunk(self) -> int:  # type: ignore[override]
         return CHUNK  # read at each download: a test may make the requests small
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | None = None,
-        options: dict[str, Any] | None = None,
-        parallel: int = 4,
-        attempts: int = 3,
-    ) -> None:
+    def _connect(self, url: str) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"{url}: not an s3://bucket/prefix URL")
-        super().__init__(url, cache_dir=cache_dir, cache_limit=cache_limit,
-                         parallel=parallel, attempts=attempts)  # fmt: skip
         self.bucket, self.prefix = parsed.netloc, parsed.path.strip("/")
-        self.options = dict(options or {})
         self._client: Any = None
         self._pid = -1
 
