@@ -371,8 +371,7 @@ SlowDown, cuts 1 % of bodies short, changes a byte in 1 % and stalls 1 % for 30 
         """\
 litdata reads a cold bucket fastest; fastload is ahead of WebDataset, MosaicML Streaming
 and Ray Data; on 2 cores the server, the downloads and the workers share the CPU, and
-every reader here is CPU-bound. The raw GETs with each shard's member table too show
-what those requests cost the server. The cold pass through obstore (fastload's client
+every reader here is CPU-bound. The cold pass through obstore (fastload's client
 for the other stores) is level with boto3's. With faults injected the epoch is exact,
 every corrupted body caught by the shard's hash; hedged reads shorten it. The summary
 counts the faults, the hedges and the longest wait for a batch over 20 cold runs.""",

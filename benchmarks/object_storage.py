@@ -10,8 +10,6 @@ equivalent:
 
 - raw parallel GETs: every shard fetched whole by ``--parallel`` GETs at once (boto3 for
   S3, obstore for the others), nothing else (the ceiling a reader of this server reaches here);
-  and the same with each shard's member table too (the requests a reader of the index
-  asks for, without any reading);
 - fastload, cold: ShardedDataset on the bucket in ShardShuffle's order through
   FastLoader, its cache emptied before each pass;
 - fastload, warm: the same, the cache filled by the pass before;
@@ -54,7 +52,6 @@ from benchmarks.lib.data import DATA, jpeg_folder
 from benchmarks.lib.streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.index import table_name
 from fastload.testing.proxy import FaultyProxy
 from fastload.testing.s3server import LocalS3, swift_installed
 from fastload.tools.measure import Measurement
@@ -210,12 +207,9 @@ def obstore_on_s3(store: Store, cache: Path, args) -> dict[str, Callable[[], dic
     return {"fastload, cold cache, obstore client": cold(dataset, cache, args)}
 
 
-def raw_gets(
-    store: Store, dataset: ShardedDataset, args, tables: bool = False
-) -> Callable[[], dict[str, float]]:
+def raw_gets(store: Store, dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
     """Every shard fetched whole, ``--parallel`` at once, by the store's client (boto3 for
-    S3, obstore for the others) in this process; with ``tables``, each shard's member
-    table too (what a reader of index version 3 asks for besides the shards)."""
+    S3, obstore for the others) in this process."""
     if store.scheme == "s3":
         import boto3
 
@@ -237,8 +231,6 @@ def raw_gets(
             return len(obstore.get(client, name).bytes())
 
     names = [shard.name for shard in dataset.shards]
-    if tables:
-        names += [table_name(shard.name) for shard in dataset.shards]
 
     def run() -> dict[str, float]:
         cpu, start = cpu_seconds_of_tree(), time.perf_counter()
@@ -336,9 +328,6 @@ def main() -> None:
                 faults = proxied(store, work / "faulty-cache", args, stack, **FAULTS)
                 variants = {
                     f"raw parallel GETs ({args.parallel} at once)": raw_gets(store, on_disk, args),
-                    "raw parallel GETs, each shard's member table too": raw_gets(
-                        store, on_disk, args, tables=True
-                    ),
                     "fastload, cold cache": cold(remote, work / "cache", args),
                     "fastload, cold cache, no hedging": cold(
                         unhedged, work / "unhedged-cache", args, hedging=False

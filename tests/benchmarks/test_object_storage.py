@@ -45,8 +45,7 @@ def installed_peers(folder: Path) -> dict[str, bool]:
 
 
 #: What every run measures, on every server.
-MEASURED = ["raw parallel GETs (4 at once)", "raw parallel GETs, each shard's member table too",
-            "fastload, cold cache",
+MEASURED = ["raw parallel GETs (4 at once)", "fastload, cold cache",
             "fastload, cold cache, no hedging", "fastload, warm cache", "fastload, local disk",
             "fastload, cold cache, via the proxy",
             "fastload, cold cache, via the proxy, faults injected",

@@ -21,6 +21,7 @@ from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
 from fastload.testing.s3server import LocalS3, swift_installed
+from old_shard_index import to_version_3
 
 boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
 if not swift_installed():
@@ -394,11 +395,21 @@ def test_an_epoch_is_exact_through_the_server_killed_and_restarted_mid_epoch(fol
         assert labels == expected
 
 
+def put_version_3(client, folder, prefix: str, work) -> str:
+    """``folder`` written as a shard set with its member tables beside the shards
+    (index version 3, an upgraded older set), uploaded under ``prefix``; its URL."""
+    write_shards(folder, work / prefix, shard_size=30_000)
+    to_version_3(work / prefix)
+    for path in sorted((work / prefix).iterdir()):
+        client.upload_file(str(path), "data", f"{prefix}/{path.name}")
+    return f"s3://data/{prefix}"
+
+
 def test_a_member_table_is_fetched_on_first_read_and_a_bad_one_is_named(
     server, folder, aws, tmp_path
 ):
-    write_shards(folder, "s3://data/tables", shard_size=30_000)
     client = boto3.client("s3", **server.client_options())
+    put_version_3(client, folder, "tables", tmp_path / "written")
     name = ShardedDataset("s3://data/tables", cache_dir=tmp_path).shards[0].name + ".idx"
     table = client.get_object(Bucket="data", Key=f"tables/{name}")["Body"].read()
     client.put_object(Bucket="data", Key=f"tables/{name}", Body=table[:-1] + b"\x00")
@@ -413,7 +424,8 @@ def test_a_member_table_is_fetched_on_first_read_and_a_bad_one_is_named(
 
 
 def test_a_member_table_read_once_is_kept_in_the_nodes_cache(server, folder, aws, tmp_path):
-    write_shards(folder, "s3://data/kept", shard_size=30_000)
+    client = boto3.client("s3", **server.client_options())
+    put_version_3(client, folder, "kept", tmp_path / "written")
     first = ShardedDataset("s3://data/kept", cache_dir=tmp_path)
     image, label = first[0]
     name = first.shards[0].name + ".idx"
@@ -430,17 +442,39 @@ def test_a_member_table_read_once_is_kept_in_the_nodes_cache(server, folder, aws
         ShardedDataset("s3://data/kept", cache_dir=tmp_path / "elsewhere")[0]
 
 
-def test_a_shards_member_table_comes_with_its_download_in_one_get_each(url, aws, tmp_path):
-    dataset = ShardedDataset(url, cache_dir=tmp_path)
-    transport, shard = dataset.transport, dataset.shards[1]
+def gets_of(transport) -> list[str]:
+    """The object names ``transport``'s client asks for from now on (appended as asked)."""
     asked: list[str] = []
     transport.client().meta.events.register(
         "before-send.s3.GetObject", lambda request, **_: asked.append(request.url)
     )
+    return asked
+
+
+def test_a_shards_member_table_comes_inside_it_one_get_a_shard(url, aws, tmp_path):
+    dataset = ShardedDataset(url, cache_dir=tmp_path)
+    transport, shard = dataset.transport, dataset.shards[1]
+    asked = gets_of(transport)
+    assert len(dataset.members(1)) == shard.count  # what a reader asks first
+    assert (transport.cache / shard.name).is_file()  # the shard came, its table inside
+    assert not list(transport.cache.glob("*.idx"))
+    first = dataset.shard_range(1)[0]
+    dataset[first], dataset[first + 1]
+    assert [name.rsplit("/", 1)[1] for name in asked] == [shard.name]
+
+
+def test_a_table_beside_its_shard_comes_with_its_download_one_get_each(
+    server, folder, aws, tmp_path
+):
+    client = boto3.client("s3", **server.client_options())
+    url = put_version_3(client, folder, "beside", tmp_path / "written")
+    dataset = ShardedDataset(url, cache_dir=tmp_path / "cache")
+    transport, shard = dataset.transport, dataset.shards[1]
+    asked = gets_of(transport)
     table = transport.table(shard)  # what a reader asks first: the shard comes with it
     assert (transport.cache / shard.name).is_file()
     assert (transport.cache / f"{shard.name}.idx").read_bytes() == table
-    assert sorted(url.rsplit("/", 1)[1] for url in asked) == [shard.name, f"{shard.name}.idx"]
+    assert sorted(name.rsplit("/", 1)[1] for name in asked) == [shard.name, f"{shard.name}.idx"]
     transport.table(shard)
     assert len(asked) == 2  # from the cache now
 

@@ -1,14 +1,17 @@
-"""Index version 3: a shard's member table round-trips any keys, extensions, offsets and
-sizes; a table changed, cut short, mis-hashed or pointing outside its shard is refused
-naming the file; construction reads no table, and the dataset pickles to bytes that grow
-with the shards; an index of version 2 reads, upgrades with one command, and reads the
-same samples after."""
+"""Member tables: a table round-trips any keys, extensions, offsets and sizes; a new set
+(index version 4) ends each shard with its table, which tar readers never see; a table
+(inside its shard, or beside it: version 3) changed, cut short, mis-hashed or pointing
+outside its shard is refused naming the file; construction reads no table, and the
+dataset pickles to bytes that grow with the shards; an index of version 2 reads,
+upgrades with one command, and reads the same samples after."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import re
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.shard_index import write_synthetic
-from fastload import make_image_folder
+from fastload import ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.index import INDEX, Member, ShardIndexError, shards_digest, table_name
 from fastload.shards.table import read_table, table_bytes
 from fastload.tools.cli import main
-from old_shard_index import to_version_2
+from old_shard_index import to_version_2, to_version_3
 
 SHARD = 1 << 40  # a shard size every drawn member fits in
 
@@ -65,21 +68,69 @@ def folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def shards(folder, tmp_path) -> Path:
+def written(folder, tmp_path) -> Path:
+    """A shard set as write_shards makes it (version 4)."""
     write_shards(folder, tmp_path / "shards", shard_size=10_000)
     return tmp_path / "shards"
+
+
+@pytest.fixture
+def shards(written) -> Path:
+    """The same set with its member tables beside the shards (version 3)."""
+    to_version_3(written)
+    return written
 
 
 def everything(dataset: ShardedDataset) -> list[tuple[bytes, int]]:
     return [(image.tobytes(), label) for image, label in (dataset[i] for i in range(len(dataset)))]
 
 
-def test_a_shard_set_is_written_in_version_3_a_table_beside_each_shard(shards):
+def test_a_shard_set_is_written_in_version_4_each_table_at_its_shards_end(written, folder):
+    index = json.loads((written / INDEX).read_text())
+    assert index["version"] == 4 and len(index["shards"]) > 2
+    assert sorted(path.name for path in written.iterdir()) == sorted(
+        [INDEX] + [entry["name"] for entry in index["shards"]])  # fmt: skip
+    dataset = ShardedDataset(written)
+    for number, entry in enumerate(index["shards"]):
+        data = (written / entry["name"]).read_bytes()
+        assert len(data) == entry["size"] and "samples" not in entry
+        table = data[-entry["table_size"] :]
+        assert hashlib.sha256(table).hexdigest() == entry["table_sha256"]
+        assert table.startswith(b"FLTABLE\0")
+        with tarfile.open(written / entry["name"]) as archive:  # a tar reader stops before it
+            names = archive.getnames()
+            assert names == [f"{key}.{ext}" for key, members in dataset.members(number).samples()
+                             for ext in members]  # fmt: skip
+            key, members = next(dataset.members(number).samples())
+            extension, member = next(iter(members.items()))
+            found = archive.extractfile(f"{key}.{extension}").read()
+            assert found == data[member.offset : member.offset + member.size]
+    assert sum(entry["count"] for entry in index["shards"]) == len(dataset) == 10
+    reference = ImageFolder(folder)
+    assert [label for _, label in everything(dataset)] == [reference[i][1] for i in range(10)]
+
+
+def test_a_table_inside_its_shard_changed_is_refused_naming_the_shard(written, capsys):
+    first = ShardedDataset(written).shards[0].name
+    change_bytes(written / first)  # the table's last byte: the shard's last
+    dataset = ShardedDataset(written)
+    where = re.escape(f"{written / first} (its member table)")
+    with pytest.raises(ShardIndexError, match=f"{where}: its SHA-256 differs from the index's"):
+        dataset[0]
+    with pytest.raises(ShardIndexError, match=f"{where}: its SHA-256 differs from the index's"):
+        dataset.verify()
+    with pytest.raises(SystemExit) as stop:
+        main(["verify", str(written)])
+    assert stop.value.code == 1 and first in capsys.readouterr().out
+
+
+def test_a_shard_set_with_tables_beside_its_shards_reads_as_written(written, shards):
+    expected = everything(ShardedDataset(written))
     index = json.loads((shards / INDEX).read_text())
-    assert index["version"] == 3 and len(index["shards"]) > 2
+    assert index["version"] == 3
     for entry in index["shards"]:
-        assert "samples" not in entry and (shards / table_name(entry["name"])).is_file()
-    assert sum(entry["count"] for entry in index["shards"]) == len(ShardedDataset(shards)) == 10
+        assert (shards / table_name(entry["name"])).is_file()
+    assert everything(ShardedDataset(shards)) == expected
 
 
 def change_bytes(path: Path) -> None:

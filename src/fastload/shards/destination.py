@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.index import INDEX, PROGRESS, table_name
+from fastload.shards.index import INDEX, PROGRESS
 from fastload.shards.layout import write_index
 from fastload.shards.transport import SCHEMES, is_remote
 
@@ -133,11 +133,8 @@ class StoreDestination(Destination):
         finished.unlink()
 
     def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-        index = write_index(self.staging, shards, meta)
-        for shard in shards:  # the tables first: the index, put last, makes the set whole
-            name = table_name(shard["name"])
-            self.put(self.staging / name, name)
-        self.put(index, INDEX)
+        # the tables are inside the shards: the index, put last, makes the set whole
+        self.put(write_index(self.staging, shards, meta), INDEX)
         for name in [*self._record_names(), PROGRESS]:  # the header last
             self.remote.delete(name)
 

@@ -38,6 +38,7 @@ from fastload.shards.index import (
     parse_index,
     table_name,
 )
+from fastload.shards.layout import table_at_end
 
 __all__ = ["CachedShards", "byte_spans"]
 
@@ -212,6 +213,12 @@ class CachedShards:
         alone); else one whole GET (it is small), asked again up to ``attempts`` times
         while its SHA-256 is not the index's, and kept in the cache when it is. The
         reader checks what is returned against the index."""
+        if shard.table_inside:  # the shard's own last bytes: it brings its table
+            descriptor = self.open(shard)
+            try:
+                return table_at_end(descriptor, shard)
+            finally:
+                os.close(descriptor)
         name = table_name(shard.name)
         cached = self._cached_table(name, shard)
         if cached is None:
@@ -241,7 +248,8 @@ class CachedShards:
 
     def _table_wanted(self, shard: Shard) -> bool:
         """Whether ``shard`` has a member table that is not in the cache."""
-        wanted = shard.table_sha256 and not (self.node.read_only or self.node.scanned)
+        wanted = shard.table_sha256 and not shard.table_inside
+        wanted = wanted and not (self.node.read_only or self.node.scanned)
         return bool(wanted) and self.node.checked_hash(table_name(shard.name)) != shard.table_sha256
 
     def _keep_table(self, shard: Shard, part: Path, digest: str) -> None:
@@ -311,7 +319,7 @@ class CachedShards:
         with self.node.locked(shard.name):
             if self._cached(shard, use=use) is None:
                 return False
-        if shard.table_sha256:
+        if shard.table_sha256 and not shard.table_inside:
             self.table(shard)  # (fetched with the shard: read from the cache)
         return True
 

@@ -1,9 +1,13 @@
 """The index of a shard set: ``index.json``, written last, so that a shard set without
-it is visibly incomplete. Per shard: its name, size in bytes, SHA-256, and (version 3)
-its sample count, extensions and its member table's size and SHA-256: the table,
-``NAME.idx`` beside the shard (:mod:`fastload.shards.table`), holds each sample's key and
-members (extension, offset of the data in the tar, size) and is read when the shard is
-first opened. Versions 1 and 2 list the members inline, and are still read.
+it is visibly incomplete. Per shard: its name, size in bytes, SHA-256, and (since
+version 3) its sample count, extensions and its member table's size and SHA-256. The
+table (:mod:`fastload.shards.table`) holds each sample's key and members (extension,
+offset of the data in the tar, size) and is read when the shard is first opened: in
+version 4, the last ``table_size`` bytes of the shard file itself, after the tar's end
+(every tar reader stops before it; a shard fetched whole brings its table, and its
+SHA-256 covers it); in version 3, ``NAME.idx`` beside the shard (what an upgrade of an
+older index and a scan of public tars write, leaving the tars as they are). Versions 1
+and 2 list the members inline. Every version is still read.
 
 Read with :func:`load_index`, which checks everything a hostile index could lie about
 (names, offsets, sizes, counts) before any shard is read. Since version 2 the index
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BESIDE",
     "INDEX",
     "VERSION",
     "Member",
@@ -40,7 +45,8 @@ __all__ = [
 INDEX = "index.json"
 PROGRESS = ".fastload-progress.json"  # an unfinished conversion: not a shard set yet
 # 2: shards_sha256, the digest of the shard list; 3: members in a table per shard
-VERSION = 3
+VERSION = 4  # member tables inside the shards
+BESIDE = 3  # member tables beside the shards, each a file of its own
 INLINE = 2  # the last version with members inline (a scan held in memory is one)
 TABLE = ".idx"  # a shard's member table is its name and this
 # A file beside the index: no path, no traversal, not one of the cache's own dot-files;
@@ -64,8 +70,9 @@ class Member:
 @dataclass(frozen=True)
 class Shard:
     """A shard's facts from the index. Its members are inline (``samples``: versions 1
-    and 2) or in its member table (version 3: ``samples`` is None, the table's size and
-    SHA-256 are here)."""
+    and 2) or in its member table (``samples`` is None, the table's size and SHA-256
+    are here): inside the shard, its last ``table_size`` bytes (``table_inside``:
+    version 4), or a file beside it (version 3)."""
 
     name: str
     size: int
@@ -75,6 +82,7 @@ class Shard:
     extensions: tuple[str, ...] = ()
     table_size: int = 0
     table_sha256: str = ""
+    table_inside: bool = False
 
 
 def table_name(shard: str) -> str:
@@ -206,9 +214,10 @@ def parse_index(data: bytes, where: str) -> tuple[list[Shard], dict[str, Any]]:
             f"{where}: shards_sha256 does not match its shard list: the index was edited or "
             "damaged after it was written"
         )
-    if parsed["version"] >= 3:
-        shards = [_tabled(entry, where, number) for number, entry in enumerate(entries)]
-        tables = {table_name(shard.name) for shard in shards}
+    if parsed["version"] >= BESIDE:
+        inside = parsed["version"] > BESIDE
+        shards = [_tabled(entry, where, number, inside) for number, entry in enumerate(entries)]
+        tables = set() if inside else {table_name(shard.name) for shard in shards}
         clash = next((shard.name for shard in shards if shard.name in tables), None)
         if clash is not None:  # a shard whose name is another's table
             raise ShardIndexError(f"{where}: shard {clash} is named as a member table")
@@ -231,8 +240,8 @@ def _facts(entry: Any, where: str) -> tuple[str, int, str]:
     return name, size, sha256
 
 
-def _tabled(entry: Any, index: str, number: int) -> Shard:
-    """A version 3 entry: the shard's facts and its table's."""
+def _tabled(entry: Any, index: str, number: int, inside: bool) -> Shard:
+    """An entry of version 3 or (``inside``) 4: the shard's facts and its table's."""
     where = f"{index}: shard {number}"
     try:
         name, size, sha256 = _facts(entry, where)
@@ -248,13 +257,14 @@ def _tabled(entry: Any, index: str, number: int) -> Shard:
         isinstance(ext, str) and _EXTENSION.match(ext) for ext in extensions
     ):
         raise ShardIndexError(f"{where} ({name}): extensions {extensions!r}")
-    if not isinstance(table_size, int) or table_size < 0:
+    if not isinstance(table_size, int) or table_size < 0 or (inside and table_size > size):
         raise ShardIndexError(f"{where} ({name}): table_size {table_size!r}")
     if not isinstance(table_sha256, str) or not _SHA256.match(table_sha256):
         raise ShardIndexError(
             f"{where} ({name}): table_sha256 {table_sha256!r} is not a SHA-256 in hex"
         )
-    return Shard(name, size, sha256, None, count, tuple(extensions), table_size, table_sha256)
+    return Shard(name, size, sha256, None, count, tuple(extensions), table_size, table_sha256,
+                 inside)  # fmt: skip
 
 
 def _shard(entry: Any, index: str, number: int) -> Shard:

@@ -1,29 +1,38 @@
-"""The index layout of version 3 on disk: each shard's member table written beside it,
-then ``index.json`` with per-shard facts only (:func:`write_index`); a table read back and
-checked against its index entry (:func:`checked_table`); an index of version 1 or 2
-(members inline) converted in place (:func:`upgrade_index`, ``fastload index --upgrade``).
+"""The index layouts on disk. A new shard set (version 4): each shard's member table at
+its end, after the tar (:func:`append_table`, as the shard is written), then
+``index.json`` with per-shard facts only (:func:`write_index`). Tars that are not to be
+changed (an upgraded older set, a scan of public tars; version 3): each table a file
+beside its shard (:func:`write_index_with_tables_beside`). A table read back and checked
+against its index entry (:func:`checked_table`); an index of version 1 or 2 (members
+inline) converted in place (:func:`upgrade_index`, ``fastload index --upgrade``).
 
 Example:
-    >>> import tempfile
+    >>> import tarfile, tempfile
     >>> from pathlib import Path
     >>> from fastload.shards import write_shards
     >>> from fastload.testing.shapes import ShapesDetection
     >>> folder = Path(tempfile.mkdtemp())
     >>> _ = write_shards(ShapesDetection(3, size=(32, 32)), folder)
     >>> sorted(path.name for path in folder.iterdir())
-    ['index.json', 'shard-000000.tar', 'shard-000000.tar.idx']
+    ['index.json', 'shard-000000.tar']
+    >>> len(tarfile.open(folder / "shard-000000.tar").getnames())  # the table is no member
+    6
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from fastload.shards.index import (
+    BESIDE,
     INDEX,
     INLINE,
+    VERSION,
+    Member,
     Shard,
     ShardIndexError,
     index_bytes,
@@ -34,13 +43,55 @@ from fastload.shards.index import (
 )
 from fastload.shards.table import MemberTable, read_table, table_bytes
 
-__all__ = ["checked_table", "load_table", "upgrade_index", "write_index"]
+__all__ = [
+    "append_table",
+    "checked_table",
+    "load_table",
+    "table_at_end",
+    "upgrade_index",
+    "write_index",
+    "write_index_with_tables_beside",
+]
+
+
+def append_table(path: Path, samples: list[tuple[str, dict[str, Member]]]) -> None:
+    """End the complete tar ``path`` with the member table of its ``samples``: after the
+    tar's end-of-archive blocks, where every tar reader has stopped."""
+    with open(path, "ab") as file:
+        file.write(table_bytes(samples))
 
 
 def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """Write ``folder``'s index in version 3 from ``shards``' entries with members inline
-    (as :func:`~fastload.shards.index.shard_entry` makes them): every member table first,
-    each whole or not at all, then ``index.json``, checked as loading checks it, last.
+    """Write ``folder``'s index in version 4 from ``shards``' entries with members inline
+    (as :func:`~fastload.shards.index.shard_entry` makes them) of shards that end with
+    their member tables (:func:`append_table`), checked as loading checks it.
+
+    Raises:
+        ShardIndexError: Entries that would not load.
+    """
+    path = folder / INDEX
+    inline, _ = parse_index(index_bytes(shards, meta, INLINE), str(path))  # refusal: no write
+    entries = [_tabled_entry(shard, _table_of(shard)) for shard in inline]
+    content = index_bytes(entries, meta, VERSION)
+    parse_index(content, str(path))
+    write_whole(path, content)
+    return path
+
+
+def _tabled_entry(shard: Shard, table: bytes) -> dict[str, Any]:
+    return {
+        "name": shard.name, "size": shard.size, "sha256": shard.sha256,
+        "count": shard.count, "extensions": list(shard.extensions),
+        "table_size": len(table), "table_sha256": hashlib.sha256(table).hexdigest(),
+    }  # fmt: skip
+
+
+def write_index_with_tables_beside(
+    folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]
+) -> Path:
+    """Write ``folder``'s index in version 3 from ``shards``' entries with members inline,
+    the tars left as they are: every member table first, a file beside its shard, each
+    whole or not at all, then ``index.json``, checked as loading checks it, last.
 
     A table file that is already there is left as it is when it holds these bytes (a
     commit run again) and refused otherwise: a file this writer did not make is never
@@ -62,12 +113,8 @@ def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]
     for shard, (file, data) in zip(inline, tables, strict=True):
         if not file.exists():
             write_whole(file, data)
-        entries.append({
-            "name": shard.name, "size": shard.size, "sha256": shard.sha256,
-            "count": shard.count, "extensions": list(shard.extensions),
-            "table_size": len(data), "table_sha256": hashlib.sha256(data).hexdigest(),
-        })  # fmt: skip
-    content = index_bytes(entries, meta)
+        entries.append(_tabled_entry(shard, data))
+    content = index_bytes(entries, meta, BESIDE)
     parse_index(content, str(path))
     write_whole(path, content)
     return path
@@ -91,7 +138,9 @@ def checked_table(data: bytes, where: str, shard: Shard) -> MemberTable:
             f"{where}: its SHA-256 differs from the index's: the member table was changed "
             "or damaged after it was written"
         )
-    table = read_table(data, where, shard_size=shard.size, count=shard.count)
+    # a table inside its shard: the members are in the tar before it
+    tar_size = shard.size - shard.table_size if shard.table_inside else shard.size
+    table = read_table(data, where, shard_size=tar_size, count=shard.count)
     if tuple(table.extensions) != shard.extensions:
         raise ShardIndexError(
             f"{where}: extensions {table.extensions}, the index says {list(shard.extensions)}"
@@ -107,12 +156,35 @@ def load_table(folder: Path, shard: Shard) -> MemberTable:
     """
     if shard.samples is not None:
         return MemberTable.of(shard.samples)
+    if shard.table_inside:
+        path = folder / shard.name
+        return checked_table(table_at_end(path, shard), f"{path} (its member table)", shard)
     path = folder / table_name(shard.name)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise ShardIndexError(f"{path}: the member table of {shard.name} is missing") from None
     return checked_table(data, str(path), shard)
+
+
+def table_at_end(path: Path | int, shard: Shard) -> bytes:
+    """The member table inside ``shard``: its file's last ``table_size`` bytes (``path``,
+    or a descriptor open on it); unchecked.
+
+    Raises:
+        ShardIndexError: A file shorter than the index says.
+    """
+    descriptor = path if isinstance(path, int) else os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(descriptor, shard.table_size, shard.size - shard.table_size)
+    finally:
+        if not isinstance(path, int):
+            os.close(descriptor)
+    if len(data) != shard.table_size:
+        raise ShardIndexError(
+            f"{path}: {shard.name} is shorter than the index says: its member table is cut"
+        )
+    return data
 
 
 def upgrade_index(folder: Path) -> tuple[Path, int]:
@@ -123,14 +195,14 @@ def upgrade_index(folder: Path) -> tuple[Path, int]:
 
     Raises:
         ShardIndexError: No index, or one that does not load.
-        ValueError: An index of version 3 already.
+        ValueError: An index of version 3 or 4 already.
         FileExistsError: A file under a table's name with other bytes.
     """
     shards, meta = load_index(folder)  # checked whole, each shard present and of its size
-    if meta["version"] >= 3:
+    if meta["version"] >= BESIDE:
         raise ValueError(f"{folder / INDEX} is of version {meta['version']}: nothing to upgrade")
     raw = json.loads((folder / INDEX).read_bytes())
     kept = {key: value for key, value in raw.items()
             if key not in ("format", "version", "shards", "shards_sha256")}  # fmt: skip
     kept["upgraded_from"] = meta["shards_sha256"]
-    return write_index(folder, raw["shards"], kept), len(shards)
+    return write_index_with_tables_beside(folder, raw["shards"], kept), len(shards)

@@ -25,7 +25,7 @@ from fastload.shards.index import (
     index_of,
     shard_entry,
 )
-from fastload.shards.layout import write_index
+from fastload.shards.layout import write_index_with_tables_beside
 
 __all__ = ["index_webdataset", "scanned_index"]
 
@@ -88,8 +88,8 @@ def scanned_index(
 
 def write_scanned_index(folder: Path, shards: list[dict[str, Any]], where: str) -> Path:
     """The index of scanned shards, written into ``folder``: version 3, each member
-    table beside it."""
-    return write_index(folder, shards, _scanned_meta(shards, where))
+    table a file beside it (the tars are not changed)."""
+    return write_index_with_tables_beside(folder, shards, _scanned_meta(shards, where))
 
 
 def _tars(folder: Path) -> list[Path]:

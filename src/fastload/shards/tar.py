@@ -21,6 +21,7 @@ from fastload.records.sources import Encoding, Source
 from fastload.shards.captions import CaptionedFiles
 from fastload.shards.destination import Destination
 from fastload.shards.index import Member, file_sha256, shard_entry
+from fastload.shards.layout import append_table
 
 __all__ = ["write_range"]
 
@@ -131,9 +132,10 @@ class _ShardWriter:
         self.temporary.unlink(missing_ok=True)
 
     def close(self) -> tuple[dict[str, Any], Path]:
-        """The shard's index entry, and its complete file (still under the temporary
-        name: the destination puts it)."""
+        """The shard's index entry, and its complete file, its member table at its end
+        (still under the temporary name: the destination puts it)."""
         self.tar.close()
+        append_table(self.temporary, self.samples)
         entry = shard_entry(
             self.name, self.temporary.stat().st_size, file_sha256(self.temporary), self.samples
         )
