@@ -369,8 +369,8 @@ in the same rounds, each in its own format and its own usual way
 The faults pass goes through a loopback proxy that answers 10 % of requests 503
 SlowDown, cuts 1 % of bodies short, changes a byte in 1 % and stalls 1 % for 30 s.""",
         """\
-litdata reads a cold bucket fastest; fastload is ahead of WebDataset, MosaicML Streaming
-and Ray Data; on 2 cores the server, the downloads and the workers share the CPU, and
+litdata reads a cold bucket fastest, fastload close behind, ahead of WebDataset, MosaicML
+Streaming and Ray Data; on 2 cores the server, the downloads and the workers share the CPU, and
 every reader here is CPU-bound. The cold pass through obstore (fastload's client
 for the other stores) is level with boto3's. With faults injected the epoch is exact,
 every corrupted body caught by the shard's hash; hedged reads shorten it. The summary
