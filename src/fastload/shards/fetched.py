@@ -11,7 +11,8 @@ go into the node's cache (:class:`~fastload.shards.cache.NodeCache`): under
 ``cache_dir``, a folder per source and index that the cache owns and nothing else,
 shared by the node's processes (one of them downloads a shard), evicted past
 ``cache_limit`` bytes by next use (each reader announces the shards it reads next:
-:meth:`CachedShards.plan`, which :class:`~fastload.shards.ShardShuffle` calls).
+:meth:`CachedShards.plan`, which :class:`~fastload.shards.ShardShuffle` calls). A
+shard's member table comes with it: :mod:`~fastload.shards.fetched_tables`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from fastload._checks import check_int
 from fastload.shards.cache import READ_ONLY, NodeCache
+from fastload.shards.fetched_tables import table_beside, table_of
 from fastload.shards.hedging import Hedged
 from fastload.shards.index import (
     INDEX,
@@ -36,9 +38,7 @@ from fastload.shards.index import (
     Shard,
     ShardIndexError,
     parse_index,
-    table_name,
 )
-from fastload.shards.layout import table_at_end
 
 __all__ = ["CachedShards", "byte_spans"]
 
@@ -207,94 +207,9 @@ class CachedShards:
         return write_scanned_index(self.cache, entries, self.url)
 
     def table(self, shard: Shard) -> bytes:
-        """The bytes of ``shard``'s member table (index version 3), from the node's
-        cache, where the shard's download puts it beside the shard (a reader needs both:
-        it waits for a download under way, or makes it, rather than asking for the table
-        alone); else one whole GET (it is small), asked again up to ``attempts`` times
-        while its SHA-256 is not the index's, and kept in the cache when it is. The
-        reader checks what is returned against the index."""
-        if shard.table_inside:  # the shard's own last bytes: it brings its table
-            descriptor = self.open(shard)
-            try:
-                return table_at_end(descriptor, shard)
-            finally:
-                os.close(descriptor)
-        name = table_name(shard.name)
-        cached = self._cached_table(name, shard)
-        if cached is None:
-            with self.node.locked(shard.name):
-                self._cached(shard, use=None)
-            cached = self._cached_table(name, shard)
-        return cached if cached is not None else self._table_into_cache(shard)
-
-    def _table_into_cache(self, shard: Shard) -> bytes:
-        """``shard``'s table fetched (unless a process of the node did meanwhile) and
-        kept in the cache when its hash is the index's."""
-        name = table_name(shard.name)
-        with self.node.locked(name):
-            cached = self._cached_table(name, shard)
-            if cached is not None:
-                return cached
-            data = self._fetched_table(name, shard)
-            if not self.node.read_only:
-                part = self.cache / f".{name}.part"
-                try:
-                    part.write_bytes(data)
-                except OSError:  # a full or read-only disk: read it again next time
-                    part.unlink(missing_ok=True)
-                else:
-                    self._keep_table(shard, part, hashlib.sha256(data).hexdigest())
-            return data
-
-    def _table_wanted(self, shard: Shard) -> bool:
-        """Whether ``shard`` has a member table that is not in the cache."""
-        wanted = shard.table_sha256 and not shard.table_inside
-        wanted = wanted and not (self.node.read_only or self.node.scanned)
-        return bool(wanted) and self.node.checked_hash(table_name(shard.name)) != shard.table_sha256
-
-    def _keep_table(self, shard: Shard, part: Path, digest: str) -> None:
-        """(Under the table's lock.) ``part``, the table's bytes downloaded, enters the
-        cache when ``digest``, their SHA-256, is the index's; it is removed otherwise."""
-        try:
-            if digest == shard.table_sha256:
-                self.node.enter(part, table_name(shard.name), digest)
-        except OSError:  # a full disk: fetched again next time
-            pass
-        finally:
-            part.unlink(missing_ok=True)
-
-    def _cached_table(self, name: str, shard: Shard) -> bytes | None:
-        """The table in the cache: one downloaded, trusted by its recorded hash; one of a
-        scan, written beside the scanned index (the reader checks its hash)."""
-        if self.node.scanned:
-            try:
-                return (self.cache / name).read_bytes()
-            except FileNotFoundError:
-                raise ShardIndexError(
-                    f"{self.cache / name}: the member table of {shard.name} is missing from "
-                    f"the scan kept in the cache: remove {self.cache} to scan the shards again"
-                ) from None
-        if not shard.table_sha256 or self.node.checked_hash(name) != shard.table_sha256:
-            return None
-        try:
-            return (self.cache / name).read_bytes()
-        except FileNotFoundError:
-            return None
-
-    def _fetched_table(self, name: str, shard: Shard) -> bytes:
-        try:
-            for _attempt in range(self.attempts):  # a body damaged on the way: again
-                data = self._read_object(name)
-                if hashlib.sha256(data).hexdigest() == shard.table_sha256:
-                    break
-            return data
-        except Exception as error:
-            explained = self.explained(error, f"{self.url}/{name}")
-            if isinstance(explained, ShardIndexError | FileNotFoundError):  # say which table
-                raise ShardIndexError(
-                    f"{self.url}/{name}: the member table of {shard.name} is missing"
-                ) from None
-            raise explained from None
+        """The bytes of ``shard``'s member table, unchecked (see
+        :mod:`~fastload.shards.fetched_tables`)."""
+        return table_of(self, shard)
 
     def local_path(self, shard: Shard) -> Path:
         """The shard's file in the cache, downloaded and checked first if it is not there."""
@@ -346,7 +261,11 @@ class CachedShards:
         try:
             if self.node.read_only:
                 raise OSError(errno.EROFS, "read-only")
-            with self._table_beside(shard):
+            # a table beside the shard comes in the same download (the scheme's, or a thread's)
+            beside = (
+                contextlib.nullcontext() if self.tables_in_download else table_beside(self, shard)
+            )
+            with beside:
                 self._download_into(shard, part, spans, url)
         except OSError as error:
             if error.errno in READ_ONLY:
@@ -363,28 +282,6 @@ class CachedShards:
                     "another cache_dir",
                 ) from None
             raise
-
-    @contextlib.contextmanager
-    def _table_beside(self, shard: Shard) -> Iterator[None]:
-        """The shard's member table fetched into the cache while the shard downloads,
-        when it is not there: one round trip for both, and the reader that waits for the
-        shard finds its table."""
-        if self.tables_in_download or not self._table_wanted(shard):
-            yield
-            return
-
-        def fetch() -> None:
-            try:
-                self._table_into_cache(shard)
-            except Exception:  # the reader asks again, and says why it fails
-                return
-
-        beside = threading.Thread(target=fetch, name="fastload-table", daemon=True)
-        beside.start()
-        try:
-            yield
-        finally:
-            beside.join()
 
     def _download_into(
         self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str

@@ -38,6 +38,7 @@ from urllib.parse import urlparse
 
 from fastload.shards import store_process
 from fastload.shards.fetched import CachedShards
+from fastload.shards.fetched_tables import keep_table, table_wanted
 from fastload.shards.index import INDEX, Shard, ShardIndexError, table_name
 
 __all__ = ["SCHEMES", "ObjectShards", "store_options"]
@@ -255,7 +256,7 @@ class ObjectShards(CachedShards):
         header = {"op": "download", "name": shard.name, "spans": spans, "path": str(part),
                   "hedging": self.hedging}  # fmt: skip
         table = None
-        if self._table_wanted(shard):
+        if table_wanted(self, shard):
             name = table_name(shard.name)
             table = part.with_name(f".{name}.{os.getpid()}.part")  # not another's part
             header["table"] = [name, str(table)]
@@ -267,7 +268,7 @@ class ObjectShards(CachedShards):
             raise
         if table is not None:  # kept if its hash is the index's (None: it failed)
             with self.node.locked(table_name(shard.name)):
-                self._keep_table(shard, table, reply.get("table_sha256") or "")
+                keep_table(self, shard, table, reply.get("table_sha256") or "")
         return str(reply["sha256"])
 
     def _listing(self) -> dict[str, int]:

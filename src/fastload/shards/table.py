@@ -1,6 +1,7 @@
-"""A shard's member table (index version 3): each sample's key and members (extension,
-offset, size), in a small binary file beside the shard, ``NAME.idx``, read the first time
-the shard is opened. ``index.json`` then holds only per-shard facts, so it grows with the
+"""A shard's member table (index versions 3 and 4): each sample's key and members
+(extension, offset, size), a small binary block at the end of the shard's file (version
+4) or in a file beside the shard, ``NAME.idx`` (version 3), read the first time the
+shard is opened. ``index.json`` then holds only per-shard facts, so it grows with the
 number of shards, not of samples.
 
 The format (all integers little-endian; arrays back to back, in this order, so each one
