@@ -110,18 +110,23 @@ def test_a_shard_set_is_written_in_version_4_each_table_at_its_shards_end(writte
     assert [label for _, label in everything(dataset)] == [reference[i][1] for i in range(10)]
 
 
+def assert_refused(folder: Path, where: str, message: str, named: str, capsys) -> None:
+    """The set's first read, its verify and ``fastload verify`` each refuse it with
+    ``message`` naming ``where`` (the command's output names ``named``)."""
+    dataset = ShardedDataset(folder)  # per-shard facts only: no table is read yet
+    for refused in (lambda: dataset[0], dataset.verify):
+        with pytest.raises(ShardIndexError, match=f"{re.escape(where)}: {message}"):
+            refused()
+    with pytest.raises(SystemExit) as stop:
+        main(["verify", str(folder)])
+    assert stop.value.code == 1 and named in capsys.readouterr().out
+
+
 def test_a_table_inside_its_shard_changed_is_refused_naming_the_shard(written, capsys):
     first = ShardedDataset(written).shards[0].name
     change_bytes(written / first)  # the table's last byte: the shard's last
-    dataset = ShardedDataset(written)
-    where = re.escape(f"{written / first} (its member table)")
-    with pytest.raises(ShardIndexError, match=f"{where}: its SHA-256 differs from the index's"):
-        dataset[0]
-    with pytest.raises(ShardIndexError, match=f"{where}: its SHA-256 differs from the index's"):
-        dataset.verify()
-    with pytest.raises(SystemExit) as stop:
-        main(["verify", str(written)])
-    assert stop.value.code == 1 and first in capsys.readouterr().out
+    where = f"{written / first} (its member table)"
+    assert_refused(written, where, "its SHA-256 differs from the index's", first, capsys)
 
 
 def test_a_shard_set_with_tables_beside_its_shards_reads_as_written(written, shards):
@@ -169,15 +174,8 @@ def outside(path: Path) -> None:
 def test_a_tampered_table_is_refused_naming_it(shards, tamper, message, capsys):
     first = ShardedDataset(shards).shards[0].name
     tamper(shards / table_name(first))
-    dataset = ShardedDataset(shards)  # per-shard facts only: the table is not read yet
-    where = re.escape(str(shards / table_name(first)))
-    with pytest.raises(ShardIndexError, match=f"{where}: {message}"):
-        dataset[0]
-    with pytest.raises(ShardIndexError, match=f"{where}: {message}"):
-        dataset.verify()
-    with pytest.raises(SystemExit) as stop:
-        main(["verify", str(shards)])
-    assert stop.value.code == 1 and table_name(first) in capsys.readouterr().out
+    where = str(shards / table_name(first))
+    assert_refused(shards, where, message, table_name(first), capsys)
 
 
 def test_a_wrong_hash_in_the_index_is_refused_naming_the_table(shards):
