@@ -112,6 +112,23 @@ def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, t
     assert sorted(os.listdir(tmp_path / "shards")) == sorted(os.listdir(tmp_path / "whole"))
 
 
+def test_a_conversion_begun_by_a_fastload_of_another_index_version_is_not_resumed(folder, tmp_path):
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_CONVERSION, str(folder), str(tmp_path / "shards")],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -9
+    progress = tmp_path / "shards" / PROGRESS
+    saved = json.loads(progress.read_text())
+    assert saved["index_version"] == 4
+    del saved["index_version"]  # as a fastload writing index version 3 saved it
+    progress.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"differs from this one: index_version None, now 4$"):
+        write_shards(ImageFolder(folder, decode="numpy"), tmp_path / "shards",
+                     shard_size=20_000, resume=True)  # fmt: skip
+    assert not (tmp_path / "shards" / INDEX).exists()  # its shards hold no tables: no index
+
+
 def rewrite_index(shards: Path, change, *, digest: bool = True) -> None:
     """Change the index as a hostile writer would: its digest made to match (``digest``)."""
     index = json.loads((shards / INDEX).read_text())

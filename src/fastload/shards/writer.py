@@ -18,7 +18,7 @@ from fastload.records.conversion import Conversion, SourceOptions
 from fastload.records.sources import Encoding, Source
 from fastload.shards.captions import captioned_source
 from fastload.shards.destination import Destination, destination
-from fastload.shards.index import INDEX
+from fastload.shards.index import INDEX, VERSION
 from fastload.shards.tar import write_range
 
 __all__ = ["write_shards"]
@@ -82,9 +82,11 @@ def write_shards(
             else conversion.source(source)
         )  # fmt: skip
         encoding = conversion.encoding
+        # the index version too: a conversion begun before the tables went inside the
+        # shards wrote shards without them, and is not finished as if they held them
         what = {"description": items.description, "samples": len(items),
                 "resize": encoding.resize, "quality": encoding.quality,
-                "shard_size": shard_size}  # fmt: skip
+                "shard_size": shard_size, "index_version": VERSION}  # fmt: skip
         progress = _progress(target, what, conversion.resume)
         if ray:
             from fastload.shards.on_ray import convert_on_ray
