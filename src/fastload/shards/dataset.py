@@ -40,8 +40,8 @@ __all__ = ["ShardedDataset"]
 OPEN_SHARDS = 64
 
 #: Member tables a process keeps read, the least recently used dropped past it (a table
-#: of 256 samples holds about 20 kB; version 3 indexes read a shard's table on its first
-#: read, not at construction).
+#: of 256 samples holds about 20 kB; indexes of version 3 and 4 read a shard's table on
+#: its first read, not at construction).
 CACHED_TABLES = 256
 
 #: Members ``(image, label)`` reads; a sample with others says so once (``keys``).
@@ -69,8 +69,8 @@ class ShardedDataset(ImageDataset):
 
     Members are read by their offsets in the index with ``os.pread`` on a file opened
     once per process (fork- and spawn-safe; at most ``OPEN_SHARDS`` open at once).
-    Construction reads per-shard facts only: a shard's member table (index version 3,
-    ``NAME.idx``) is read and checked the first time one of its samples is read, and
+    Construction reads per-shard facts only: a shard's member table (at the shard's end,
+    or ``NAME.idx`` beside it) is read and checked the first time one of its samples is read, and
     kept per process (at most ``CACHED_TABLES``), so the dataset pickles to a size that
     grows with the shards, not the samples. ``verify()`` checks every shard's SHA-256
     and every table.

@@ -131,7 +131,7 @@ def write_inline_index(folder: Path, shards: list[dict[str, Any]], meta: dict[st
     """``index.json`` of version 2 (members inline), written whole or not at all, and only
     one that loads: checked as :func:`parse_index` checks it first (a refusal writes
     nothing), then a temporary file of this writer's own renamed. New shard sets get
-    version 3 (:func:`fastload.shards.layout.write_index`); this writes the old layout,
+    version 4 (:func:`fastload.shards.layout.write_index`); this writes the old layout,
     for the tests that read it."""
     path = folder / INDEX
     data = index_bytes(shards, meta, INLINE)

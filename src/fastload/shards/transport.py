@@ -35,7 +35,7 @@ class Transport(Protocol):
         """The shard set's index (its own, or a scan of its tars), checked."""
 
     def table(self, shard: Shard) -> bytes:
-        """The bytes of ``shard``'s member table (index version 3), unchecked."""
+        """The bytes of ``shard``'s member table (index version 3 or 4), unchecked."""
 
     def open(self, shard: Shard) -> int:
         """A read-only descriptor of ``shard``, fetched into the cache if it is not."""
