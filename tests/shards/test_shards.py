@@ -85,12 +85,17 @@ def test_a_destination_with_a_shard_set_is_refused(shards, folder):
         write_shards(folder, shards)
 
 
-def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, tmp_path):
+def kill_a_conversion(folder: Path, shards: Path) -> None:
+    """Convert ``folder`` into ``shards`` in a process killed (SIGKILL) after some shards."""
     killed = subprocess.run(
-        [sys.executable, "-c", KILLED_CONVERSION, str(folder), str(tmp_path / "shards")],
+        [sys.executable, "-c", KILLED_CONVERSION, str(folder), str(shards)],
         capture_output=True, timeout=300,
     )  # fmt: skip
     assert killed.returncode == -9
+
+
+def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, tmp_path):
+    kill_a_conversion(folder, tmp_path / "shards")
     written = {name: (tmp_path / "shards" / name).stat().st_mtime_ns
                for name in os.listdir(tmp_path / "shards") if name.endswith(".tar")}  # fmt: skip
     assert written and not (tmp_path / "shards" / INDEX).exists()
@@ -113,11 +118,7 @@ def test_a_killed_conversion_resumes_without_rewriting_finished_shards(folder, t
 
 
 def test_a_conversion_begun_by_a_fastload_of_another_index_version_is_not_resumed(folder, tmp_path):
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_CONVERSION, str(folder), str(tmp_path / "shards")],
-        capture_output=True, timeout=300,
-    )  # fmt: skip
-    assert killed.returncode == -9
+    kill_a_conversion(folder, tmp_path / "shards")
     progress = tmp_path / "shards" / PROGRESS
     saved = json.loads(progress.read_text())
     assert saved["index_version"] == 4
