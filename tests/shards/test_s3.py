@@ -495,3 +495,21 @@ def _models_of_a_new_client(url: str) -> tuple[int, int]:
 
     client = remote.S3Shards(url).client()  # made in this (forked) process
     return id(client._loader), id(remote._models)
+
+
+def test_a_table_inside_a_shard_that_is_not_the_indexs_is_named_with_its_url(
+    server, folder, aws, tmp_path
+):
+    from fastload.shards.index import shards_digest
+
+    write_shards(folder, "s3://data/inside", shard_size=30_000)
+    client = boto3.client("s3", **server.client_options())
+    index = json.loads(client.get_object(Bucket="data", Key=f"inside/{INDEX}")["Body"].read())
+    index["shards"][1]["table_sha256"] = "0" * 64  # as a hostile or damaged index says
+    index["shards_sha256"] = shards_digest(index["shards"])
+    client.put_object(Bucket="data", Key=f"inside/{INDEX}", Body=json.dumps(index).encode())
+    dataset = ShardedDataset("s3://data/inside", cache_dir=tmp_path)
+    name = dataset.shards[1].name
+    with pytest.raises(ShardIndexError, match=rf"^s3://data/inside/{name} \(its member table\): "
+                       "its SHA-256 differs from the index's"):  # fmt: skip
+        dataset[dataset.shard_range(1)[0]]

@@ -24,9 +24,8 @@ from fastload.shards.index import (
     ShardIndexError,
     file_sha256,
     load_index,
-    table_name,
 )
-from fastload.shards.layout import checked_table, load_table
+from fastload.shards.layout import checked_table, load_table, table_place
 from fastload.shards.members import IMAGES, decode_member
 from fastload.shards.scan import scanned_index
 from fastload.shards.table import MemberTable
@@ -173,7 +172,7 @@ class ShardedDataset(ImageDataset):
     def _read_table(self, shard: int) -> MemberTable:
         facts = self.shards[shard]
         if self.transport is not None and facts.samples is None:
-            where = f"{self.path}/{table_name(facts.name)}"
+            where = table_place(str(self.path), facts)
             return checked_table(self.transport.table(facts), where, facts)
         return load_table(self._tables_folder or Path(self.path), facts)
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from fastload.shards.cache import NodeCache
 from fastload.shards.index import Shard, ShardIndexError, table_name
-from fastload.shards.layout import table_at_end
+from fastload.shards.layout import table_at_end, table_place
 
 __all__ = ["CachedSet", "keep_table", "table_beside", "table_of", "table_wanted"]
 
@@ -56,7 +56,7 @@ def table_of(shards: CachedSet, shard: Shard) -> bytes:
     if shard.table_inside:  # the shard's own last bytes: it brings its table
         descriptor = shards.open(shard)
         try:
-            return table_at_end(descriptor, shard)
+            return table_at_end(descriptor, shard, table_place(shards.url, shard))
         finally:
             os.close(descriptor)
     name = table_name(shard.name)

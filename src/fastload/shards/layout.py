@@ -48,6 +48,7 @@ __all__ = [
     "checked_table",
     "load_table",
     "table_at_end",
+    "table_place",
     "upgrade_index",
     "write_index",
     "write_index_with_tables_beside",
@@ -156,34 +157,44 @@ def load_table(folder: Path, shard: Shard) -> MemberTable:
     """
     if shard.samples is not None:
         return MemberTable.of(shard.samples)
+    where = table_place(str(folder), shard)
     if shard.table_inside:
-        path = folder / shard.name
-        return checked_table(table_at_end(path, shard), f"{path} (its member table)", shard)
-    path = folder / table_name(shard.name)
+        descriptor = os.open(folder / shard.name, os.O_RDONLY)
+        try:
+            return checked_table(table_at_end(descriptor, shard, where), where, shard)
+        finally:
+            os.close(descriptor)
     try:
-        data = path.read_bytes()
+        data = (folder / table_name(shard.name)).read_bytes()
     except FileNotFoundError:
-        raise ShardIndexError(f"{path}: the member table of {shard.name} is missing") from None
-    return checked_table(data, str(path), shard)
+        raise ShardIndexError(f"{where}: the member table of {shard.name} is missing") from None
+    return checked_table(data, where, shard)
 
 
-def table_at_end(path: Path | int, shard: Shard) -> bytes:
-    """The member table inside ``shard``: its file's last ``table_size`` bytes (``path``,
-    or a descriptor open on it); unchecked.
+def table_place(where: str, shard: Shard) -> str:
+    """Where ``shard``'s member table is, under the folder or URL ``where``, as errors
+    name it: inside the shard, or the file beside it.
+
+    Example:
+        >>> from fastload.shards.index import Shard
+        >>> table_place("s3://b/set", Shard("a.tar", 10, "", table_inside=True))
+        's3://b/set/a.tar (its member table)'
+    """
+    if shard.table_inside:
+        return f"{where}/{shard.name} (its member table)"
+    return f"{where}/{table_name(shard.name)}"
+
+
+def table_at_end(descriptor: int, shard: Shard, where: str) -> bytes:
+    """The member table inside ``shard``, unchecked: the last ``table_size`` bytes of
+    the file open on ``descriptor`` (``where`` names it in errors).
 
     Raises:
         ShardIndexError: A file shorter than the index says.
     """
-    descriptor = path if isinstance(path, int) else os.open(path, os.O_RDONLY)
-    try:
-        data = os.pread(descriptor, shard.table_size, shard.size - shard.table_size)
-    finally:
-        if not isinstance(path, int):
-            os.close(descriptor)
+    data = os.pread(descriptor, shard.table_size, shard.size - shard.table_size)
     if len(data) != shard.table_size:
-        raise ShardIndexError(
-            f"{path}: {shard.name} is shorter than the index says: its member table is cut"
-        )
+        raise ShardIndexError(f"{where}: cut short: {shard.name} is shorter than the index says")
     return data
 
 
