@@ -22,8 +22,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     --target /tmp/site "${wheels[@]}" || exit
 export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1
 
-# a device call runs 600 s at most: the plan gets what the install left, less 30 s to pack
-budget=$((570 - (SECONDS - started)))
+# a device call runs 600 s at most (CALL_S when the session has less device time left):
+# the plan gets what the install left, less 30 s to pack
+budget=$((${CALL_S:-600} - 30 - (SECONDS - started)))
 [ "$budget" -gt 540 ] && budget=540
 python3 benchmarks/gpu_check.py --budget-s "$budget" 2>&1 | tee "$out/gpu-check.log"
 status=${PIPESTATUS[0]}
