@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.utils.dlpack import from_dlpack
 
 from fastload.decode import GPUDecoder, nvimgcodec
 from fastload.decode import opencv as decode_module
@@ -167,3 +168,22 @@ def test_on_cuda_a_region_is_the_cpu_backends_region(progressive, orientation):
     assert gpu_crop.device.type == "cuda" and gpu_crop.dtype == torch.uint8
     assert gpu_crop.shape == cpu_crop.shape == (64, 96, 3)
     assert (gpu_crop.cpu().float() - cpu_crop.float()).abs().mean() < 2
+
+
+@pytest.mark.needs_cuda
+def test_on_cuda_the_hardware_decoder_takes_a_baseline_jpegs_region():
+    # nvImageCodec 0.9 on its own hands every region to the CPU (seen on an H100)
+    codec = nvimgcodec.load()
+    kinds = [codec.BackendKind.HW_GPU_ONLY]
+    hardware = nvimgcodec.make_decoder(codec, torch.cuda.current_device(), kinds, threads=1)
+    whole = codec.CodeStream(jpeg(480, 640, seed=5).numpy())
+    if hardware.decode([whole])[0] is None:
+        pytest.skip(f"{torch.cuda.get_device_name()} has no hardware JPEG decoder")
+    region = whole.get_sub_code_stream(region=codec.Region(8, 16, 72, 112))
+    crop = hardware.decode([region])[0]
+    assert crop is not None, "the hardware decoder declined a region"
+    on_cpu = nvimgcodec.NvImageCodec(torch.device("cpu"), threads=1)
+    cpu_crop = on_cpu.decode([jpeg(480, 640, seed=5)], {0: (8, 16, 72, 112)})[0]
+    gpu_crop = from_dlpack(crop).cpu()
+    assert gpu_crop.shape == cpu_crop.shape == (64, 96, 3)
+    assert (gpu_crop.int() - cpu_crop.int()).abs().max() <= 2

@@ -23,7 +23,7 @@ from torch.utils.dlpack import from_dlpack
 from fastload.decode import opencv as decode_module
 from fastload.decode.opencv import displayed_size, is_jpeg, is_truncated_jpeg
 
-__all__ = ["NvImageCodec", "available", "load"]
+__all__ = ["HARDWARE_REGIONS", "NvImageCodec", "available", "load", "make_decoder"]
 
 _EXIF_MARK = b"Exif\x00\x00"
 
@@ -65,6 +65,23 @@ def available() -> bool:
     return load() is not None
 
 
+# nvImageCodec 0.9 hands every region decode from its GPU decoders to the CPU: with
+# nvJPEG before 13.2 their upsampled edge pixels can be wrong. The hardware decoder's
+# regions match the CPU decoder's as whole images do (tests/decode/test_nvimgcodec.py,
+# on CUDA); the CUDA decoder's edges still differ, so only the hardware decoder is let.
+HARDWARE_REGIONS = "nvjpeg_hw_decoder:enable_roi_fancy_upsampling=1"
+
+
+def make_decoder(codec: Any, device_id: int, kinds: Sequence[Any], threads: int) -> Any:
+    """An ``nvimgcodec.Decoder`` trying the backend ``kinds`` in order, regions allowed
+    on the hardware decoder."""
+    with _quiet_file_descriptors():  # its notes on thread counts, on the terminal
+        return codec.Decoder(
+            device_id=device_id, max_num_cpu_threads=threads,
+            backends=[codec.Backend(kind) for kind in kinds], options=HARDWARE_REGIONS,
+        )  # fmt: skip
+
+
 class NvImageCodec:
     """Decodes JPEGs (whole, or a region of each) to HWC uint8 tensors on ``device``.
 
@@ -88,11 +105,7 @@ class NvImageCodec:
             device_id = device.index if device.index is not None else torch.cuda.current_device()
         else:
             order, device_id = [kinds.CPU_ONLY], codec.NVIMGCODEC_DEVICE_CPU_ONLY
-        with _quiet_file_descriptors():  # its notes on thread counts, on the terminal
-            self.decoder = codec.Decoder(
-                device_id=device_id, max_num_cpu_threads=threads,
-                backends=[codec.Backend(kind) for kind in order],
-            )  # fmt: skip
+        self.decoder = make_decoder(codec, device_id, order, threads)
         self.params = codec.DecodeParams(
             apply_exif_orientation=True, color_spec=codec.ColorSpec.SRGB,
             sample_format=codec.SampleFormat.I_RGB,
