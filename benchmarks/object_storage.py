@@ -52,7 +52,7 @@ from benchmarks.lib.data import DATA, jpeg_folder
 from benchmarks.lib.streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.testing.proxy import FaultyProxy
+from fastload.testing.proxy import ProxyProcess
 from fastload.testing.s3server import LocalS3, swift_installed
 from fastload.tools.measure import Measurement
 
@@ -145,8 +145,9 @@ def proxied(
 ) -> Callable[[], dict[str, float]]:
     """The cold pass through a loopback proxy (``FaultyProxy``, injecting ``faults``), with
     ranged GETs of ``--fault-chunk`` bytes (enough requests for 1 % to happen) and a
-    1 s read timeout."""
-    proxy = stack.enter_context(FaultyProxy(store.upstream, **faults))  # type: ignore[arg-type]
+    1 s read timeout. The proxy runs in a process of its own (``ProxyProcess``): its
+    copying takes no turns of the measured loader's interpreter lock."""
+    proxy = stack.enter_context(ProxyProcess(store.upstream, **faults))
     options = store.options(proxy.endpoint, timeout_s=1)
     dataset = ShardedDataset(store.url, decode=None, cache_dir=cache, storage_options=options)
     read_all = cold(dataset, cache, args, hedging)

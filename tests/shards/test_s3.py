@@ -76,11 +76,15 @@ def test_the_client_comes_from_arguments_as_well_as_the_environment(url, server,
     assert dataset[0][1] == 0
 
 
-def test_workers_fetch_the_shards_they_read(url, aws, tmp_path):
+def test_the_loaders_process_downloads_ahead_of_its_workers(url, aws, tmp_path):
     dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")
     sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
+    assert len(dataset.shards) <= sampler.prefetch + 1  # all claimed before the 1st index
     loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=2)
+    asked = gets_of(dataset.transport)  # this process's GETs (a worker's client is its own)
     labels = torch.cat([labels for _, labels in loader]).tolist()
+    # every shard came once, through this process: no worker raced it to a download
+    assert sorted(name.rsplit("/", 1)[1] for name in asked) == [s.name for s in dataset.shards]
     assert labels == [dataset[index][1] for index in sampler]
 
 

@@ -443,6 +443,7 @@ class Fetches:
 
     def __init__(self, dataset: ShardedDataset) -> None:
         self.dataset, self.fetched, self.transport = dataset, [], self
+        self.claimed: list[int] = []
         self.shards, self.shard_range = dataset.shards, dataset.shard_range
 
     def __len__(self) -> int:
@@ -451,7 +452,9 @@ class Fetches:
     def shard_of(self, index: int) -> int:
         return self.dataset.shard_of(index)
 
-    def prefetch(self, shard, use: int) -> bool:
+    def prefetch(self, shard, use: int, claimed=lambda: None) -> bool:
+        self.claimed.append(self.shards.index(shard))
+        claimed()
         self.fetched.append(self.shards.index(shard))
         return True
 
@@ -470,12 +473,24 @@ def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
     expected = list(dict.fromkeys(remote.shard_of(i) for i in sampler.rank_order()))
     iterator = iter(sampler)
     next(iterator)  # the reader is in the first shard
+    # claimed before the first index came: no worker starts a download of its own
+    assert sorted(remote.claimed) == sorted(expected[:3])
     deadline = time.monotonic() + 10  # a bound on the wait, not a measurement
     while len(remote.fetched) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.05)
     # the shard being read and 2 ahead, no more (fetched 2 at a time: in any order)
     assert sorted(remote.fetched) == sorted(expected[:3])
+    # the reader enters the second shard (woken there, not for every sample): one more
+    order = sampler.rank_order()
+    entered = next(p for p, i in enumerate(order) if remote.shard_of(i) == expected[1])
+    for _ in range(entered):
+        next(iterator)
+    deadline = time.monotonic() + 10
+    while len(remote.fetched) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert sorted(remote.fetched) == sorted(expected[:4])
     list(iterator)  # the reader at the end: the thread stops where it is
     fetched = remote.fetched
     assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])

@@ -181,9 +181,12 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
             image, label = dataset[index]
             assert label == reference[index][1] and np.array_equal(image, reference[index][0])
         dataset.verify()  # the cache holds what was written; the member tables too
-        # stalls are asked again, within the budget (whether a hedge wins is the clock's)
+        # stalls are asked again, within the budget (whether a hedge wins is the clock's):
+        # 5 % of a store process's requests, the first hedge allowed at once, and up to
+        # `parallel` store processes downloading ahead
         counts = dataset.transport.hedge_counts
-        assert counts["requests"] > 0 and counts["hedged"] <= 0.05 * max(counts["requests"], 20)
+        assert counts["requests"] > 0
+        assert counts["hedged"] <= 0.05 * counts["requests"] + dataset.transport.parallel
     assert len(order) == 24 and sorted(order) == list(range(24))
     assert all(proxy.counts[fault] for fault in ("slow_down", "truncate", "stall", "corrupt"))
 

@@ -23,7 +23,7 @@ import hashlib
 import itertools
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -227,16 +227,29 @@ class CachedShards:
             assert path is not None
             return os.open(path, os.O_RDONLY)
 
-    def prefetch(self, shard: Shard, use: int) -> bool:
+    def prefetch(self, shard: Shard, use: int, claimed: Callable[[], None] = lambda: None) -> bool:
         """Download the shard now, for a read ``use`` places down this process's plan,
         and its member table (the workers that read it find both in the cache); not when
-        it would evict a shard needed sooner (returns False)."""
-        with self.node.locked(shard.name):
+        it would evict a shard needed sooner (returns False). ``claimed()`` once its lock
+        is taken, or found held (by the thread or process fetching it)."""
+        with self._claimed(shard.name, claimed):
             if self._cached(shard, use=use) is None:
                 return False
         if shard.table_sha256 and not shard.table_inside:
             self.table(shard)  # (fetched with the shard: read from the cache)
         return True
+
+    @contextlib.contextmanager
+    def _claimed(self, name: str, claimed: Callable[[], None]) -> Iterator[None]:
+        """The shard's lock, ``claimed()`` as soon as it is taken or found held."""
+        with self.node.locked(name, wait=False) as taken:
+            if taken:
+                claimed()
+                yield
+                return
+        claimed()  # another thread or process fetches it: this one waits for its end
+        with self.node.locked(name):
+            yield
 
     def _cached(self, shard: Shard, *, use: int | None) -> Path | None:
         """(Under the shard's lock.) Its file, downloaded if absent or not the indexed

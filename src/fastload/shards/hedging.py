@@ -5,7 +5,9 @@ the slowest requests early; a stalled connection otherwise waits out its timeout
 A request is hedged once it has run longer than ``max(floor_s, 3 x the median of the
 last 200 requests)``: the median, not a high percentile, as a store that throttles one
 request in ten would push a high percentile past every stall. Hedges are capped at
-``budget`` of all requests (5 %: a slow store is not asked twice as hard) and counted.
+``budget`` of the requests made through one :class:`Hedged` (5 %: a slow store is not
+asked twice as hard; the first hedge allowed at once, for a stalled first request) and
+counted. A process has one; through obstore, each of its store processes.
 Standard library only: the store process (:mod:`~fastload.shards.store_process`)
 imports it too.
 

@@ -19,6 +19,10 @@ from fastload.shards.prefetcher import ShardPrefetcher
 
 __all__ = ["ShardShuffle"]
 
+#: At most this long the first index waits for the download-ahead to claim its first
+#: shards (a bound: claiming takes a lock, or finds it held, at once).
+CLAIM_WAIT_S = 10.0
+
 
 class ShardShuffle(Sampler[int]):
     """Shards in a random order, read ``window`` at a time, the samples of each window
@@ -264,6 +268,7 @@ class ShardShuffle(Sampler[int]):
             transport, self.dataset.shards, shards_of_samples,
             ahead=self.prefetch, ahead_bytes=self.prefetch_bytes,
         )  # fmt: skip
+        prefetcher.claimed_first.wait(CLAIM_WAIT_S)
         try:
             for position, index in enumerate(mine):
                 prefetcher.reached(position)

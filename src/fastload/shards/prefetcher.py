@@ -37,17 +37,26 @@ class ShardPrefetcher:
             self.spans.setdefault(shard, [position, position])[1] = position
         self.first_use = sorted(self.spans, key=lambda shard: self.spans[shard][0])
         self.starts = [self.spans[shard][0] for shard in self.first_use]
+        self.first_uses = frozenset(self.starts)
         # bytes of the shards up to and including each, in order of first use
         self.total = list(itertools.accumulate(shards[s].size for s in self.first_use))
         self.position = 0
         self.condition = threading.Condition()
         self.stopped = False
+        #: Set once the first fetches have claimed their shards (see :meth:`_run`).
+        self.claimed_first = threading.Event()
         self.thread = threading.Thread(
             target=self._run, name="fastload-shard-prefetch", daemon=True
         )
         self.thread.start()
 
     def reached(self, position: int) -> None:
+        """The reader is at ``position`` in the sequence (called for every sample)."""
+        if position not in self.first_uses:
+            # the depth moves only when the reader enters a shard: waking the thread
+            # for every sample would cost two thread switches a sample
+            self.position = position
+            return
         with self.condition:
             self.position = position
             self.condition.notify()
@@ -77,10 +86,17 @@ class ShardPrefetcher:
     def _run(self) -> None:
         # a download per shard within the depth at once: the readers of a window want
         # all its shards (by bytes: up to 16 at once)
-        threads = self.ahead if self.ahead_bytes is None else 16
-        pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastload-shard-fetch")
+        threads = max(1, self.ahead + 1 if self.ahead_bytes is None else 16)
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="fastload-shard-fetch")
+        # The fetches started before the reader moves claim their shards (take their
+        # locks) before the loader hands out its first index: a worker that reads one
+        # then waits for that download instead of starting its own.
+        claims: list[threading.Event] | None = []
         try:
             for number, shard in enumerate(self.first_use):
+                if claims is not None and (len(claims) == threads or not self._may_fetch(number)):
+                    self._all_claimed(claims)
+                    claims = None
                 with self.condition:
                     while not self.stopped and not self._may_fetch(number):
                         self.condition.wait()
@@ -88,17 +104,30 @@ class ShardPrefetcher:
                         return
                     plan = self.plan()
                 self.transport.plan([self.shards[number].name for number in plan])
-                pool.submit(self._fetch, shard, plan.index(shard) if shard in plan else 0)
+                claim = threading.Event()
+                if claims is not None:
+                    claims.append(claim)
+                pool.submit(self._fetch, shard, plan.index(shard) if shard in plan else 0, claim)
+            if claims is not None:
+                self._all_claimed(claims)
         finally:
+            self.claimed_first.set()  # (stopped or failed: the reader waits no longer)
             # stop() (a break, an error in the loop) waits for no download: those not
             # started are dropped, those under way finish in the background
             pool.shutdown(wait=False, cancel_futures=self.stopped)
 
-    def _fetch(self, shard: int, use: int) -> None:
+    def _all_claimed(self, claims: list[threading.Event]) -> None:
+        for claim in claims:
+            claim.wait()
+        self.claimed_first.set()
+
+    def _fetch(self, shard: int, use: int, claim: threading.Event) -> None:
         try:
-            self.transport.prefetch(self.shards[shard], use)
+            self.transport.prefetch(self.shards[shard], use, claimed=claim.set)
         except Exception:  # the worker that reads it fetches it again and says why
             return
+        finally:
+            claim.set()
 
     def _reached_shard(self) -> int:
         """The number (in order of first use) of the shard the reader is in."""

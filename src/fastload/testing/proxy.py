@@ -7,16 +7,27 @@ Example::
 
     with LocalS3() as server, FaultyProxy(server.endpoint, slow_down=4) as proxy:
         options = {**server.client_options(), "endpoint_url": proxy.endpoint}
+
+:class:`ProxyProcess` runs the same proxy in a process of its own, for a measurement:
+there its copying takes no turns of the measured process's interpreter lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import json
+import os
+import select
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Answer", "FaultyProxy", "Rewrite"]
+__all__ = ["Answer", "FaultyProxy", "ProxyProcess", "Rewrite"]
 
 #: The answer's headers and body -> the headers to send back.
 Answer = Callable[[list[tuple[str, str]], bytes], list[tuple[str, str]]]
@@ -125,3 +136,78 @@ class FaultyProxy:
         if self._thread.is_alive():  # shutdown() waits for a loop that was started
             self.server.shutdown()
         self.server.server_close()
+
+
+class ProxyProcess:
+    """A :class:`FaultyProxy` (the same arguments; ``rewrite`` a function a module
+    defines) in a process of its own (``python -m fastload.testing.proxy``), started on
+    entry and stopped on exit; ``counts`` are asked of it.
+
+    Example::
+
+        with LocalS3() as server, ProxyProcess(server.endpoint, stall=50, stall_s=2) as proxy:
+            options = {**server.client_options(), "endpoint_url": proxy.endpoint}
+    """
+
+    def __init__(self, upstream: str, *, rewrite: Rewrite | None = None, **faults: Any) -> None:
+        named = None if rewrite is None else f"{rewrite.__module__}:{rewrite.__qualname__}"
+        self._settings = json.dumps({"upstream": upstream, "rewrite": named, "faults": faults})
+        self._process: subprocess.Popen[str] | None = None
+        self.endpoint = ""
+
+    def __enter__(self) -> ProxyProcess:
+        package_root = str(Path(__file__).resolve().parents[2])  # where fastload imports from
+        path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "fastload.testing.proxy", self._settings],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": path},
+        )  # fmt: skip
+        self.endpoint = self._answer("the proxy's process did not start")
+        return self
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The requests it forwarded, and the faults it made (see :class:`FaultyProxy`)."""
+        assert self._process is not None and self._process.stdin is not None
+        self._process.stdin.write("counts\n")
+        self._process.stdin.flush()
+        return dict(json.loads(self._answer("the proxy's process ended")))
+
+    def _answer(self, failure: str) -> str:
+        assert self._process is not None and self._process.stdout is not None
+        ready, _, _ = select.select([self._process.stdout], [], [], 60)
+        line = self._process.stdout.readline() if ready else ""
+        if not line:
+            self.__exit__()
+            raise RuntimeError(f"{failure} (within 60 s)")
+        return line.strip()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is None:  # never started
+            return
+        with contextlib.suppress(OSError):  # it ends at the end of its input
+            self._process.stdin.close()  # type: ignore[union-attr]
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process.stdout.close()  # type: ignore[union-attr]
+
+
+def _serve(settings: dict[str, Any]) -> None:
+    """A ProxyProcess's own: the proxy, until its input ends; ``counts`` answered."""
+    rewrite: Any = None
+    if settings["rewrite"]:
+        module, name = settings["rewrite"].split(":")
+        rewrite = functools.reduce(getattr, name.split("."), importlib.import_module(module))
+    with FaultyProxy(settings["upstream"], rewrite=rewrite, **settings["faults"]) as proxy:
+        print(proxy.endpoint, flush=True)
+        for request in sys.stdin:
+            if request.strip() == "counts":
+                print(json.dumps(proxy.counts), flush=True)
+
+
+if __name__ == "__main__":
+    _serve(json.loads(sys.argv[1]))

@@ -1,0 +1,53 @@
+"""ProxyProcess: the test proxy in a process of its own, forwarding, injecting its
+faults on schedule, counting them, and gone on exit."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from fastload.testing.proxy import ProxyProcess
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    (tmp_path / "object").write_bytes(bytes(range(256)) * 40)
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_proxy_in_its_own_process_forwards_injects_its_faults_and_counts_them(upstream):
+    with ProxyProcess(upstream, slow_down=2) as proxy:
+        endpoint = proxy.endpoint
+        first = urllib.request.urlopen(f"{endpoint}/object", timeout=10).read()
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the 2nd request
+            urllib.request.urlopen(f"{endpoint}/object", timeout=10)
+        third = urllib.request.urlopen(f"{endpoint}/object", timeout=10).read()
+        counts = proxy.counts
+    assert first == third == bytes(range(256)) * 40
+    assert refused.value.code == 503
+    assert counts == {"requests": 3, "slow_down": 1, "truncate": 0, "corrupt": 0, "stall": 0}
+    with pytest.raises(urllib.error.URLError):  # stopped with its process
+        urllib.request.urlopen(f"{endpoint}/object", timeout=5)
+
+
+def test_a_proxy_process_never_entered_exits_quietly(upstream):
+    proxy = ProxyProcess(upstream)
+    proxy.__exit__(None, None, None)
+    assert proxy.endpoint == ""
