@@ -51,3 +51,8 @@ def test_a_proxy_process_never_entered_exits_quietly(upstream):
     proxy = ProxyProcess(upstream)
     proxy.__exit__(None, None, None)
     assert proxy.endpoint == ""
+
+
+def test_a_proxy_process_that_cannot_start_says_so(upstream):
+    with pytest.raises(RuntimeError, match="the proxy's process did not start: it exited with 1"):
+        ProxyProcess(upstream, no_such_fault=3).__enter__()

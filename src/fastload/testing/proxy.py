@@ -179,8 +179,9 @@ class ProxyProcess:
         ready, _, _ = select.select([self._process.stdout], [], [], 60)
         line = self._process.stdout.readline() if ready else ""
         if not line:
-            self.__exit__()
-            raise RuntimeError(f"{failure} (within 60 s)")
+            self.__exit__()  # its output ended (it exits), or it never answered (killed)
+            why = f"it exited with {self._process.returncode}" if ready else "no answer in 60 s"
+            raise RuntimeError(f"{failure}: {why}")
         return line.strip()
 
     def __exit__(self, *exc: object) -> None:
