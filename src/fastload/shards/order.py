@@ -3,6 +3,7 @@ only: never on the number of nodes, GPUs or workers."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import warnings
@@ -263,7 +264,9 @@ class ShardShuffle(Sampler[int]):
             return
         # The order is known here, in the loader's process: a thread brings the next
         # shards into the node's cache before the workers ask for them.
-        shards_of_samples = [self.dataset.shard_of(i) for i in mine]
+        starts = [self.dataset.shard_range(s).start for s in range(len(self.dataset.shards))]
+        # the order's indices are in range: a bisect each, not shard_of's checks
+        shards_of_samples = [bisect.bisect_right(starts, i) - 1 for i in mine]
         prefetcher = ShardPrefetcher(
             transport, self.dataset.shards, shards_of_samples,
             ahead=self.prefetch, ahead_bytes=self.prefetch_bytes,

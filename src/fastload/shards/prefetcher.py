@@ -92,6 +92,7 @@ class ShardPrefetcher:
         # locks) before the loader hands out its first index: a worker that reads one
         # then waits for that download instead of starting its own.
         claims: list[threading.Event] | None = []
+        announced: list[int] = []
         try:
             for number, shard in enumerate(self.first_use):
                 if claims is not None and (len(claims) == threads or not self._may_fetch(number)):
@@ -103,7 +104,9 @@ class ShardPrefetcher:
                     if self.stopped:
                         return
                     plan = self.plan()
-                self.transport.plan([self.shards[number].name for number in plan])
+                if plan != announced:  # it moves with the reader, not with each fetch
+                    self.transport.plan([self.shards[number].name for number in plan])
+                    announced = plan
                 claim = threading.Event()
                 if claims is not None:
                     claims.append(claim)
