@@ -520,6 +520,40 @@ def test_a_depth_in_bytes_fetches_the_shards_ahead_whose_sizes_fit_it(many, dept
     list(iterator)
 
 
+class Plans:
+    """A transport over ``count`` shards of 100 bytes that records the plans announced."""
+
+    def __init__(self, count: int, cache_limit: int | None) -> None:
+        from fastload.shards.index import Shard
+
+        self.cache_limit, self.plans = cache_limit, []
+        self.shards = [Shard(name=f"s{i:04d}.tar", size=100, sha256="", count=2)
+                       for i in range(count)]  # fmt: skip
+
+    def plan(self, names: list[str]) -> None:
+        self.plans.append(names)
+
+    def forget_plan(self) -> None:
+        pass
+
+    def prefetch(self, shard, use: int, claimed=lambda: None) -> bool:
+        claimed()
+        return True
+
+
+@pytest.mark.parametrize(("limit", "named"), [(None, 256), (100 * 500, 501), (100 * 5000, 600)])
+def test_a_plan_names_the_shards_the_cache_can_hold_not_every_one_left(limit, named):
+    from fastload.shards.prefetcher import ShardPrefetcher
+
+    transport = Plans(600, limit)
+    order = [i // 2 for i in range(2 * 600)]  # shard after shard
+    prefetcher = ShardPrefetcher(transport, transport.shards, order, ahead=2)
+    prefetcher.claimed_first.wait(10)
+    prefetcher.stop()
+    # the first plan: the shard being read, then the next ones, as many as fit (or 256)
+    assert transport.plans[0] == [f"s{i:04d}.tar" for i in range(named)]
+
+
 def test_a_depth_in_bytes_must_be_positive(many):
     with pytest.raises(ValueError, match="prefetch_bytes must be an int >= 1, got 0"):
         ShardShuffle(ShardedDataset(many), global_batch_size=12, prefetch_bytes=0)

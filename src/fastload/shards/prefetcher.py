@@ -12,14 +12,29 @@ from concurrent.futures import ThreadPoolExecutor
 from fastload.shards.index import Shard
 from fastload.shards.transport import Transport
 
-__all__ = ["ShardPrefetcher"]
+__all__ = ["PLAN_HORIZON", "ShardPrefetcher", "plan_horizon"]
+
+#: The shards a plan names at least: those being read, then the next ones. Eviction needs
+#: no more than the cache holds, and a plan of every shard left, written each time the
+#: reader enters one, would cost O(shards) each time: O(shards^2) an epoch.
+PLAN_HORIZON = 256
+
+
+def plan_horizon(cache_limit: int | None, shards: list[Shard]) -> int:
+    """How many shards a plan names: :data:`PLAN_HORIZON`, or as many as ``cache_limit``
+    holds (shards of the mean size) where that is more."""
+    if cache_limit is None or not shards:
+        return PLAN_HORIZON
+    mean = max(1, sum(shard.size for shard in shards) // len(shards))
+    return max(PLAN_HORIZON, cache_limit // mean + 1)
 
 
 class ShardPrefetcher:
     """Fetches the shards of a sequence of samples into the cache, in order of first use,
     at most ``ahead`` shards past the one the reader has reached (with ``ahead_bytes``:
     the shards past it whose sizes add up to at most that), and keeps the cache's plan
-    (the shards read now, then the next ones) up to date for its eviction."""
+    (the shards read now, then the next ones, :func:`plan_horizon` of them) up to date
+    for its eviction."""
 
     def __init__(
         self,
@@ -32,6 +47,7 @@ class ShardPrefetcher:
     ) -> None:
         self.transport, self.shards, self.ahead = transport, shards, ahead
         self.ahead_bytes = ahead_bytes
+        self.horizon = plan_horizon(transport.cache_limit, shards)
         self.spans: dict[int, list[int]] = {}  # shard -> [first, last] position of use
         for position, shard in enumerate(shards_of_samples):
             self.spans.setdefault(shard, [position, position])[1] = position
@@ -69,11 +85,13 @@ class ShardPrefetcher:
         self.transport.forget_plan()
 
     def plan(self) -> list[int]:
-        """The shards still to be read: those being read now, then by first use."""
+        """The shards still to be read, ``horizon`` at most: those being read now, then
+        by first use."""
         position = self.position
-        now = [s for s in self.first_use if self.spans[s][0] <= position <= self.spans[s][1]]
-        later = [s for s in self.first_use if self.spans[s][0] > position]
-        return now + later
+        reached = self._shard_at(position)
+        recent = self.first_use[max(0, reached + 1 - self.horizon) : reached + 1]
+        now = [s for s in recent if self.spans[s][0] <= position <= self.spans[s][1]]
+        return now + self.first_use[reached + 1 : reached + 1 + self.horizon - len(now)]
 
     def _may_fetch(self, number: int) -> bool:
         """Whether shard ``number`` (in order of first use) is within the depth ahead of
@@ -134,4 +152,8 @@ class ShardPrefetcher:
 
     def _reached_shard(self) -> int:
         """The number (in order of first use) of the shard the reader is in."""
-        return max(0, bisect.bisect_right(self.starts, self.position) - 1)
+        return self._shard_at(self.position)
+
+    def _shard_at(self, position: int) -> int:
+        """The number (in order of first use) of the last shard first used by ``position``."""
+        return max(0, bisect.bisect_right(self.starts, position) - 1)
