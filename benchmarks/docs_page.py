@@ -370,12 +370,12 @@ The faults pass goes through a loopback proxy, in a process of its own, that ans
 10 % of requests 503 SlowDown, cuts 1 % of bodies short, changes a byte in 1 % and
 stalls 1 % for 30 s.""",
         """\
-fastload and litdata read a cold bucket level (across this session's three runs fastload
-0.63 to 0.68x the raw GETs, litdata 0.65 to 0.70x), ahead of WebDataset, MosaicML
+fastload and litdata read a cold bucket level (across four runs fastload 0.63 to 0.74x
+the raw GETs, litdata 0.65 to 0.71x), ahead of WebDataset, MosaicML
 Streaming and Ray Data; on 2 cores the server, the downloads and the workers share the
 CPU, and every reader here is CPU-bound (Swift's own processes take most of it). The
 cold pass through obstore (fastload's client for the other stores) is level with
-boto3's or ahead (0.67 to 0.74x). With faults injected the epoch is exact,
+boto3's (0.67 to 0.74x). With faults injected the epoch is exact,
 every corrupted body caught by the shard's hash; hedged reads shorten it. The summary
 counts the faults, the hedges and the longest wait for a batch over 20 cold runs.""",
     ),
