@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import gc
 import subprocess
 import sys
 import textwrap
@@ -25,6 +24,7 @@ def test_the_exit_handler_ends_every_live_iterators_workers():
     for loader in loaders:
         assert [len(batch) for batch in loader] == [4, 4, 4]
         iterators.append(loader._iterator)
+        loader_exit._LIVE.add(loader._iterator)  # as where torch joins each worker at exit
     workers = [worker for iterator in iterators for worker in iterator._workers]
     assert len(workers) == 4 and all(worker.is_alive() for worker in workers)
 
@@ -35,12 +35,24 @@ def test_the_exit_handler_ends_every_live_iterators_workers():
     assert all(worker.exitcode == 0 for worker in workers)  # told to stop, not killed
 
 
-def test_an_iterator_without_persistent_workers_is_not_kept():
-    loader = FastLoader(torch.arange(8.0), batch_size=4, num_workers=1, persistent_workers=False)
+def test_a_loader_whose_persistent_workers_were_ended_makes_new_ones_for_its_next_pass():
+    loader = FastLoader(torch.arange(12.0), batch_size=4, num_workers=2, persistent_workers=True)
+    assert torch.cat(list(loader)).tolist() == list(range(12))
+    ended = loader._iterator
+    ended._shutdown_workers()  # what an exit handler registered after the user's does first
+
+    assert torch.cat(list(loader)).tolist() == list(range(12))  # not "Queue is closed"
+    assert loader._iterator is not ended and not loader._iterator._shutdown
+
+
+def test_no_exit_handler_is_registered_where_torch_needs_none_of_ours():
+    # torch 2.14 ends its persistent iterators itself; without pinned memory no torch
+    # registers a per-worker join: a handler of ours would only run before the user's
+    loader = FastLoader(torch.arange(8.0), batch_size=4, num_workers=1, persistent_workers=True)
     iterator = iter(loader)
-    assert iterator not in loader_exit._LIVE
+    pinned = iterator._pin_memory
+    assert (iterator in loader_exit._LIVE) == (pinned and not loader_exit._TORCH_ENDS_THEM)
     del iterator
-    gc.collect()
 
 
 EXITING = textwrap.dedent(
@@ -62,6 +74,38 @@ EXITING = textwrap.dedent(
     print("done", flush=True)
     """
 )
+
+
+LAST_PASS_AT_EXIT = textwrap.dedent(
+    """
+    import atexit
+    import torch
+    from fastload import FastLoader
+
+    def last_pass():  # registered before the loader makes any iterator
+        print("last pass", sum(batch.sum().item() for batch in loader), flush=True)
+
+    atexit.register(last_pass)
+    loader = FastLoader(torch.arange(64.0), batch_size=8, num_workers=2,
+                        persistent_workers=True, pin_memory={pin})
+    for epoch in range(2):
+        for batch in loader:
+            pass
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_a_users_exit_handler_gets_its_last_pass_over_the_loader(device):
+    done = subprocess.run(
+        [sys.executable, "-c", LAST_PASS_AT_EXIT.format(pin=device == "cuda")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "done\nlast pass 2016.0\n"
+    assert "Error" not in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from fastload.loader.defaults import (
     describe_choices,
     describe_loader,
 )
-from fastload.loader.exit import end_workers_at_exit
+from fastload.loader.exit import end_workers_at_exit, shut_down
 from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
 from fastload.loader.iterators import CountingMultiProcessIter, CountingSingleProcessIter
 from fastload.loader.resume import (
@@ -270,6 +270,8 @@ class FastLoader(DataLoader[T_co]):
         return super()._index_sampler
 
     def __iter__(self) -> _BaseDataLoaderIter:
+        if shut_down(self._iterator):  # its workers are gone: a pass needs new ones
+            self._iterator = None
         if self._auto_epoch:
             self._advance_epoch()
         if self._resumable is not None:
