@@ -130,8 +130,8 @@ class DataPrefetcher(LoaderProxy):
         self.background = decoder is not None if background is None else bool(background)
         self._producer: Producer | None = None
         self._implicit_pass: Iterator[Any] | None = None  # the pass next() began, without iter()
-        self._handed = 0  # batches of this epoch given to the training loop
-        self._produced = 0  # batches of this epoch prepared (handed, in flight, failed)
+        self._handed = 0  # batches of the loader's epoch given to the training loop
+        self._produced = 0  # batches of the loader's epoch prepared (handed, in flight, failed)
         self._passes = 0  # iter() calls: an older pass's iterator is over
         self._starting = False  # a pass began whose loader starts at its first next()
         # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
@@ -273,7 +273,6 @@ class DataPrefetcher(LoaderProxy):
         the iterator; that must start no epoch). As with DataLoader's iterators,
         ``iter()`` of the pass is the pass: ``for b in it`` goes on from there."""
         self._close()
-        self._handed = self._produced = 0
         self._passes += 1
         self._starting = True
         return _Pass(self, self._passes)
@@ -283,6 +282,10 @@ class DataPrefetcher(LoaderProxy):
         self._starting = False
         try:
             self._iterator = iter(self.loader)
+            # counted from the loader's new epoch on: until then, the last one's stand
+            self._handed = self._produced = 0
+            if isinstance(self.loader, ResumableLoader):
+                self.loader.count_batches_by(self)
             if self.background:
                 self._producer = Producer(
                     self._iterator, weak_method(self._produce), depth=self.depth
@@ -318,11 +321,14 @@ class DataPrefetcher(LoaderProxy):
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state as of the batches handed to the training loop, not the
-        ones in flight: resuming from it yields the batch after the one you hold.
-        Needs a loader with ``state_dict(batches=...)`` (FastLoader)."""
-        if self._starting:  # iter() began a pass whose loader has not started: between
-            return self._resumable_loader().state_dict()
-        return self._resumable_loader().state_dict(batches=self._handed)
+        ones in flight: resuming from it yields the batch after the one you hold. The
+        loader's own ``state_dict()`` says the same (the prefetcher tells it what it
+        handed out), so a framework may save either. Needs a FastLoader."""
+        return self._resumable_loader().state_dict()
+
+    def trained_batches(self) -> int:
+        """The batches of the loader's epoch under way handed to the training loop."""
+        return self._handed
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the loader from :meth:`state_dict`'s state (see FastLoader's)."""

@@ -9,7 +9,7 @@ Each rank appends one JSON line per step: ``[epoch, step in the epoch, [sample i
 ``seed``, both depend on the sample and the epoch alone.
 
 Usage: torchrun --nproc-per-node N accelerate_train.py WORKDIR --feed prepare|prefetcher
-    [--save-at STEP] [--resume]
+    [--save-at STEP] [--resume] [--register fed|loader|both]
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def main() -> None:
     parser.add_argument("--feed", choices=["prepare", "prefetcher"], required=True)
     parser.add_argument("--save-at", type=int, default=None, help="step of the first epoch")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument(
+        "--register", choices=["fed", "loader", "both"], default="fed",
+        help="what register_for_checkpointing gets: what the loop iterates, the FastLoader "
+        "behind a prefetcher, or both",
+    )  # fmt: skip
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=True)
@@ -59,7 +64,8 @@ def main() -> None:
         flip = gpu.RandomHorizontalFlip()  # keyed by the loader's seed through the prefetcher
         batches = DataPrefetcher(loader, accelerator.device, dtype=None, transform=flip)
     progress = Progress()
-    accelerator.register_for_checkpointing(batches, progress)
+    registered = {"fed": [batches], "loader": [loader], "both": [loader, batches]}
+    accelerator.register_for_checkpointing(*registered[args.register], progress)
     checkpoint = args.workdir / "checkpoint"
     if args.resume:
         accelerator.load_state(str(checkpoint))

@@ -86,3 +86,14 @@ def test_save_state_mid_epoch_then_load_state_resumes_every_rank_exactly(
     train(tmp_path, processes, feed, "--save-at", "2")
     resumed = train(tmp_path, processes, feed, "--resume")
     assert resumed == uninterrupted[feed, processes]  # each rank: 2 steps, then the rest
+
+
+@pytest.mark.parametrize("register", ["loader", "both"])
+def test_a_prefetchers_loader_registered_for_checkpointing_resumes_at_the_batch_trained_next(
+    uninterrupted, tmp_path, register
+):
+    """The loader behind a DataPrefetcher counts the batches trained on, not the ones the
+    prefetcher holds in flight: saved from the loader (or from both), no batch is skipped."""
+    train(tmp_path, 1, "prefetcher", "--save-at", "2", "--register", register)
+    resumed = train(tmp_path, 1, "prefetcher", "--resume", "--register", register)
+    assert resumed == uninterrupted["prefetcher", 1]

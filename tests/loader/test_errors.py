@@ -92,3 +92,40 @@ def test_describe_indices_shortens_long_batches():
     )
     assert describe_indices((3, 12)) == "index 12"  # a seeded key (epoch, index)
     assert describe_indices([(0, 4), (0, 5)]) == "indices [4, 5]"
+
+
+class DropsOne(Dataset):
+    """A batched fetch that loses the last sample of a batch of ``drop_at`` or more."""
+
+    def __init__(self, size: int = 20, drop_at: int = 4, extra: bool = False) -> None:
+        self.size, self.drop_at, self.extra = size, drop_at, extra
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor(index)
+
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        rows = [torch.tensor(i) for i in indices]
+        if self.extra:
+            return rows + rows[:1]
+        return rows[:-1] if len(indices) >= self.drop_at else rows
+
+
+@pytest.mark.parametrize("extra", [False, True], ids=["short", "long"])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("seed", [None, 5])
+def test_a_batched_fetch_of_another_size_is_refused_naming_the_indices(seed, workers, extra):
+    loader = FastLoader(DropsOne(extra=extra), batch_size=4, num_workers=workers, seed=seed)
+    with pytest.raises(ValueError) as caught:
+        list(loader)
+    got = 5 if extra else 3
+    assert f"DropsOne.__getitems__ returned {got} samples for the 4 indices [0, 1, 2, 3]" in (
+        _named(caught.value)
+    )
+
+
+def test_a_batched_fetch_of_the_right_size_passes_untouched():
+    loader = FastLoader(DropsOne(drop_at=99), batch_size=4, num_workers=0, seed=1)
+    assert torch.cat(list(loader)).tolist() == list(range(20))

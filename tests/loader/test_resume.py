@@ -376,6 +376,15 @@ def test_every_rank_resumes_its_own_batches_from_the_state_rank_0_saved(shuffle,
         ({"sampler_epochs": {"sampler": -3}}, "sampler_epochs {'sampler': -3} is not epochs"),
         ({"sampler_epochs": None}, "sampler_epochs None is not epochs"),
         ({"generators": {"torch": "text"}}, "no generator states"),
+        (
+            {"sampler_epochs": {"sampler": 2**70}},
+            r"sampler_epochs \{'sampler': 1180591620717411303424\} is not epochs",
+        ),
+        ({"epoch": 2**64}, "epoch 18446744073709551616 is not a count"),
+        ({"version": 2.0}, "FastLoader state version 2.0; this fastload reads 2 and 3"),
+        ({"version": True}, "FastLoader state version True"),
+        ({"world_size": 1.0}, "world_size 1.0 in the state, 1 here"),
+        ({"batches": 2, "between_epochs": True}, "between_epochs with batches 2"),
     ],
 )
 def test_a_tampered_state_is_refused_and_the_loader_left_as_it_was(tampered, message):
@@ -607,3 +616,46 @@ def test_with_a_seed_every_epochs_order_is_the_same_whatever_the_worker_count():
     first = orders(0)
     assert len({tuple(epoch) for epoch in first}) == 3  # a new order each epoch
     assert first == orders(1) == orders(2) == orders(2, persistent=False)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["in step", "background"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_prefetchers_loader_counts_the_batches_trained_not_those_in_flight(background, workers):
+    def make():
+        loader = FastLoader(Draws(40), batch_size=4, shuffle=True, seed=3, num_workers=workers)
+        return loader, DataPrefetcher(loader, device="cpu", dtype=None, background=background)
+
+    loader, prefetcher = make()
+    reference = as_lists(make()[1])
+    batches = iter(prefetcher)
+    trained = [next(batches) for _ in range(3)]  # the prefetcher holds 2 more
+    assert as_lists(trained) == reference[:3]
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (0, 3)
+    assert saved(state) == saved(prefetcher.state_dict())  # either one may be saved
+
+    resumed = resume(lambda: make()[0], state)
+    assert as_lists(resumed) == reference[3:]  # batch 3 next: none skipped
+
+
+def test_a_pass_left_early_counts_its_trained_batches_until_the_next_epoch_starts():
+    loader = FastLoader(Draws(40), batch_size=4, shuffle=True, seed=3, num_workers=0)
+    prefetcher = DataPrefetcher(loader, device="cpu", dtype=None)
+    for number, _ in enumerate(prefetcher):
+        if number == 2:
+            break
+    iter(prefetcher)  # a new pass begun, its loader not yet started
+    assert loader.state_dict()["batches"] == 3
+    assert next(iter(prefetcher)) is not None  # the loader's next epoch under way
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (1, 1)
+
+
+def test_a_loader_iterated_without_its_prefetcher_counts_its_own_batches():
+    loader = FastLoader(Draws(40), batch_size=4, shuffle=True, seed=3, num_workers=0)
+    prefetcher = DataPrefetcher(loader, device="cpu", dtype=None)
+    next(iter(prefetcher))
+    direct = iter(loader)  # a new epoch, with no prefetcher in between
+    next(direct), next(direct)
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (1, 2)

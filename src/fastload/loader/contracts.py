@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["GlobalBatchOrder", "KeyedSeedSource", "ResumableLoader"]
+__all__ = ["BatchConsumer", "GlobalBatchOrder", "KeyedSeedSource", "ResumableLoader"]
 
 
 @runtime_checkable
@@ -32,14 +32,31 @@ class KeyedSeedSource(Protocol):
 
 
 @runtime_checkable
-class ResumableLoader(Protocol):
-    """A loader that saves and restores its place in an epoch."""
+class BatchConsumer(Protocol):
+    """What takes a loader's batches and holds some in flight (DataPrefetcher): it says how
+    many of the epoch it drives the training loop has had."""
 
-    def state_dict(self, *, batches: int | None = None) -> dict[str, Any]:
-        """Where the loader is; ``batches``: the epoch's batches its consumer has had."""
+    def trained_batches(self) -> int:
+        """The batches of the loader's epoch under way handed to the training loop."""
+
+
+@runtime_checkable
+class ResumableLoader(Protocol):
+    """A loader that saves and restores its place in an epoch.
+
+    A consumer that holds batches in flight calls ``count_batches_by(consumer)`` right
+    after each ``iter()`` of the loader: its ``state_dict()`` then counts, for that epoch,
+    the batches the consumer says were trained on, not the ones it handed out, whoever
+    saves it (a framework may checkpoint the loader, the consumer, or both)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: the batches of its epoch trained on."""
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state_dict()``'s state at the next ``iter()``."""
+
+    def count_batches_by(self, consumer: BatchConsumer) -> None:
+        """The epoch begun by the last ``iter()`` counts ``consumer``'s trained batches."""
 
 
 @runtime_checkable

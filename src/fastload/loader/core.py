@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from fastload._checks import check_int
+from fastload.loader.contracts import BatchConsumer
 from fastload.loader.defaults import (
     AUTO,
     TUNE,
@@ -302,14 +304,13 @@ class FastLoader(DataLoader[T_co]):
         self._progress.base = self.generator
         self._resumable.progress = self._progress  # type: ignore[union-attr]
 
-    def state_dict(self, *, batches: int | None = None) -> dict[str, Any]:
-        """Where the loader is: the epoch, the batches of it handed out, and the states of
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: the epoch, the batches of it trained on, and the states of
         the generators its order was drawn from; plain data for ``torch.save``.
 
-        Args:
-            batches: The batches of the epoch under way that the training loop has had
-                since this ``iter()``, when a wrapper holds some in flight (DataPrefetcher
-                passes its count); by default, all the iterator handed out.
+        The batches trained on are the ones the iterator handed out, or, when a
+        DataPrefetcher drives the epoch, the ones it handed to the training loop (not
+        those it holds in flight): the loader's state and the prefetcher's are the same.
 
         Example:
             >>> from torch.utils.data import TensorDataset
@@ -329,7 +330,7 @@ class FastLoader(DataLoader[T_co]):
         epoch, done, snapshot = epoch_place(
             self._resume or self._progress,
             pending=self._resume is not None,
-            batches=batches,
+            batches=None if self._progress is None else self._progress.trained(),
             epochs_started=self._epochs_started,
             batches_per_epoch=len(self),
         )
@@ -368,6 +369,12 @@ class FastLoader(DataLoader[T_co]):
         if self._auto_epoch:
             # The next iter() advances the sampler's epoch only when the saved one was done.
             self._epoch = int(self.sampler.epoch) if state["between_epochs"] else None  # type: ignore[attr-defined]
+
+    def count_batches_by(self, consumer: BatchConsumer) -> None:
+        """The epoch the last ``iter()`` began counts, in :meth:`state_dict`, the batches
+        ``consumer`` handed to the training loop (DataPrefetcher calls it)."""
+        if self._progress is not None:
+            self._progress.consumer = weakref.ref(consumer)
 
     def keep_batch_seeds(self) -> None:
         """Queue each batch's per-sample seeds (with ``seed``) for :meth:`pop_batch_seeds`;

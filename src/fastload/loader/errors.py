@@ -10,13 +10,15 @@ main process FastLoader's iterator uses the fetcher; in a worker, :func:`name_fa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from typing import Any
 
 from torch.utils.data import Dataset
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
-__all__ = ["NamingFetcher", "describe_indices", "name_failures", "note_failure"]
+from fastload.loader.proxy import DatasetProxy
+
+__all__ = ["NamingFetcher", "describe_indices", "fetch_batch", "name_failures", "note_failure"]
 
 _PREFIX = "fastload: raised while loading dataset "
 
@@ -63,20 +65,42 @@ def note_failure(error: BaseException, dataset: Dataset[Any], indices: Any) -> N
     error.add_note(_PREFIX + where)
 
 
+def fetch_batch(dataset: Dataset[Any], indices: Sequence[Any]) -> Any:
+    """``dataset.__getitems__(indices)``, a failure noted with the indices, and checked to
+    hold one sample per index: a shorter batch would drop samples without a word (and,
+    under ``seed=``, pair the rest with other samples' seeds).
+
+    Raises:
+        ValueError: ``__getitems__`` returned another number of samples; names the
+            dataset and the indices.
+    """
+    try:
+        samples = dataset.__getitems__(indices)  # type: ignore[attr-defined]
+    except Exception as error:
+        note_failure(error, dataset, list(indices))
+        raise
+    if isinstance(samples, Sized) and len(samples) != len(indices):
+        raise ValueError(
+            f"{type(dataset).__name__}.__getitems__ returned {len(samples)} samples for the "
+            f"{len(indices)} {describe_indices(list(indices))}: it must return one sample "
+            "per index, in their order"
+        )
+    return samples
+
+
 class NamingFetcher(_MapDatasetFetcher):
     """DataLoader's map-style fetch, with a failing sample's index (and file) noted on
     its exception. A dataset's own ``__getitems__`` fetches a batch in one call: a
-    failure there names the batch's indices."""
+    failure there names the batch's indices, and a batch of another size is refused (the
+    views FastLoader makes, which check their own, are trusted)."""
 
     def fetch(self, possibly_batched_index: Any) -> Any:
         if not self.auto_collation:
             data = self._load(possibly_batched_index)
+        elif isinstance(self.dataset, DatasetProxy):
+            data = self.dataset.__getitems__(possibly_batched_index)
         elif getattr(self.dataset, "__getitems__", None):
-            try:
-                data = self.dataset.__getitems__(possibly_batched_index)
-            except Exception as error:
-                note_failure(error, self.dataset, list(possibly_batched_index))
-                raise
+            data = fetch_batch(self.dataset, possibly_batched_index)
         else:
             data = [self._load(index) for index in possibly_batched_index]
         return self.collate_fn(data)

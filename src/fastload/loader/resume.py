@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from fastload.loader.contracts import GlobalBatchOrder
+from fastload.loader.contracts import BatchConsumer, GlobalBatchOrder
 
 __all__ = [
     "EpochProgress",
@@ -88,7 +89,8 @@ class EpochProgress:
     snapshot to draw its order from. Filled in when the epoch's ``iter()`` begins:
     ``key_epoch``, the epoch in the samples' keys (the sampler's, where it has one), and
     the generators the order is drawn from (``base`` draws the workers' base seed).
-    ``yielded``: the batches the loader's iterator has handed out since."""
+    ``yielded``: the batches the loader's iterator has handed out since; ``consumer``: what
+    holds some of them in flight (a weak reference), which counts the ones trained on."""
 
     epoch: int
     snapshot: RNGSnapshot
@@ -99,6 +101,12 @@ class EpochProgress:
     key_epoch: int = 0
     generators: dict[str, torch.Generator] = field(default_factory=dict)
     base: torch.Generator | None = None
+    consumer: weakref.ref[BatchConsumer] | None = None
+
+    def trained(self) -> int | None:
+        """The batches of this epoch its consumer has had; None without one."""
+        consumer = None if self.consumer is None else self.consumer()
+        return None if consumer is None else consumer.trained_batches()
 
 
 class ResumableBatches:
@@ -300,7 +308,8 @@ def resume_point(
     """
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise ValueError("not a FastLoader state: give what FastLoader.state_dict() returned")
-    if state.get("version") not in READS:
+    version = state.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in READS:
         raise ValueError(
             f"FastLoader state version {state.get('version')!r}; this fastload reads "
             f"{' and '.join(map(str, READS))}"
@@ -308,7 +317,7 @@ def resume_point(
     differences = [
         f"{key} {state.get(key)!r} in the state, {value!r} here"
         for key, value in identity.items()
-        if _saved(state, key, value) != value
+        if not _same(_saved(state, key, value), value)
         # version 2 did not record a DistributedSampler's settings
         and not (state["version"] == 2 and key.startswith("sampler_") and key not in state)
     ]
@@ -327,12 +336,22 @@ def resume_point(
     snapshot = RNGSnapshot(_checked_generators(state, generators), state["base_draw"])
     epoch, done = _count(state, "epoch"), _count(state, "batches")
     _check_sampler_epoch(state, epoch, sampler_epochs)
+    if done > 0 and state["between_epochs"]:
+        raise ValueError(
+            f"FastLoader state: between_epochs with batches {done}: a state between two "
+            "epochs has trained none of the next"
+        )
     if done > 0 and done >= identity["batches_per_epoch"]:
         raise ValueError(
             f"FastLoader state: batches {done} is not within an epoch of "
             f"{identity['batches_per_epoch']} batches"
         )
     return EpochProgress(epoch, snapshot, skip=done, replay=True, between=state["between_epochs"])
+
+
+def _same(saved: Any, here: Any) -> bool:
+    """Equal and of one type: a world size of 2.0 is not a count saved by a loader."""
+    return bool(saved == here) and type(saved) is type(here)
 
 
 def _saved(state: dict[str, Any], key: str, here: Any) -> Any:
@@ -361,8 +380,11 @@ def _check_sampler_epoch(state: dict[str, Any], epoch: int, sampler_epochs: dict
         )
 
 
+_MOST = 2**63 - 1  # a generator's seed plus an epoch must fit its 64 bits
+
+
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MOST
 
 
 def _count(state: dict[str, Any], key: str) -> int:

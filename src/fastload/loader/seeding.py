@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Dataset, RandomSampler, Subset, get_worker_info
 
 from fastload.hashing import GOLDEN, splitmix64, splitmix64_array
-from fastload.loader.errors import note_failure
+from fastload.loader.errors import fetch_batch, note_failure
 from fastload.loader.proxy import DatasetProxy
 from fastload.row_seeds import batch_seed, loading_seeds, seed_generators
 
@@ -127,12 +127,8 @@ class SeededSamples(DatasetProxy):
         else:  # a batch across an epoch's end (a sampler of one's own)
             seeds = [sample_seed(self.seed, *key) for key in keys]
         seed_generators(batch_seed(seeds))
-        try:
-            with loading_seeds(seeds):
-                return self.dataset.__getitems__(indices)  # type: ignore[attr-defined]
-        except Exception as error:  # named here: the fetch sees only the keys
-            note_failure(error, self.dataset, indices)
-            raise
+        with loading_seeds(seeds):  # failures named here: the fetch sees only the keys
+            return fetch_batch(self.dataset, indices)
 
     def __getitems__(self, keys: list[Any]) -> Any:
         if get_worker_info() is not None:
