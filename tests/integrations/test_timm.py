@@ -126,6 +126,23 @@ def test_refusals_name_the_argument(folder):
         create_loader(dataset, 32, 2, is_training=True, re_prob=0.5, re_mode="x", device="cpu")
 
 
+@pytest.mark.parametrize(
+    "input_size", [32.5, (3, 32.5, 32), "32", (3, 0, 32), True, (32,), None], ids=repr
+)
+def test_an_input_size_that_is_not_sizes_is_refused_naming_it(folder, input_size):
+    dataset = fastload.ImageFolder(folder)
+    with pytest.raises(
+        ValueError, match=r"input_size must be an int, \(H, W\) or \(C, H, W\), got"
+    ):
+        create_loader(dataset, input_size, batch_size=2, device="cpu", num_workers=0)
+
+
+def test_a_negative_crop_border_is_refused_naming_it(folder):
+    dataset = fastload.ImageFolder(folder)
+    with pytest.raises(ValueError, match="crop_border_pixels must be an int >= 0, got -5"):
+        create_loader(dataset, 32, batch_size=2, device="cpu", crop_border_pixels=-5)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     m=st.integers(0, 30),

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fastload.decode.opencv import DecodeMode, check_decode_mode, load_image
+from fastload.decode.opencv import DecodeMode, check_decode_mode, check_min_size, load_image
 
 __all__ = ["ImageDataset"]
 
@@ -35,7 +35,7 @@ class ImageDataset(Dataset[tuple[Any, Any]]):
         self.transform = transform
         self.target_transform = target_transform
         self.decode = decode
-        self.min_size = min_size
+        self.min_size = check_min_size(min_size)
 
     def _load(self, data: bytes | memoryview, source: str) -> Any:
         return load_image(data, self.decode, source=source, min_size=self.min_size)

@@ -16,6 +16,7 @@ __all__ = [
     "ImageDecodeError",
     "as_output",
     "check_decode_mode",
+    "check_min_size",
     "decode_image",
     "decoded_size",
     "displayed_size",
@@ -78,6 +79,33 @@ def is_truncated_jpeg(data: np.ndarray) -> bool:
 
 def _min_hw(min_size: int | tuple[int, int]) -> tuple[int, int]:
     return (min_size, min_size) if isinstance(min_size, int) else min_size
+
+
+def check_min_size(min_size: object) -> int | tuple[int, int] | None:
+    """``min_size`` if it is None, an int >= 1 or an ``(h, w)`` pair of them; a ValueError
+    naming it otherwise (a size of 0 would let every JPEG decode at 1/8 of its size).
+
+    Example:
+        >>> check_min_size((224, 160))
+        (224, 160)
+        >>> check_min_size(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: min_size must be None, an int >= 1 or an (h, w) pair of them, got 0
+    """
+    if min_size is None:
+        return None
+    if isinstance(min_size, (int, np.integer)) and _is_side(min_size):
+        return int(min_size)
+    if isinstance(min_size, (tuple, list)) and len(min_size) == 2 and all(map(_is_side, min_size)):
+        return int(min_size[0]), int(min_size[1])
+    raise ValueError(
+        f"min_size must be None, an int >= 1 or an (h, w) pair of them, got {min_size!r}"
+    )
+
+
+def _is_side(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and bool(value >= 1)
 
 
 def reduction_factor(height: int, width: int, min_size: int | tuple[int, int] | None) -> int:
@@ -150,12 +178,14 @@ def decode_image(
     Raises:
         ImageDecodeError: Empty, truncated, corrupt or not an image, or over
             :data:`MAX_PIXELS`; names ``source``.
+        ValueError: ``min_size`` is not an int >= 1 or a pair of them.
 
     Example:
         >>> ok, png = cv2.imencode(".png", np.zeros((2, 3), np.uint8))
         >>> decode_image(png.tobytes()).shape
         (2, 3, 3)
     """
+    min_size = check_min_size(min_size)
     buffer = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
     if buffer.size == 0:
         raise ImageDecodeError(f"{source}: empty, no image data")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 __all__ = [
     "byte_size",
+    "check_plot_outside",
     "int_list",
     "integer",
     "model",
@@ -137,4 +138,26 @@ def plot(value: str) -> Path:
         raise argparse.ArgumentTypeError(
             f"{path.name}: name the plot with one of {', '.join(sorted(formats))} as its extension"
         )
+    from fastload.tools.plots import check_replaceable
+
+    try:
+        check_replaceable(path)
+    except FileExistsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return path
+
+
+def check_plot_outside(plot: Path | None, data: Path) -> None:
+    """Refuse a plot to be written inside the data it measures (over one of its images,
+    or as a new file a loader of that folder would read).
+
+    Raises:
+        ValueError: Naming both.
+    """
+    if plot is None:
+        return
+    where, measured = plot.resolve(), data.resolve()
+    if where == measured or measured in where.parents:
+        raise ValueError(
+            f"--plot {plot} is inside the data it measures ({data}); write it elsewhere"
+        )

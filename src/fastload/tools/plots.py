@@ -1,13 +1,68 @@
-"""PNG plots for ``fastload diagnose`` and ``fastload bench`` (matplotlib, loaded lazily)."""
+"""PNG plots for ``fastload diagnose`` and ``fastload bench`` (matplotlib, loaded lazily).
+
+A plot carries a mark in its metadata (PNG, PDF, SVG, PostScript): a later plot replaces
+a file that has it, and no other file (a photo, someone's chart), so that a run repeated
+with the same ``--plot`` works and a mistyped one destroys nothing.
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from fastload.tools.diagnostics.waits import WaitSummary
 
-__all__ = ["plot_timeline", "plot_workers"]
+__all__ = ["PLOT_MARK", "check_replaceable", "plot_timeline", "plot_workers"]
+
+#: In the metadata of every plot fastload writes, under the key each format has for it.
+PLOT_MARK = "fastload plot"
+_MARK_KEYS = {"png": "Software", "pdf": "Creator", "svg": "Creator", "ps": "Creator",
+              "eps": "Creator"}  # fmt: skip
+_MARK_SPAN = 1 << 16  # formats write it near the start (PNG, SVG, PS) or the end (PDF)
+
+
+def check_replaceable(path: Path) -> None:
+    """Refuse ``path`` as a plot to write if a file is there that fastload did not write.
+
+    Raises:
+        FileExistsError: Naming ``path``.
+    """
+    if not path.exists() or _is_marked(path):
+        return
+    raise FileExistsError(
+        f"{path} exists and is not a plot fastload wrote: it is left as it is; give the "
+        "plot a new name"
+    )
+
+
+def _is_marked(path: Path) -> bool:
+    mark = PLOT_MARK.encode()
+    try:
+        with path.open("rb") as file:
+            head = file.read(_MARK_SPAN)
+            file.seek(max(0, path.stat().st_size - _MARK_SPAN))
+            return mark in head or mark in file.read()
+    except OSError:  # not a readable file: not one of ours
+        return False
+
+
+def _save(fig: Any, path: Path) -> None:
+    """``fig`` to ``path``, marked, whole or not at all: drawn into a temporary file of
+    its own beside it, which then replaces ``path``."""
+    check_replaceable(path)  # again: a file may have come since the arguments were read
+    fmt = path.suffix.lower().lstrip(".")
+    key = _MARK_KEYS.get(fmt)
+    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(descriptor)
+    try:
+        fig.savefig(name, dpi=120, format=fmt, metadata={key: PLOT_MARK} if key else None)
+        os.replace(name, path)
+    except BaseException:
+        os.unlink(name)
+        raise
 
 
 def _pyplot() -> ModuleType:
@@ -38,8 +93,10 @@ def plot_timeline(summary: WaitSummary, path: str | Path, *, title: str = "") ->
     ax.set_title(title or f"data wait: {100 * summary.wait_fraction:.1f}% of the loop")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        _save(fig, Path(path))
+    finally:
+        plt.close(fig)
     return Path(path)
 
 
@@ -67,6 +124,8 @@ def plot_workers(
     ax.set_title("throughput vs workers")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        _save(fig, Path(path))
+    finally:
+        plt.close(fig)
     return Path(path)

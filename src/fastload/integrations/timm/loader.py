@@ -19,6 +19,7 @@ from torch.utils.data import (
     get_worker_info,
 )
 
+from fastload._checks import check_int
 from fastload.integrations.timm.mixup import TIMM_ATTRIBUTES, Mixup
 from fastload.integrations.timm.pipeline import device_augment, erasing, sample_transform
 from fastload.integrations.timm.samplers import OrderedDistributedSampler, RepeatAugSampler
@@ -231,6 +232,8 @@ def create_loader(
     del batch_schedule_epochs, batch_schedule_spread, batch_schedule_random_mix, num_batches
     del use_multi_epochs_loader  # persistent workers already keep them across epochs
     size = _size(input_size)
+    if crop_border_pixels is not None:
+        check_int(crop_border_pixels, "crop_border_pixels", low=0)
     augmenting = is_training and not no_aug
     dataset.transform = sample_transform(
         size, augmenting=augmenting, is_training=is_training, scale=scale, ratio=ratio,
@@ -286,10 +289,12 @@ def create_loader(
 
 def _size(input_size: int | Sequence[int]) -> tuple[int, int]:
     """(height, width) from timm's int, (H, W) or (C, H, W)."""
-    sizes = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)[-2:]
-    if len(sizes) != 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
+    whole = isinstance(input_size, Sequence) and not isinstance(input_size, str)
+    sizes = tuple(input_size)[-2:] if whole else (input_size, input_size)  # type: ignore[arg-type]
+    sides = [s for s in sizes if isinstance(s, int) and not isinstance(s, bool) and s > 0]
+    if len(sizes) != 2 or len(sides) != 2:
         raise ValueError(f"input_size must be an int, (H, W) or (C, H, W), got {input_size!r}")
-    return int(sizes[0]), int(sizes[1])
+    return sides[0], sides[1]
 
 
 def _sampler(dataset: Any, distributed: bool, is_training: bool, num_aug_repeats: int) -> Any:
