@@ -198,6 +198,20 @@ def test_a_killed_upload_resumes_without_uploading_finished_shards_again(
     assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]
 
 
+def test_a_bucket_holding_the_users_shards_under_fastloads_names_is_refused_untouched(
+    folder, server, aws
+):
+    client = boto3.client("s3", **server.client_options())
+    client.put_object(Bucket="data", Key="mine/shard-000000.tar", Body=b"the user's own")
+    before = objects(server, "mine")
+    message = r"^s3://data/mine/shard-000000\.tar: a file a new conversion would write over"
+    with pytest.raises(FileExistsError, match=message):
+        write_shards(folder, "s3://data/mine")
+    assert objects(server, "mine") == before  # no progress, nothing replaced
+    body = client.get_object(Bucket="data", Key="mine/shard-000000.tar")["Body"].read()
+    assert body == b"the user's own"
+
+
 def put_webdataset_tars(client, prefix: str, samples: list[tuple[bytes, int]], per_tar: int):
     """``samples`` as public WebDataset tars (``000000.jpg`` + ``000000.cls``) at ``prefix``."""
     import io

@@ -159,6 +159,53 @@ def test_an_index_that_lies_is_refused_naming_it(old_shards, change, message):
         ShardedDataset(shards)
 
 
+@pytest.mark.parametrize("version", [True, False, 0, -1, 5, 2.0, "4", None])
+def test_an_index_version_this_fastload_does_not_read_is_refused_naming_it(shards, version):
+    rewrite_index(shards, lambda index: index.update(version=version))
+    where = re.escape(str(shards / INDEX))
+    message = rf"^{where}: index version {re.escape(repr(version))} \(its version field\): "
+    with pytest.raises(ShardIndexError, match=message + "this fastload reads versions 1 to 4$"):
+        ShardedDataset(shards)
+
+
+def test_a_shard_cut_short_or_missing_fails_verify_with_exit_1_naming_it(shards, capsys):
+    from fastload.tools.cli import main
+
+    first, second = sorted(shards.glob("shard-*.tar"))[:2]
+    data = first.read_bytes()
+    first.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SystemExit) as stop:
+        main(["verify", str(shards)])
+    found = f"shard 0: {first} has {len(data) // 2} bytes, the index says {len(data)}"
+    assert stop.value.code == 1 and found in capsys.readouterr().out
+    first.write_bytes(data)
+    second.unlink()
+    with pytest.raises(SystemExit) as stop:
+        main(["verify", str(shards)])
+    assert stop.value.code == 1 and f"shard 1: {second} is missing" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 1.5])
+def test_a_cache_limit_that_is_not_a_positive_int_is_refused_naming_it(shards, tmp_path, limit):
+    message = rf"^cache_limit must be an int >= 1, got {re.escape(repr(limit))}$"
+    with pytest.raises(ValueError, match=message):
+        ShardedDataset(shards, cache_dir=tmp_path, cache_limit=limit)
+    with pytest.raises(ValueError, match=message):  # every source in object storage
+        NodeCache(tmp_path, "s3://bucket/set", limit)
+
+
+def test_a_cache_dir_that_is_a_file_is_refused_naming_it(shards, tmp_path):
+    file = tmp_path / "file"
+    file.write_bytes(b"mine")
+    for given in (file, file / "sub"):
+        message = f"^cache_dir {re.escape(repr(str(given)))}: {file} is a file, not a folder$"
+        with pytest.raises(NotADirectoryError, match=message):
+            ShardedDataset(shards, cache_dir=given)
+        with pytest.raises(NotADirectoryError, match=message):
+            NodeCache(given, "s3://bucket/set", None)
+    assert file.read_bytes() == b"mine"
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

@@ -206,6 +206,15 @@ def test_construction_reads_no_table_and_a_missing_one_is_named_on_first_read(sh
     assert everything(dataset) == expected
 
 
+def test_a_member_table_that_is_a_folder_is_refused_naming_it(shards, capsys):
+    first = ShardedDataset(shards).shards[0].name
+    table = shards / table_name(first)
+    table.unlink()
+    table.mkdir()
+    message = f"the member table of {re.escape(first)} is a folder, not a file"
+    assert_refused(shards, str(table), message, table_name(first), capsys)
+
+
 def test_the_dataset_pickles_to_bytes_that_grow_with_its_shards(tmp_path):
     write_synthetic(tmp_path / "new", samples=200 * 50, shards=200, layout=3)
     write_synthetic(tmp_path / "old", samples=200 * 50, shards=200, layout=2)
@@ -253,6 +262,33 @@ def test_an_upgrade_never_replaces_a_file_it_did_not_make(shards, capsys):
     assert stop.value.code == 2 and error.count("\n") == 1 and "is left as it is" in error
     assert (shards / table_name(first)).read_bytes() == b"mine"
     assert (shards / INDEX).read_bytes() == before and len(list(shards.glob("*.idx"))) == 1
+
+
+@pytest.mark.parametrize("upgrade", [True, False])
+def test_an_index_run_again_clears_what_a_killed_one_left_and_nothing_else(shards, upgrade):
+    if upgrade:
+        to_version_2(shards)
+    else:
+        for path in [*shards.glob("*.idx"), shards / INDEX]:
+            path.unlink()
+    first = sorted(shards.glob("*.tar"))[0].name
+    # what write_whole's temporary files are named, as a kill leaves them
+    left = [shards / ".index.json.k3j_9x2a.tmp", shards / f".{table_name(first)}.abcdefgh.tmp"]
+    mine = [
+        shards / name
+        for name in (
+            ".index.json.mine.tmp",
+            ".notes.abcdefgh.tmp",
+            "index.json.abcdefgh.tmp",
+            ".index.json.abcdefghi.tmp",
+        )
+    ]
+    for path in [*left, *mine]:
+        path.write_bytes(b"kept?")
+    main(["index", *(["--upgrade"] if upgrade else []), str(shards)])
+    assert not any(path.exists() for path in left)
+    assert all(path.read_bytes() == b"kept?" for path in mine)
+    assert json.loads((shards / INDEX).read_text())["version"] == 3
 
 
 def test_fastload_index_writes_tables_beside_webdataset_shards(shards):

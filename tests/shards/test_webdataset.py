@@ -4,9 +4,13 @@ is refused naming it."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
+import os
+import re
 import tarfile
+import warnings
 
 import cv2
 import numpy as np
@@ -271,3 +275,203 @@ def test_a_pair_without_its_caption_or_image_is_named(pairs_folder, tmp_path):
     (root / "short.csv").write_text("path,caption\npairs/p0.jpg\n")
     with pytest.raises(ValueError, match=r"short\.csv:2: a row needs a path and a caption"):
         write_shards(root / "short.csv", tmp_path / "out3", captions=True)
+
+
+def scanned(folder, cache, how, **options):
+    """``folder``'s shards through one entry point that scans them: a scan at each start,
+    one kept in ``cache``, or ``fastload index`` (its errors raised as ShardIndexError)."""
+    if how == "index":
+        try:
+            main(["index", str(folder)])
+        except SystemExit as stopped:  # one line, exit 2: the error behind it
+            assert stopped.code == 2
+            raise ShardIndexError(str(stopped.__context__)) from None
+        return ShardedDataset(folder, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the scan at each start says so
+        return ShardedDataset(folder, cache_dir=cache if how == "kept" else None, **options)
+
+
+ENTRIES = ["scan", "kept", "index"]
+
+
+def png(seed: int) -> bytes:
+    image = np.random.default_rng(seed).integers(0, 255, (6, 7, 3), dtype=np.uint8)
+    return cv2.imencode(".png", image)[1].tobytes()
+
+
+@pytest.fixture
+def multimodal(tmp_path):
+    """What multi-modal and multilingual sets write with WebDataset's TarWriter: dotted,
+    dashed and underscored extensions, one gzip member."""
+    wds = pytest.importorskip("webdataset", reason="needs webdataset: pip install webdataset")
+    folder = tmp_path / "set"
+    folder.mkdir()
+    with wds.TarWriter(str(folder / "mm-0.tar")) as sink:
+        for index in range(2):
+            depth = io.BytesIO()
+            np.save(depth, np.arange(6, dtype=np.float32).reshape(2, 3) * index)
+            sink.write({"__key__": f"s{index}", "jpg": jpeg(index), "seg.png": png(index),
+                        "seg_mask.png": png(index + 10), "depth_map.npy": depth.getvalue(),
+                        "text-en.txt": f"a cat {index}", "Text.FR.TXT": f"un chat {index}",
+                        "depth_map": b"raw", "json.gz": {"n": index}})  # fmt: skip
+    return folder
+
+
+@pytest.mark.parametrize("how", ENTRIES)
+def test_every_member_is_named_and_decoded_by_its_last_extension_as_webdataset_does(
+    multimodal, tmp_path, how
+):
+    import webdataset as wds
+
+    theirs = list(wds.WebDataset(str(multimodal / "mm-0.tar"), shardshuffle=False).decode("rgb8"))
+    ours = scanned(multimodal, tmp_path / "cache", how, keys="*")
+    assert len(ours) == len(theirs) == 2
+    for index, sample in enumerate(theirs):
+        mine = ours[index]
+        extensions = sorted(k for k in sample if not k.startswith("__"))
+        # each of WebDataset's names, lowercased, '.' and '-' as '_'
+        assert sorted(mine) == sorted(k.replace(".", "_").replace("-", "_") for k in extensions)
+        for extension in extensions:
+            value, own = sample[extension], mine[extension.replace(".", "_").replace("-", "_")]
+            if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3:
+                assert own.shape == value.shape  # an image: the PNGs are lossless
+                if extension != "jpg":
+                    np.testing.assert_array_equal(own, value)
+            elif isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(own, value)
+            else:
+                assert own == value, extension
+    assert isinstance(ours[1]["seg_png"], np.ndarray) and ours[1]["json_gz"] == {"n": 1}
+    assert ours[1]["depth_map"] == b"raw" and ours[1]["text_en_txt"] == "a cat 1"
+
+
+def test_keys_take_webdataset_names_or_the_index_names(multimodal, tmp_path):
+    both = [scanned(multimodal, tmp_path, "kept", keys=keys)[1]
+            for keys in [("jpg", "seg.png", "text-en.txt", "TEXT.fr.txt"),
+                         ("jpg", "seg_png", "text_en_txt", "text_fr_txt")]]  # fmt: skip
+    for image, mask, english, french in both:
+        assert image.shape == (24, 32, 3) and mask.shape == (6, 7, 3)
+        assert (english, french) == ("a cat 1", "un chat 1")
+    with pytest.raises(ShardIndexError, match=r"mm-0\.tar:s0: no seg_mask_jpg member"):
+        scanned(multimodal, tmp_path, "kept", keys=("seg_mask.jpg",))[0]
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ((), r"keys: extensions such as \('jpg', 'txt'\), '\*' for every member or None"),
+        ([], r"keys: extensions such as .* not \[\]"),
+        ("jpg", r"keys: extensions such as .* not 'jpg'"),
+        (b"jpg", r"keys: extensions such as .* not b'jpg'"),
+        (3, r"keys: extensions such as .* not 3"),
+        (("jpg", 7), r"keys: 7 is not an extension"),
+        (("jpg;png",), r"keys: extension 'jpg;png' has no name in a shard index"),
+        (("",), r"keys: extension '' has no name in a shard index"),
+    ],
+)
+def test_keys_that_name_no_member_are_refused_naming_keys(captioned, keys, message):
+    with pytest.raises(ValueError, match=message):
+        ShardedDataset(captioned, keys=keys)
+
+
+@pytest.mark.parametrize("how", ENTRIES)
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("x.jpg", "x.JPG"), ("x.depth.map", "x.depth_map"), ("x.text-en.txt", "x.text.en.txt")],
+)
+def test_two_members_of_one_name_in_a_sample_are_refused_naming_both(tmp_path, how, first, second):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    write_tar(folder / "a.tar", [("w.jpg", jpeg(0)), (first, jpeg(1)), (second, jpeg(2))])
+    if first.lower() == second.lower():  # WebDataset refuses this tar too
+        wds = pytest.importorskip("webdataset", reason="needs webdataset")
+        with pytest.raises(ValueError, match="duplicate file name"):
+            list(wds.WebDataset(str(folder / "a.tar"), shardshuffle=False))
+    name = first.partition(".")[2].lower().replace(".", "_").replace("-", "_")
+    with pytest.raises(
+        ShardIndexError,
+        match=rf"a\.tar: sample 'x' has two members named '{name}': "
+        rf"'{re.escape(first)}' and '{re.escape(second)}'",
+    ):
+        scanned(folder, tmp_path / "cache", how)
+    assert sorted(path.name for path in folder.iterdir()) == ["a.tar"]  # nothing written
+
+
+@pytest.mark.parametrize("how", ENTRIES)
+@pytest.mark.parametrize(
+    ("member", "message"),
+    [
+        ("x.a+b", r"member 'x\.a\+b': extension 'a\+b' has no name in a shard index"),
+        ("x.", r"member 'x\.': extension '' has no name in a shard index"),
+        ("x.en_txt", r"member 'x\.en_txt': the index names it 'en_txt', which would be "
+                     r"decoded as \.txt, where WebDataset keeps it as bytes"),
+        ("x.seg-png.gz", r"member 'x\.seg-png\.gz': the index names it 'seg_png_gz', which "
+                         r"would be decoded as \.png"),
+    ],
+)  # fmt: skip
+def test_a_member_the_index_cannot_name_as_webdataset_reads_it_is_refused(
+    tmp_path, how, member, message
+):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    write_tar(folder / "a.tar", [("x.jpg", jpeg(0)), (member, gzip.compress(b"data"))])
+    wds = pytest.importorskip("webdataset", reason="needs webdataset")
+    assert len(list(wds.WebDataset(str(folder / "a.tar"), shardshuffle=False))) == 1
+    with pytest.raises(ShardIndexError, match=r"a\.tar: " + message):
+        scanned(folder, tmp_path / "cache", how)
+    assert sorted(path.name for path in folder.iterdir()) == ["a.tar"]
+
+
+def test_members_webdataset_leaves_out_are_left_out(tmp_path):
+    write_tar(tmp_path / "a.tar", [("__meta__", b"m"), ("__cache__/0.jpg", jpeg(9)),
+                                   ("README", b"r"), (".hidden", b"h"),
+                                   ("0.jpg", jpeg(0)), ("0.cls", b"1")])  # fmt: skip
+    wds = pytest.importorskip("webdataset", reason="needs webdataset")
+    theirs = list(wds.WebDataset(str(tmp_path / "a.tar"), shardshuffle=False))
+    ours = scanned(tmp_path, None, "scan", keys="*")
+    assert [sample["__key__"] for sample in theirs] == ours.members(0).keys == ["0"]
+    assert sorted(ours[0]) == ["cls", "jpg"]
+
+
+def latin1_tar(path) -> None:
+    """A tar whose member names are Latin-1 bytes, as old tools wrote them."""
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT, encoding="latin-1") as archive:
+        for name, data in [("café.jpg", jpeg(0)), ("café.cls", b"1")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("how", ENTRIES)
+def test_member_names_that_are_not_utf8_are_refused_naming_the_tar_and_member(tmp_path, how):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    latin1_tar(folder / "old.tar")
+    assert b"caf\xe9.jpg" in (folder / "old.tar").read_bytes()
+    with pytest.raises(
+        ShardIndexError, match=r"old\.tar: member name b'caf\\xe9\.jpg' is not UTF-8"
+    ):
+        scanned(folder, tmp_path / "cache", how)
+    assert sorted(path.name for path in folder.iterdir()) == ["old.tar"]
+    os.replace(folder / "old.tar", folder / os.fsdecode(b"caf\xe9.tar"))
+    with pytest.raises(ShardIndexError, match=r"shard file name b'caf\\xe9\.tar' is not UTF-8"):
+        scanned(folder, tmp_path / "cache", how)
+
+
+def test_a_gzip_member_is_read_whole_and_a_gzip_bomb_or_cut_one_is_refused(tmp_path, monkeypatch):
+    from fastload.shards import members
+
+    two_parts = gzip.compress(b"a cat ") + gzip.compress(b"on a mat")  # as `cat a.gz b.gz`
+    members_of = [("0.jpg", jpeg(0)), ("0.txt.gz", two_parts),
+                  ("1.jpg", jpeg(1)), ("1.txt.gz", gzip.compress(b"0" * 5000)),
+                  ("2.jpg", jpeg(2)), ("2.txt.gz", gzip.compress(b"short")[:-4])]  # fmt: skip
+    write_tar(tmp_path / "a.tar", members_of)
+    main(["index", str(tmp_path)])
+    dataset = ShardedDataset(tmp_path, keys=("txt.gz",))
+    assert dataset[0] == ("a cat on a mat",)
+    monkeypatch.setattr(members, "MAX_GUNZIPPED", 4096)
+    with pytest.raises(ShardIndexError, match=r"txt_gz member decompresses to more than 4,096"):
+        dataset[1]
+    with pytest.raises(ShardIndexError, match="txt_gz member is gzip cut short"):
+        dataset[2]

@@ -94,6 +94,50 @@ def test_bench_sweeps_workers_and_names_the_best(small_folder, tmp_path, capsys)
     ] == ["0", "1"]
     assert re.search(r"best: FastLoader\(num_workers=[01], prefetch_factor=2\)", out)
     assert plot.exists()
+    first = plot.read_bytes()
+    main(["bench", str(small_folder), *options.split(), "--plot", str(plot)])  # again
+    assert plot.read_bytes() != first  # its own plot, replaced by the new one
+    assert [p.name for p in tmp_path.iterdir()] == ["workers.png"]  # no temporary left
+
+
+@pytest.mark.parametrize("command", ["diagnose", "bench"])
+def test_a_plot_never_replaces_a_file_fastload_did_not_write(
+    small_folder, tmp_path, command, capsys
+):
+    photo = next(small_folder.rglob("*.jpg"))
+    before = photo.read_bytes()
+    options = "--batch-size 4 --image-size 32 --batches 2 --workers 0"
+    with pytest.raises(SystemExit) as stopped:
+        main([command, str(small_folder), *options.split(), "--plot", str(photo)])
+    assert stopped.value.code == 2
+    assert f"{photo} exists and is not a plot fastload wrote" in capsys.readouterr().err
+    assert photo.read_bytes() == before
+
+    new_inside = small_folder / "chart.png"  # no file there yet: still inside the data
+    with pytest.raises(SystemExit) as stopped:
+        main([command, str(small_folder), *options.split(), "--plot", str(new_inside)])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--plot {new_inside} is inside the data it measures ({small_folder})" in err
+    assert not new_inside.exists()
+
+    notes = tmp_path / "notes.pdf"  # the user's own file, outside the data
+    notes.write_bytes(b"%PDF-1.4 the user's notes")
+    with pytest.raises(SystemExit):
+        main([command, str(small_folder), *options.split(), "--plot", str(notes)])
+    assert notes.read_bytes() == b"%PDF-1.4 the user's notes"
+
+
+@pytest.mark.parametrize("extension", ["png", "pdf", "svg", "eps"])
+def test_a_plot_is_marked_as_fastloads_in_every_format_that_keeps_metadata(tmp_path, extension):
+    from fastload.tools.plots import check_replaceable, plot_workers
+
+    path = tmp_path / f"workers.{extension}"
+    plot_workers({(0, 2): 1.0, (1, 2): 2.0}, path)
+    check_replaceable(path)  # its own: may be replaced
+    path.write_bytes(path.read_bytes().replace(b"fastload plot", b"someone else"))
+    with pytest.raises(FileExistsError, match="is not a plot fastload wrote"):
+        check_replaceable(path)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -142,6 +186,10 @@ GARBAGE = [
     ("convert {images} {empty} --resume", "{empty}: exists and is not an LMDB file"),
     ("convert {images} {folder}",
      "{folder} is a directory; give the path of the database file to write"),
+    ("convert {images} {text} --shards",
+     "{text}: a file is there; shards are written into a folder"),
+    ("convert {images} {text}/sub --shards",
+     "{text}/sub: cannot make the folder (Not a directory)"),
     ("convert {images} {images}", "{images} is a directory; give the path of the"),
     ("convert a b --resize -3", "argument --resize: must be a positive integer, got -3"),
     ("convert a b --resize nan", "argument --resize: must be a positive integer, got 'nan'"),
@@ -210,6 +258,26 @@ def test_garbage_is_one_line_on_stderr_and_exit_2(places, capsys, argv, message)
     assert not (places / "a.lmdb").exists() and not (places / "a.lmdb-lock").exists()
     assert (places / "notes.txt").read_text().startswith("not an image folder")
     assert (places / "empty").read_bytes() == b"" and not (places / "empty-lock").exists()
+
+
+@pytest.mark.parametrize("shards", [True, False], ids=["shards", "lmdb"])
+def test_an_empty_hugging_face_set_is_refused_naming_it(tmp_path, capsys, shards):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    empty = datasets.Dataset.from_dict({"image": [], "label": []}, features=features)
+    empty.save_to_disk(tmp_path / "set")
+    datasets.DatasetDict(train=empty).save_to_disk(tmp_path / "splits")
+    capsys.readouterr()  # the saves' progress bars
+    for saved, named in (("set", "set"), ("splits", "splits/train")):
+        out = tmp_path / f"{saved}-out"
+        with pytest.raises(SystemExit) as stop:
+            main(["convert", f"hf:{tmp_path / saved}", str(out), *(["--shards"] * shards)])
+        error = capsys.readouterr().err
+        assert stop.value.code == 2 and error == (
+            f"fastload convert: error: {tmp_path / named}: an empty Hugging Face set (saved "
+            "with no rows): no images, nothing to convert\n"
+        )
+        assert not out.exists()
 
 
 @pytest.fixture(scope="module")

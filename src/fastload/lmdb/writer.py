@@ -28,7 +28,7 @@ from fastload.lmdb.store import (
 )
 from fastload.lmdb.workers import Died, WorkerDiedError, converted_items, death
 from fastload.records.coco import CocoSource
-from fastload.records.conversion import Conversion, SourceOptions
+from fastload.records.conversion import Conversion, SourceOptions, require_samples
 from fastload.records.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -222,8 +222,7 @@ def write_lmdb(
             check_int(value, name, low=low, high=high)
     items = conversion.source(source)
     _leave_out(items, path)
-    if not len(items):
-        raise ValueError(f"{items.description}: no images, nothing to convert")
+    require_samples(items)
     items.fields  # noqa: B018 (a Dataset's item 0 read: a bad target fails before any file)
     encoding = conversion.encoding
     num_workers = available_cpus() if num_workers is None else num_workers

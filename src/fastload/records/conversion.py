@@ -17,7 +17,7 @@ from fastload.records.hf import hf_source
 from fastload.records.masks import MaskFolderSource
 from fastload.records.sources import Encoding, Source, as_source
 
-__all__ = ["Conversion", "SourceOptions", "make_source"]
+__all__ = ["Conversion", "SourceOptions", "make_source", "require_samples"]
 
 
 class SourceOptions(TypedDict, total=False):
@@ -115,3 +115,11 @@ def make_source(
         return MaskFolderSource(Path(source), Path(masks))
     hf = hf_source(source)
     return hf if hf is not None else as_source(source)
+
+
+def require_samples(items: Source) -> Source:
+    """``items``, refused when empty: a conversion of nothing is a mistake of the source
+    (an empty folder or set), said naming it, not an empty database or shard set."""
+    if not len(items):
+        raise ValueError(f"{items.description}: no images, nothing to convert")
+    return items

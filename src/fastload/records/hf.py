@@ -5,8 +5,10 @@ of COCO-style objects, the fields a COCO conversion writes (boxes XYXY, labels, 
 from __future__ import annotations
 
 import functools
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -100,7 +102,16 @@ def load_saved(path: str | os.PathLike[str], split: str | None) -> Any:
     """The ``datasets.Dataset`` saved at ``path`` by ``save_to_disk``: a ``Dataset``, or
     ``split`` of a ``DatasetDict`` (which may be left out when it has one split)."""
     datasets = require_datasets()
-    loaded = datasets.load_from_disk(os.fspath(path))
+    try:
+        loaded = datasets.load_from_disk(os.fspath(path))
+    except IndexError:  # datasets' own, loading a save of no rows
+        empty = _empty_saves(Path(path))
+        if not empty:
+            raise
+        raise ValueError(
+            f"{', '.join(empty)}: an empty Hugging Face set (saved with no rows): no images, "
+            "nothing to convert"
+        ) from None
     if not isinstance(loaded, datasets.DatasetDict):
         if split is not None:
             raise ValueError(f"{path}: one Dataset, no splits; leave --hf-split out")
@@ -111,3 +122,11 @@ def load_saved(path: str | os.PathLike[str], split: str | None) -> Any:
         given = "give" if split is None else f"no split {split!r}; give"
         raise ValueError(f"{path}: {given} one of its splits with --hf-split: {sorted(loaded)}")
     return loaded[split]
+
+
+def _empty_saves(path: Path) -> list[str]:
+    """The Datasets saved under ``path`` (itself, or a DatasetDict's splits) with no data
+    files: what ``save_to_disk`` writes for no rows."""
+    states = [path / "state.json", *path.glob("*/state.json")]
+    saved = [(state, json.loads(state.read_text())) for state in states if state.is_file()]
+    return [str(state.parent) for state, content in saved if content.get("_data_files") == []]

@@ -23,9 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fastload._checks import check_int
 from fastload.shards.index import INDEX
 
-__all__ = ["PLAN_STALE_S", "READ_ONLY", "NodeCache", "folder_name"]
+__all__ = ["PLAN_STALE_S", "READ_ONLY", "NodeCache", "check_cache", "folder_name"]
 
 _PLAN = ".plan-"  # + host + pid: the shards a process sharing the cache reads next
 #: A plan of another host (or container) whose process cannot be asked whether it lives:
@@ -93,11 +94,31 @@ def _plan_alive(path: Path) -> bool:
         return False
 
 
+def check_cache(cache_dir: str | os.PathLike[str] | None, cache_limit: int | None) -> None:
+    """Refuse a ``cache_limit`` that is not a positive int of bytes, and a ``cache_dir``
+    that is (or lies under) a file, naming the argument.
+
+    Raises:
+        ValueError: ``cache_limit`` below 1 byte, or not an int.
+        NotADirectoryError: ``cache_dir``, or a folder it would be made in, is a file.
+    """
+    if cache_limit is not None:
+        check_int(cache_limit, "cache_limit", low=1)
+    if cache_dir is not None:
+        path = Path(cache_dir)
+        existing = next(folder for folder in [path, *path.parents] if folder.exists())
+        if not existing.is_dir():
+            raise NotADirectoryError(
+                f"cache_dir {str(cache_dir)!r}: {existing} is a file, not a folder"
+            )
+
+
 class NodeCache:
     """The cache of one source (``url``) under ``root``: its index's folder (``folder``,
     set by :meth:`use_index`), its locks, plans and eviction past ``limit`` bytes."""
 
     def __init__(self, root: Path, url: str, limit: int | None) -> None:
+        check_cache(root, limit)
         #: The source's own folder (made by the cache): its index namespaces, and the
         #: lock of a scan; readable, and unique to the URL.
         self.source = root / "fastload-shards" / folder_name(url)

@@ -17,6 +17,7 @@ from fastload.datasets.base import ImageDataset
 from fastload.decode.opencv import DecodeMode, decoded_size
 from fastload.records.format import RecordFormatError, unpack_record
 from fastload.records.targets import fields_target
+from fastload.shards.cache import check_cache
 from fastload.shards.index import (
     INDEX,
     PROGRESS,
@@ -27,6 +28,7 @@ from fastload.shards.index import (
 )
 from fastload.shards.layout import checked_table, load_table, table_place
 from fastload.shards.members import IMAGES, decode_member
+from fastload.shards.naming import selected_members
 from fastload.shards.scan import scanned_index
 from fastload.shards.table import MemberTable
 from fastload.shards.transport import Transport, connect, is_remote
@@ -61,10 +63,15 @@ class ShardedDataset(ImageDataset):
     Samples of other layouts (image and caption, ``jpg`` + ``txt`` + ``json``) come
     whole with ``keys``: ``keys=("jpg", "txt")`` gives ``(image, text)`` (the members
     in that order; a sample without one is an error naming it), ``keys="*"`` a dict of
-    every member. Members are decoded by extension as WebDataset decodes them (text,
-    JSON, class numbers, images through ``decode`` then ``transform``; ``.npy`` without
-    pickle; the rest as bytes). Without ``keys``, a set whose samples hold more than
-    ``(image, label)`` reads says so once.
+    every member. A member is named by its extension as WebDataset splits it, lowercased,
+    with ``.`` and ``-`` as ``_`` (``x.seg.png`` is ``seg_png``, ``x.text-en.txt``
+    ``text_en_txt``; ``keys`` takes either spelling), and decoded by its last extension
+    as WebDataset decodes it (text, JSON, class numbers, images through ``decode`` then
+    ``transform``; ``.npy`` without pickle; ``.gz`` decompressed first; the rest as
+    bytes): ``seg.png`` is an image. A tar WebDataset refuses (two members of one
+    extension in a sample), or whose members the index cannot name, is refused naming
+    the member. Without ``keys``, a set whose samples hold more than ``(image, label)``
+    reads says so once.
 
     Members are read by their offsets in the index with ``os.pread`` on a file opened
     once per process (fork- and spawn-safe; at most ``OPEN_SHARDS`` open at once).
@@ -103,9 +110,8 @@ class ShardedDataset(ImageDataset):
         if keys is not None and (transforms is not None or target_transform is not None):
             raise ValueError("with keys, transform runs on each image member: give no "
                              "transforms or target_transform")  # fmt: skip
-        if isinstance(keys, str) and keys != "*":
-            raise ValueError(f"keys: extensions such as ('jpg', 'txt'), or '*'; not {keys!r}")
-        self.keys = keys if keys is None or keys == "*" else tuple(keys)
+        #: None, "*", or the index's names of the members to read, in order (``seg_png``)
+        self.keys = selected_members(keys)
         #: Where the shards come from when not a local folder (None for a folder).
         self.transport: Transport | None = (
             connect(str(path), cache_dir=cache_dir, cache_limit=cache_limit,
@@ -120,6 +126,7 @@ class ShardedDataset(ImageDataset):
             self.path = self.transport.url
             self.shards, self.meta = self.transport.index()
         else:
+            check_cache(cache_dir, cache_limit)  # a remote source's cache checks its own
             self.path = Path(path)
             if not self.path.is_dir():
                 raise FileNotFoundError(f"{self.path}: no such shard folder")

@@ -9,12 +9,20 @@ small record per finished shard (its index entry, where the next shard starts, t
 samples skipped), so that saving it costs the same for the thousandth shard as for the
 first, and a conversion killed with ``kill -9`` resumes on any machine without
 re-encoding or re-uploading a finished shard. The index is written last.
+
+A destination holds nothing of its user's under a name a conversion writes
+(:func:`shard_name`, :func:`part_shard_name`): a new conversion is refused, naming the
+file, before any work when one is there (a folder of WebDataset shards named as fastload
+names them), and only then saves its progress; so a resume, with the progress there, finds
+only the conversion's own shards under those names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,9 +33,22 @@ from fastload.shards.index import INDEX, PROGRESS
 from fastload.shards.layout import write_index
 from fastload.shards.transport import SCHEMES, is_remote
 
-__all__ = ["Destination", "destination"]
+__all__ = ["Destination", "destination", "part_shard_name", "shard_name"]
 
 _RECORD = f"{PROGRESS}.shard-"  # + the shard's number: one finished shard's progress
+_SHARD = re.compile(r"^shard-([0-9]{6,}|[0-9]{5,}-[0-9]{4,})\.tar$")  # what the writers name
+# a shard being written, by its writer's temporary naming (tar.py: ``.NAME.<12 hex>.tmp``)
+_UNFINISHED = re.compile(r"^\.shard-[0-9-]+\.tar\.[0-9a-f]{12}\.tmp$")
+
+
+def shard_name(number: int) -> str:
+    """The name of shard ``number`` of a conversion in one process."""
+    return f"shard-{number:06d}.tar"
+
+
+def part_shard_name(part: int, number: int) -> str:
+    """The name of shard ``number`` of part ``part`` of a conversion on Ray."""
+    return f"shard-{part:05d}-{number:04d}.tar"
 
 
 def merged(header: dict[str, Any] | None, records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -47,7 +68,16 @@ class Destination:
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder).resolve()  # Ray's workers run in other directories
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise FileExistsError(
+                f"{folder}: a file is there; shards are written into a folder (a new one, or "
+                "one of a conversion to resume): give another destination"
+            )
+        self._made = not self.folder.exists()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a file among its parents, no permission
+            raise type(error)(f"{folder}: cannot make the folder ({error.strerror})") from None
         self.staging = self.folder
 
     def __str__(self) -> str:
@@ -55,6 +85,26 @@ class Destination:
 
     def has_index(self) -> bool:
         return (self.folder / INDEX).exists()
+
+    def refuse_foreign(self) -> None:
+        """Refuse a destination holding files under the names a conversion writes, before
+        a new conversion begins (resumes are not checked: their progress, saved only after
+        this check, makes those names the conversion's own).
+
+        Raises:
+            FileExistsError: Naming the first such file and how many there are.
+        """
+        taken = sorted(name for name in self._names("shard-") if _SHARD.match(name))
+        if taken:
+            more = f" and {len(taken) - 1} more" if len(taken) > 1 else ""
+            raise FileExistsError(
+                f"{self}/{taken[0]}{more}: a file a new conversion would write over, not of a "
+                "fastload conversion (no index, no progress); it is left as it is: give another "
+                "destination, or move those files away"
+            )
+
+    def _names(self, prefix: str) -> list[str]:
+        return [path.name for path in self.folder.glob(f"{prefix}*")]
 
     def progress(self) -> dict[str, Any] | None:
         path = self.folder / PROGRESS
@@ -66,7 +116,10 @@ class Destination:
         """Remove the shards an interrupted conversion left half-written (a resume writes
         them again)."""
         # (a bucket's records are put whole: half-written ones are a folder's only)
-        for leftover in [*self.staging.glob(".*.tar.*.tmp"), *self.staging.glob(f"{_RECORD}*.tmp")]:
+        shards = [
+            path for path in self.staging.glob(".shard-*.tmp") if _UNFINISHED.match(path.name)
+        ]
+        for leftover in [*shards, *self.staging.glob(f"{_RECORD}[0-9]*[0-9].tmp")]:
             leftover.unlink(missing_ok=True)
 
     def save_progress(self, progress: dict[str, Any]) -> None:
@@ -95,7 +148,11 @@ class Destination:
         (self.folder / PROGRESS).unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Nothing to release for a folder."""
+        """The folder goes if this destination made it and nothing was written into it
+        (a conversion refused before its first file)."""
+        if self._made:
+            with contextlib.suppress(OSError):  # not empty: it holds the conversion's files
+                self.folder.rmdir()
 
 
 class StoreDestination(Destination):
@@ -124,6 +181,9 @@ class StoreDestination(Destination):
 
     def _record_names(self) -> list[str]:
         return [name for name in self.remote.names(_RECORD) if name[-1].isdigit()]
+
+    def _names(self, prefix: str) -> list[str]:
+        return self.remote.names(prefix)
 
     def _write(self, name: str, data: bytes) -> None:
         self.remote.write(name, data)

@@ -34,8 +34,10 @@ __all__ = [
     "Member",
     "Shard",
     "ShardIndexError",
+    "clear_temporaries",
     "index_bytes",
     "load_index",
+    "refuse_unfinished",
     "shard_entry",
     "shards_digest",
     "table_name",
@@ -153,6 +155,31 @@ def write_whole(path: Path, data: bytes) -> None:
         raise
 
 
+def clear_temporaries(folder: Path) -> None:
+    """Remove what an index writer killed in ``folder`` left: the temporary files of
+    :func:`write_whole` for ``index.json`` and member tables, by their exact naming
+    (``.NAME.``, ``mkstemp``'s 8 characters, ``.tmp``), nothing else. Not while another
+    writer indexes the same folder: its temporary file would go."""
+    own = re.compile(rf"\.({re.escape(INDEX)}|.+{re.escape(TABLE)})\.[a-z0-9_]{{8}}\.tmp")
+    for leftover in folder.glob(".*.tmp"):
+        if own.fullmatch(leftover.name) and leftover.is_file():
+            leftover.unlink(missing_ok=True)
+
+
+def refuse_unfinished(folder: Path) -> None:
+    """Refuse to index ``folder`` while it holds a fastload conversion that stopped
+    part-way: its shards are part of the samples, and an index would end the conversion.
+
+    Raises:
+        ShardIndexError: Naming the folder and how to finish the conversion.
+    """
+    if (folder / PROGRESS).exists():
+        raise ShardIndexError(
+            f"{folder}: holds an unfinished fastload conversion ({PROGRESS}): finish it with "
+            "`fastload convert ... --resume` (resume=True), not by indexing its shards"
+        )
+
+
 def load_index(folder: Path) -> tuple[list[Shard], dict[str, Any]]:
     """The shards of ``folder``'s index and its metadata, checked (see :func:`parse_index`),
     each shard's file present and of the indexed size.
@@ -201,9 +228,12 @@ def parse_index(data: bytes, where: str) -> tuple[list[Shard], dict[str, Any]]:
         raise ShardIndexError(f"{where}: not JSON ({error})") from None
     if not isinstance(parsed, dict) or parsed.get("format") != "fastload-shards":
         raise ShardIndexError(f"{where}: not a fastload shard index")
-    if not isinstance(parsed.get("version"), int) or parsed["version"] > VERSION:
+    version = parsed.get("version")
+    # a bool is an int to Python, and 2.0 or "2" are not versions
+    if type(version) is not int or not 1 <= version <= VERSION:
         raise ShardIndexError(
-            f"{where}: index version {parsed.get('version')!r}, this fastload reads {VERSION}"
+            f"{where}: index version {version!r} (its version field): this fastload reads "
+            f"versions 1 to {VERSION}"
         )
     entries = parsed.get("shards", [])
     if not isinstance(entries, list):

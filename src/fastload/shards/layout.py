@@ -35,9 +35,11 @@ from fastload.shards.index import (
     Member,
     Shard,
     ShardIndexError,
+    clear_temporaries,
     index_bytes,
     load_index,
     parse_index,
+    refuse_unfinished,
     table_name,
     write_whole,
 )
@@ -99,9 +101,11 @@ def write_index_with_tables_beside(
     replaced.
 
     Raises:
-        ShardIndexError: Entries that would not load.
+        ShardIndexError: Entries that would not load, or a folder holding a conversion
+            that stopped part-way (:func:`~fastload.shards.index.refuse_unfinished`).
         FileExistsError: A file under a table's name with other bytes.
     """
+    refuse_unfinished(folder)
     path = folder / INDEX
     inline, _ = parse_index(index_bytes(shards, meta, INLINE), str(path))  # refusal: no write
     tables = [(folder / table_name(shard.name), _table_of(shard)) for shard in inline]
@@ -168,6 +172,10 @@ def load_table(folder: Path, shard: Shard) -> MemberTable:
         data = (folder / table_name(shard.name)).read_bytes()
     except FileNotFoundError:
         raise ShardIndexError(f"{where}: the member table of {shard.name} is missing") from None
+    except IsADirectoryError:
+        raise ShardIndexError(
+            f"{where}: the member table of {shard.name} is a folder, not a file"
+        ) from None
     return checked_table(data, where, shard)
 
 
@@ -203,12 +211,14 @@ def upgrade_index(folder: Path) -> tuple[Path, int]:
     tables written beside the shards, then ``index.json`` replaced whole. The new index
     keeps the old shard list's digest as ``upgraded_from``, so a ``ShardShuffle`` state
     saved on the old index is still accepted. Returns the index and its shard count.
+    What an upgrade killed before left (its temporary files) is removed first.
 
     Raises:
         ShardIndexError: No index, or one that does not load.
         ValueError: An index of version 3 or 4 already.
         FileExistsError: A file under a table's name with other bytes.
     """
+    clear_temporaries(folder)
     shards, meta = load_index(folder)  # checked whole, each shard present and of its size
     if meta["version"] >= BESIDE:
         raise ValueError(f"{folder / INDEX} is of version {meta['version']}: nothing to upgrade")

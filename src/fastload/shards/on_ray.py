@@ -16,7 +16,7 @@ import itertools
 from typing import Any
 
 from fastload.records.sources import Encoding, Source
-from fastload.shards.destination import Destination, destination
+from fastload.shards.destination import Destination, destination, part_shard_name
 from fastload.shards.tar import write_range
 
 __all__ = ["convert_on_ray", "split"]
@@ -138,7 +138,7 @@ def write_part(
         shards.append(entry)
         skipped.extend(bad)
 
-    names = (f"shard-{number:05d}-{count:04d}.tar" for count in itertools.count())
+    names = (part_shard_name(number, count) for count in itertools.count())
     try:
         rest = write_range(items, span[0], span[1], target, names, encoding=encoding,
                            shard_size=shard_size, skip_bad=skip_bad, on_shard=finished)  # fmt: skip

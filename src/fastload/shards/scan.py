@@ -26,19 +26,13 @@ from fastload.shards.index import (
     shard_entry,
 )
 from fastload.shards.layout import write_index_with_tables_beside
+from fastload.shards.members import GZIP, decoded_as, is_decoded, without_gzip
+from fastload.shards.naming import member_name, split_member
 
 __all__ = ["index_webdataset", "scanned_index"]
 
 #: The folder of ``cache_dir`` where scans of local shard folders are kept.
 SCANS = "fastload-scans"
-
-
-def _split(name: str) -> tuple[str, str]:
-    """WebDataset's rule: the key is the member's path up to the first dot of its last
-    part, the extension what follows it (``a/b.seg.png``: ``a/b``, ``seg.png``)."""
-    folder, _, base = name.rpartition("/")
-    stem, dot, extension = base.partition(".")
-    return (f"{folder}/{stem}" if folder else stem), extension if dot else ""
 
 
 def _kind(info: tarfile.TarInfo) -> str:
@@ -96,6 +90,12 @@ def _tars(folder: Path) -> list[Path]:
     tars = sorted(path for path in folder.glob("*.tar"))
     if not tars:
         raise ShardIndexError(f"{folder}: no {INDEX} and no *.tar shards to index")
+    for path in tars:
+        if not _is_utf8(path.name):
+            raise ShardIndexError(
+                f"{folder}: shard file name {_raw(path.name)!r} is not UTF-8 (Latin-1?): "
+                "shard indexes name shards in UTF-8; rename it"
+            )
     return tars
 
 
@@ -122,11 +122,21 @@ def _tars_digest(folder: Path, tars: list[Path]) -> str:
 
 
 def scan_tar(path: Path) -> dict[str, Any]:
-    """The index entry of one tar: its samples' members grouped by key, its SHA-256."""
+    """The index entry of one tar: its samples' members grouped by key as WebDataset
+    groups them (:mod:`fastload.shards.naming`), its SHA-256.
+
+    Raises:
+        ShardIndexError: A member that is not a regular file, whose name is not UTF-8 or
+            has no name in the index, that would be decoded otherwise than WebDataset
+            decodes it, or that shares its sample's name with another; a sample spread
+            over non-adjacent members; a tar that cannot be read. Each names the tar and
+            the member.
+    """
     samples: list[tuple[str, dict[str, Member]]] = []
+    names: dict[str, str] = {}  # the current sample's members: index name -> tar name
     seen: set[str] = set()
     try:
-        with tarfile.open(path, "r:") as archive:
+        with tarfile.open(path, "r:", encoding="utf-8") as archive:
             for info in archive:
                 if info.isdir():
                     continue
@@ -135,11 +145,11 @@ def scan_tar(path: Path) -> dict[str, Any]:
                         f"{path}: member {info.name!r} is {_kind(info)}: only regular files "
                         "are read from a shard"
                     )
-                key, extension = _split(info.name)
-                extension = extension.lower()
-                if not extension.replace(".", "").isalnum():
-                    continue  # no extension, or one a member name cannot be read by
-                extension = extension.replace(".", "_")
+                split = split_member(info.name)
+                if split is None:
+                    continue  # no extension, or WebDataset's metadata: in no sample
+                key, extension = split
+                name = _named(path, info.name, extension)
                 if not samples or samples[-1][0] != key:
                     if key in seen:
                         raise ShardIndexError(
@@ -147,7 +157,15 @@ def scan_tar(path: Path) -> dict[str, Any]:
                         )
                     seen.add(key)
                     samples.append((key, {}))
-                samples[-1][1][extension] = Member(extension, info.offset_data, info.size)
+                    names = {}
+                if name in names:
+                    raise ShardIndexError(
+                        f"{path}: sample {key!r} has two members named {name!r}: "
+                        f"{names[name]!r} and {info.name!r} (extensions are read in lower "
+                        "case, '.' and '-' as '_'; WebDataset refuses two of one extension)"
+                    )
+                names[name] = info.name
+                samples[-1][1][name] = Member(name, info.offset_data, info.size)
     except (tarfile.TarError, EOFError) as error:
         raise ShardIndexError(f"{path}: not a readable tar ({error})") from None
     size = path.stat().st_size
@@ -156,3 +174,42 @@ def scan_tar(path: Path) -> dict[str, Any]:
             if member.offset + member.size > size:
                 raise ShardIndexError(f"{path}: member {key}.{member.extension} runs past the end")
     return shard_entry(path.name, size, file_sha256(path), samples)
+
+
+def _named(path: Path, member: str, extension: str) -> str:
+    """The index's name of ``member`` of tar ``path``, its extension ``extension``."""
+    if not _is_utf8(member):  # the index and its digest are UTF-8: no lone surrogates
+        raise ShardIndexError(
+            f"{path}: member name {_raw(member)!r} is not UTF-8 (Latin-1?): shard indexes "
+            "name members in UTF-8; rename it in the tar"
+        )
+    try:
+        name = member_name(extension)
+    except ValueError as error:
+        raise ShardIndexError(f"{path}: member {member!r}: {error}") from None
+    named, decoded = extension, name
+    for _ in range(2):  # WebDataset takes one .gz off, then decodes by the last extension
+        last, ours = named.rpartition(".")[2], decoded_as(decoded)
+        if ours != last and is_decoded(ours):  # a '_' or '-' in its last extension
+            raise ShardIndexError(
+                f"{path}: member {member!r}: the index names it {name!r}, which would be "
+                f"decoded as .{ours}, where WebDataset keeps it as bytes (its last extension "
+                f"is .{last}); rename it"
+            )
+        if ours != GZIP:
+            break
+        named, decoded = named.removesuffix(GZIP).removesuffix("."), without_gzip(decoded)
+    return name
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _raw(name: str) -> bytes:
+    """The bytes of a name tarfile read with ``surrogateescape``."""
+    return name.encode("utf-8", "surrogateescape")

@@ -14,10 +14,10 @@ import os
 from typing import Any, Unpack
 
 from fastload._checks import check_int
-from fastload.records.conversion import Conversion, SourceOptions
+from fastload.records.conversion import Conversion, SourceOptions, require_samples
 from fastload.records.sources import Encoding, Source
 from fastload.shards.captions import captioned_source
-from fastload.shards.destination import Destination, destination
+from fastload.shards.destination import Destination, destination, shard_name
 from fastload.shards.index import INDEX, VERSION
 from fastload.shards.tar import write_range
 
@@ -57,7 +57,9 @@ def write_shards(
 
     Returns the index's metadata. Raises ``FileExistsError`` for a destination that
     holds a shard set or a conversion in progress (pass ``resume=True`` for the latter:
-    finished shards are kept, neither re-encoded nor re-uploaded).
+    finished shards are kept, neither re-encoded nor re-uploaded), or, for a new
+    conversion, a file under a name it writes (``shard-000000.tar``, ...: never
+    replaced), before any work.
 
     Example:
         >>> from fastload.testing.shapes import ShapesDetection
@@ -73,11 +75,11 @@ def write_shards(
         raise ValueError("parts: the parts are Ray's (ray=True)")
     if parts is not None:
         check_int(parts, "parts", low=1)
-    target = _destination(destination, storage_options)
+    target, found = _destination(destination, storage_options)
     try:
         if captions and (conversion.annotations or conversion.masks) is not None:
             raise ValueError("captions are image-text pairs: give no annotations or masks")
-        items = (
+        items = require_samples(
             captioned_source(source) if captions
             else conversion.source(source)
         )  # fmt: skip
@@ -87,7 +89,7 @@ def write_shards(
         what = {"description": items.description, "samples": len(items),
                 "resize": encoding.resize, "quality": encoding.quality,
                 "shard_size": shard_size, "index_version": VERSION}  # fmt: skip
-        progress = _progress(target, what, conversion.resume)
+        progress = _progress(target, found, what, conversion.resume)
         if ray:
             from fastload.shards.on_ray import convert_on_ray
 
@@ -112,19 +114,30 @@ def write_shards(
     return meta
 
 
-def _destination(where: str | os.PathLike[str], options: dict[str, Any] | None) -> Destination:
+def _destination(
+    where: str | os.PathLike[str], options: dict[str, Any] | None
+) -> tuple[Destination, dict[str, Any] | None]:
+    """The destination and the progress of its unfinished conversion, if any; refused
+    when it holds a shard set, or, for a new conversion, a file under a shard's name."""
     target = destination(where, options)
-    if target.has_index():
+    try:
+        if target.has_index():
+            raise FileExistsError(f"{target}: already holds a shard set ({INDEX})")
+        progress = target.progress()
+        if progress is None:
+            target.refuse_foreign()
+    except BaseException:
         target.close()
-        raise FileExistsError(f"{target}: already holds a shard set ({INDEX})")
-    return target
+        raise
+    return target, progress
 
 
-def _progress(target: Destination, what: dict[str, Any], resume: bool) -> dict[str, Any]:
-    """The unfinished conversion's progress, checked to be of the same source, length,
-    encoding and shard size; for a new one, ``what`` it converts, saved at once (a shard
-    set with a progress is never taken for a finished or a WebDataset one)."""
-    progress = target.progress()
+def _progress(
+    target: Destination, progress: dict[str, Any] | None, what: dict[str, Any], resume: bool
+) -> dict[str, Any]:
+    """The unfinished conversion's ``progress``, checked to be of the same source,
+    length, encoding and shard size; for a new one, ``what`` it converts, saved at once
+    (a shard set with a progress is never taken for a finished or a WebDataset one)."""
     if progress is None:
         target.save_progress(what)
         return dict(what)
@@ -161,7 +174,7 @@ def _convert(
         shards.append(entry)
         skipped.extend(bad)
 
-    names = (f"shard-{number:06d}.tar" for number in itertools.count(len(shards)))
+    names = (shard_name(number) for number in itertools.count(len(shards)))
     rest = write_range(items, progress.get("next", 0), len(items), target, names,
                        encoding=encoding, shard_size=shard_size, skip_bad=skip_bad,
                        on_shard=finished)  # fmt: skip

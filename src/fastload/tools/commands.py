@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fastload.tools import arguments
+
 if TYPE_CHECKING:
     from fastload.datasets.folder import ImageFolder
     from fastload.lmdb import LMDBDataset
@@ -126,11 +128,12 @@ def info(args: argparse.Namespace) -> None:
 
 
 def index(args: argparse.Namespace) -> None:
-    from fastload.shards.index import INDEX, load_index
+    from fastload.shards.index import INDEX, clear_temporaries, load_index, refuse_unfinished
     from fastload.shards.scan import index_webdataset
 
     if not args.folder.is_dir():
         raise FileNotFoundError(f"{args.folder}: no such folder")
+    refuse_unfinished(args.folder)  # before the scan reads every tar
     if args.upgrade:
         from fastload.shards.layout import upgrade_index
 
@@ -139,6 +142,7 @@ def index(args: argparse.Namespace) -> None:
         return
     if (args.folder / INDEX).exists():
         raise FileExistsError(f"{args.folder / INDEX} exists; it is left as it is")
+    clear_temporaries(args.folder)  # what an index killed before left
     path = index_webdataset(args.folder)
     shards, meta = load_index(args.folder)
     print(f"{path}: {meta['samples']} samples in {len(shards)} shards")
@@ -149,15 +153,16 @@ def verify(args: argparse.Namespace) -> None:
 
     if _is_shard_set(args.database):
         from fastload.decode.opencv import ImageDecodeError
+        from fastload.records.format import RecordFormatError
         from fastload.shards import ShardedDataset
         from fastload.shards.index import ShardIndexError
 
-        dataset = ShardedDataset(args.database)
-        try:
+        try:  # data found bad, exit 1: opening it too (a shard cut short, a table missing)
+            dataset = ShardedDataset(args.database)
             dataset.verify()  # every shard's SHA-256
             for index in range(len(dataset)):
                 dataset[index]  # every sample decodes
-        except (ShardIndexError, ImageDecodeError) as error:
+        except (ShardIndexError, RecordFormatError, ImageDecodeError) as error:
             print(error)
             sys.exit(1)
         print(f"{args.database}: {len(dataset.shards)} shards, {len(dataset)} samples verified")
@@ -207,6 +212,7 @@ def diagnose(args: argparse.Namespace) -> None:
     from fastload.prefetch import IMAGENET_MEAN, IMAGENET_STD, DataPrefetcher
     from fastload.tools.diagnostics import classifier_step, diagnose
 
+    arguments.check_plot_outside(args.plot, args.data)
     dataset = _image_dataset(args.data, args.image_size)
     classes = len(getattr(dataset, "classes", []) or [])
     if not classes and args.model != "none":
@@ -242,6 +248,7 @@ def bench(args: argparse.Namespace) -> None:
     from fastload.system import available_cpus
     from fastload.tools.measure import format_table
 
+    arguments.check_plot_outside(args.plot, args.data)
     dataset = _image_dataset(args.data, args.image_size)
 
     def make(workers: int, prefetch: int) -> FastLoader[tuple[Any, Any]]:
