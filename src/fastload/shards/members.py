@@ -25,7 +25,15 @@ import numpy as np
 
 from fastload.shards.index import ShardIndexError
 
-__all__ = ["GZIP", "IMAGES", "MAX_GUNZIPPED", "decode_member", "decoded_as", "is_decoded", "without_gzip"]
+__all__ = [
+    "GZIP",
+    "IMAGES",
+    "MAX_GUNZIPPED",
+    "decode_member",
+    "decoded_as",
+    "is_decoded",
+    "without_gzip",
+]
 
 #: Image members, in the order a sample's image is looked for.
 IMAGES = ("jpg", "jpeg", "png", "img", "webp", "bmp")
