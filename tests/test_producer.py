@@ -174,6 +174,8 @@ def test_resume_through_the_background_yields_the_remaining_batches(device):
     assert [labels for _, labels in rest] == [labels for _, labels in whole[2:]]
     for (images, _), (expected, _) in zip(rest, whole[2:], strict=True):
         assert torch.equal(images, expected)  # the same crops, flips and jitter again
+    assert producer_threads()  # reading the next epoch, begun as this one ended
+    del resumed
     assert no_producer_left()
 
 
@@ -219,3 +221,99 @@ def test_a_decoder_that_finishes_the_batch_is_not_normalised_twice():
         assert (a.float() - b.float()).abs().max() <= 1 / 255 / 0.25 + 2 * 2**-6  # a level, 2 ulps
     with pytest.raises(ValueError, match="already finishes the batch"):
         DataPrefetcher(loader, "cpu", decoder=finishing, mean=(0.5,) * 3, std=(0.25,) * 3)
+
+
+def epochs_of(batches: DataPrefetcher, epochs: int, between=None) -> list[list[list[int]]]:
+    got = []
+    for epoch in range(epochs):
+        if between is not None:
+            between(epoch)
+        got.append([labels.tolist() for _, labels in batches])
+    return got
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_one_producer_reads_every_epoch_and_begins_the_next_as_one_ends(workers):
+    def make(background):
+        loader = FastLoader(
+            EncodedPhotos(), batch_size=4, shuffle=True, seed=7, num_workers=workers,
+            persistent_workers=workers > 0, collate_fn=encoded_collate,
+        )  # fmt: skip
+        decoder, flip = GPUDecoder(16, device="cpu"), gpu.RandomHorizontalFlip()
+        prefetcher = DataPrefetcher(
+            loader, "cpu", decoder=decoder, background=background, transform=flip
+        )
+        return loader, prefetcher
+
+    loader, batches = make(True)
+    threads = []
+    passes = []
+    for _ in range(3):
+        it = iter(batches)
+        images = [next(it) for _ in range(6)]  # the epoch's six batches
+        # the last one handed out: the next epoch is begun, and its batches counted from 0
+        assert (loader.state_dict()["epoch"], loader.state_dict()["batches"]) == (
+            len(passes) + 1,
+            0,
+        )
+        threads.append(producer_threads())
+        with pytest.raises(StopIteration):
+            next(it)
+        passes.append(images)
+    assert len(threads[0]) == 1 and threads[0] == threads[1] == threads[2]  # one thread
+    _, synchronous = make(False)
+    for epoch in passes:
+        expected = list(synchronous)
+        for (image, labels), (want, want_labels) in zip(epoch, expected, strict=True):
+            assert labels.tolist() == want_labels.tolist() and torch.equal(image, want)
+    del batches, it
+    assert no_producer_left()
+
+
+def test_a_loop_that_sets_its_samplers_epoch_gets_that_epochs_order():
+    from torch.utils.data import DistributedSampler
+
+    def make(background):
+        data = EncodedPhotos()
+        sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+        loader = FastLoader(data, batch_size=4, sampler=sampler, num_workers=0,
+                            collate_fn=encoded_collate)  # fmt: skip
+        prefetcher = DataPrefetcher(loader, "cpu", decoder=GPUDecoder(16, device="cpu"),
+                                    background=background)  # fmt: skip
+        return sampler, prefetcher
+
+    sampler, batches = make(True)
+    got = epochs_of(batches, 3, between=lambda epoch: sampler.set_epoch(10 * epoch))
+    sampler, synchronous = make(False)
+    want = epochs_of(synchronous, 3, between=lambda epoch: sampler.set_epoch(10 * epoch))
+    assert got == want and got[1] != got[2]  # the epoch begun ahead was begun again
+
+
+def test_a_state_saved_at_an_epochs_end_resumes_the_next_epoch_exactly():
+    whole = epochs_of(prefetcher(True), 2)
+    first = prefetcher(True)
+    it = iter(first)
+    for _ in range(6):
+        next(it)  # the whole of epoch 0: epoch 1 begun ahead
+    state = first.state_dict()
+    assert (state["epoch"], state["batches"], state["between_epochs"]) == (1, 0, False)
+    assert first.loader.state_dict() == state
+    resumed = prefetcher(True)
+    resumed.load_state_dict(state)
+    assert [labels.tolist() for _, labels in resumed] == whole[1]
+
+
+def test_a_loader_iterated_or_loaded_elsewhere_drops_the_epoch_begun_ahead():
+    batches = prefetcher(True)
+    reference = epochs_of(prefetcher(True), 3)
+    assert [labels.tolist() for _, labels in batches] == reference[0]
+    assert producer_threads()  # epoch 1 begun ahead
+    direct = [labels.tolist() for _, labels in batches.loader]  # epoch 1, without it
+    assert direct == reference[1]
+    assert no_producer_left()  # what it had begun is dropped, not read twice
+    assert [labels.tolist() for _, labels in batches] == reference[2]
+
+    state = batches.loader.state_dict()  # after epoch 2, epoch 3 begun ahead
+    assert producer_threads()
+    batches.loader.load_state_dict(state)
+    assert no_producer_left()

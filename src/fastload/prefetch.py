@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from fastload.finishing import FinishesImages, ImageFinisher
 from fastload.gpu.targets import has_targets
 from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
+from fastload.loader.resume import samplers_with_epochs
 from fastload.producer import Produced, Producer, produce_one, weak_method
 from fastload.system import default_device, one_thread
 
@@ -134,6 +136,9 @@ class DataPrefetcher(LoaderProxy):
         self._produced = 0  # batches of the loader's epoch prepared (handed, in flight, failed)
         self._passes = 0  # iter() calls: an older pass's iterator is over
         self._starting = False  # a pass began whose loader starts at its first next()
+        self._length: int | None = None  # the batches of the pass's epoch, where known
+        self._ahead: _Ahead | None = None  # the next epoch, begun as this one ended
+        self._beginning = False  # in iter() of the loader
         # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
         # the transform draws each sample's parameters from that sample's seed.
         self._seeds: KeyedSeedSource | None = None
@@ -271,21 +276,27 @@ class DataPrefetcher(LoaderProxy):
         """Begin a pass over the loader, ``depth`` batches in flight once it starts: at the
         pass's first ``next()`` (Lightning calls ``iter()`` to check a loader and drops
         the iterator; that must start no epoch). As with DataLoader's iterators,
-        ``iter()`` of the pass is the pass: ``for b in it`` goes on from there."""
-        self._close()
+        ``iter()`` of the pass is the pass: ``for b in it`` goes on from there. A pass
+        left early ends here; the epoch a finished pass began ahead is kept for it."""
+        if self._iterator is not None:
+            self._close()
         self._passes += 1
         self._starting = True
         return _Pass(self, self._passes)
 
     def _start(self) -> None:
-        """The pass's loader iterator, and its first batches under way."""
+        """The pass's loader iterator, and its first batches under way: the epoch begun
+        ahead, if it still holds, or a new one."""
         self._starting = False
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.holds(self.loader):
+            self._iterator, self._length, self._handed = ahead.batches, ahead.length, 0
+            return
+        self._close()  # an epoch begun ahead that no longer holds goes with its thread
         try:
-            self._iterator = iter(self.loader)
-            # counted from the loader's new epoch on: until then, the last one's stand
-            self._handed = self._produced = 0
-            if isinstance(self.loader, ResumableLoader):
-                self.loader.count_batches_by(self)
+            self._iterator = self._begin_epoch()
+            self._handed = 0
+            self._length = self._epoch_length()
             if self.background:
                 self._producer = Producer(
                     self._iterator, weak_method(self._produce), depth=self.depth
@@ -297,6 +308,43 @@ class DataPrefetcher(LoaderProxy):
             self._close()
             raise
 
+    def _begin_epoch(self) -> Iterator[Any]:
+        """A new epoch's iterator of the loader; the batches of it are counted from here
+        (until then, the last epoch's stand) for the loader's state."""
+        self._beginning = True  # the loader's release() below is this prefetcher's own doing
+        try:
+            batches = iter(self.loader)
+        finally:
+            self._beginning = False
+        self._produced = 0
+        if isinstance(self.loader, ResumableLoader):
+            self.loader.count_batches_by(self)
+        return batches
+
+    def _epoch_length(self) -> int | None:
+        """The batches the epoch just begun hands out (fewer than ``len()`` when resumed),
+        where the loader says: only then is the next epoch begun ahead."""
+        if not isinstance(self.loader, ResumableLoader):
+            return None
+        try:
+            return len(self.loader) - int(self.loader.state_dict()["batches"])  # type: ignore[arg-type]
+        except TypeError:  # an IterableDataset: no length, no state
+            return None
+
+    def _begin_ahead(self) -> None:
+        """The last batch of the epoch handed out and the producer at the epoch's end:
+        begin the next epoch now, on this thread (as the next pass would, one step
+        earlier), so the producer prepares its first batches during the last steps."""
+        assert self._producer is not None
+        try:
+            batches = self._begin_epoch()
+        except Exception:  # the next pass's iter() meets it again and raises it there
+            self._producer.follow_with(None)
+            return
+        self._ahead = _Ahead(batches, sampler_epochs(self.loader), length=None)
+        self._ahead.length = self._epoch_length()
+        self._producer.follow_with(batches)
+
     def __next__(self) -> Any:
         if not self._starting and self._iterator is None:
             self._implicit_pass = iter(self)  # held: a pass dropped would stop its producer
@@ -304,7 +352,9 @@ class DataPrefetcher(LoaderProxy):
             self._start()
         slot = self._producer.get() if self._producer is not None else self._pending.popleft()
         if slot.end:
-            self._close()
+            self._iterator = None
+            if self._ahead is None:
+                self._close()
             raise StopIteration
         if slot.error is not None:
             self._close()
@@ -314,6 +364,8 @@ class DataPrefetcher(LoaderProxy):
             self._handed += 1
             if self._producer is None:
                 self._preload()
+            elif self._handed == self._length and self._producer.ended_after(self._handed):
+                self._begin_ahead()
         except BaseException:  # KeyboardInterrupt included: leave no half-read epoch
             self._close()
             raise
@@ -327,8 +379,15 @@ class DataPrefetcher(LoaderProxy):
         return self._resumable_loader().state_dict()
 
     def trained_batches(self) -> int:
-        """The batches of the loader's epoch under way handed to the training loop."""
-        return self._handed
+        """The batches of the loader's epoch under way handed to the training loop (none
+        of an epoch begun ahead)."""
+        return 0 if self._ahead is not None else self._handed
+
+    def release(self) -> None:
+        """The loader begins an epoch for someone else, or loads a state: an epoch begun
+        ahead is dropped (its thread would read the loader's reset iterator)."""
+        if not self._beginning and self._ahead is not None:
+            self._close()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the loader from :meth:`state_dict`'s state (see FastLoader's)."""
@@ -349,6 +408,7 @@ class DataPrefetcher(LoaderProxy):
 
     def _close(self) -> None:
         self._starting = False
+        self._ahead = None
         if self._producer is not None:
             self._producer.close()  # before the iterator goes: the thread reads from it
             self._producer = None
@@ -362,6 +422,26 @@ class DataPrefetcher(LoaderProxy):
         )  # fmt: skip
         fields = ", ".join(f"{name}={getattr(self, name)}" for name in names)
         return f"{type(self).__name__}({fields})"
+
+
+@dataclasses.dataclass
+class _Ahead:
+    """The next epoch, begun as the last one ended: its iterator (the producer reads it),
+    the epochs of the loader's samplers then, and its length. It holds for the next pass
+    while nobody has set a sampler's epoch since (a loop's ``set_epoch(epoch)`` makes
+    the order another one: the epoch is then begun again)."""
+
+    batches: Iterator[Any]
+    epochs: dict[str, int]
+    length: int | None
+
+    def holds(self, loader: Any) -> bool:
+        return sampler_epochs(loader) == self.epochs
+
+
+def sampler_epochs(loader: Any) -> dict[str, int]:
+    """The epoch of each of ``loader``'s samplers that has one (``set_epoch``)."""
+    return {name: int(owner.epoch) for name, owner in samplers_with_epochs(loader).items()}
 
 
 class _Pass:
@@ -386,6 +466,7 @@ class _Pass:
 
     def __del__(self) -> None:
         # A pass left early (``break``) stops its producer thread: nothing else would.
+        # (A pass that ended leaves it reading the epoch begun ahead.)
         prefetcher = self.prefetcher
-        if prefetcher._passes == self.number and prefetcher._producer is not None:
+        if prefetcher._passes == self.number and prefetcher._iterator is not None:
             prefetcher._close()

@@ -3,9 +3,13 @@
 A :class:`Producer` takes each batch from an iterator, runs ``prepare`` on it (decode,
 augment, normalise: on the producer's own CUDA stream, made once by its owner), records
 an event, and queues the result, at most ``depth`` ahead. The training thread takes
-them in order; an exception is queued at its batch's turn. The thread ends with the
-iterator, at the first error, or at :meth:`Producer.close`, which the owner calls when a
-pass ends early (a ``break``, an exception, garbage collection, interpreter exit).
+them in order; an exception is queued at its batch's turn. At the iterator's end the
+thread queues an ``end`` item and waits for the owner to hand it the next epoch's
+iterator (:meth:`Producer.follow_with`): one thread for all the epochs, which starts on
+the next one while the training thread finishes this one. The thread ends at the first
+error, when the owner says no epoch follows, or at :meth:`Producer.close`, which the
+owner calls when a pass ends early (a ``break``, an exception, garbage collection,
+interpreter exit).
 """
 
 from __future__ import annotations
@@ -55,9 +59,11 @@ class Producer:
     ) -> None:
         self._queue: queue.Queue[Produced] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._epochs = _Epochs(batches)
         self._thread = threading.Thread(
-            target=_run, args=(batches, prepare, self._queue, self._stop), name=name, daemon=True
-        )
+            target=_run, args=(self._epochs, prepare, self._queue, self._stop), name=name,
+            daemon=True,
+        )  # fmt: skip
         self._thread.start()
         # A producer nobody closed (its owner collected, the interpreter exiting) still stops.
         self._finalizer = weakref.finalize(self, _stop, self._thread, self._queue, self._stop)
@@ -81,6 +87,17 @@ class Producer:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    def ended_after(self, batches: int) -> bool:
+        """Whether the current epoch's iterator ended after exactly ``batches`` batches,
+        waiting until the thread knows: it has ended, failed, or taken one batch more
+        (which the queue always has room for once ``batches`` were taken from it)."""
+        return self._epochs.ended_after(batches, self._thread)
+
+    def follow_with(self, batches: Iterator[Any] | None) -> None:
+        """The iterator of the epoch after the one that ended (None: no epoch follows,
+        and the thread ends)."""
+        self._epochs.follow_with(batches)
 
     def close(self) -> None:
         """Stop the thread and wait for it (it finishes the batch it is preparing)."""
@@ -118,22 +135,67 @@ def produce_one(batches: Iterator[Any], prepare: Callable[[Any], tuple[Any, Any]
     return item
 
 
+class _Epochs:
+    """The iterators the thread reads, one epoch after another, and what the owner needs
+    to know of the current one: how many batches it gave, and whether it ended."""
+
+    def __init__(self, first: Iterator[Any]) -> None:
+        self.current: Iterator[Any] | None = first
+        self._condition = threading.Condition()
+        self._taken = 0  # batches the current iterator gave
+        self._over = False  # the current iterator ended or failed
+        self._next: list[Iterator[Any] | None] = []  # the owner's hand-off
+
+    def took(self, item: Produced) -> None:
+        with self._condition:
+            if item.end or item.error is not None:
+                self._over = True
+            else:
+                self._taken += 1
+            self._condition.notify_all()
+
+    def ended_after(self, batches: int, thread: threading.Thread) -> bool:
+        with self._condition:
+            while not self._over and self._taken <= batches and thread.is_alive():
+                self._condition.wait(_POLL_S)
+            return self._over and self._taken == batches
+
+    def follow_with(self, batches: Iterator[Any] | None) -> None:
+        with self._condition:
+            self._next.append(batches)
+            self._condition.notify_all()
+
+    def following(self, stop: threading.Event) -> Iterator[Any] | None:
+        """The next epoch's iterator, once the owner gives it; None if none follows."""
+        with self._condition:
+            while not self._next and not stop.is_set():
+                self._condition.wait(_POLL_S)
+            if stop.is_set():
+                return None
+            self.current, self._taken, self._over = self._next.pop(0), 0, False
+            return self.current
+
+
 def _run(
-    batches: Iterator[Any],
+    epochs: _Epochs,
     prepare: Callable[[Any], tuple[Any, Any]],
     out: queue.Queue[Produced],
     stop: threading.Event,
 ) -> None:
-    while not stop.is_set():
+    batches: Iterator[Any] | None = epochs.current
+    while batches is not None and not stop.is_set():
         item = produce_one(batches, prepare)
+        epochs.took(item)
         while not stop.is_set():
             try:
                 out.put(item, timeout=_POLL_S)
                 break
             except queue.Full:
                 continue
-        if item.end or item.error is not None:
+        if item.error is not None:
             return
+        if item.end:
+            batches = epochs.following(stop)
 
 
 def _stop(thread: threading.Thread, items: queue.Queue[Produced], stop: threading.Event) -> None:

@@ -39,6 +39,10 @@ class BatchConsumer(Protocol):
     def trained_batches(self) -> int:
         """The batches of the loader's epoch under way handed to the training loop."""
 
+    def release(self) -> None:
+        """The loader begins an epoch for someone else, or loads a state: stop reading
+        an epoch begun ahead of the training loop."""
+
 
 @runtime_checkable
 class ResumableLoader(Protocol):

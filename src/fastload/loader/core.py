@@ -272,6 +272,7 @@ class FastLoader(DataLoader[T_co]):
         return super()._index_sampler
 
     def __iter__(self) -> _BaseDataLoaderIter:
+        self._release_consumer()
         if shut_down(self._iterator):  # its workers are gone: a pass needs new ones
             self._iterator = None
         if self._auto_epoch:
@@ -359,6 +360,7 @@ class FastLoader(DataLoader[T_co]):
         """
         if self._resumable is None:
             raise TypeError("an IterableDataset keeps its own position: nothing to resume")
+        self._release_consumer()
         self._resume = resume_point(state, loader_identity(self), order_generators(self))
         self._epochs_started = self._resume.epoch
         samplers = samplers_with_epochs(self)
@@ -375,6 +377,14 @@ class FastLoader(DataLoader[T_co]):
         ``consumer`` handed to the training loop (DataPrefetcher calls it)."""
         if self._progress is not None:
             self._progress.consumer = weakref.ref(consumer)
+
+    def _release_consumer(self) -> None:
+        """Tell the consumer of the epoch under way that the loader starts over (it may
+        hold the next epoch's iterator, begun ahead: see DataPrefetcher)."""
+        reference = None if self._progress is None else self._progress.consumer
+        consumer = None if reference is None else reference()
+        if consumer is not None:
+            consumer.release()
 
     def keep_batch_seeds(self) -> None:
         """Queue each batch's per-sample seeds (with ``seed``) for :meth:`pop_batch_seeds`;
