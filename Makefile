@@ -54,6 +54,7 @@ bench: $(DEV_READY)
 	$(BIN)/python benchmarks/cpu_augment.py --plot
 	$(BIN)/python benchmarks/end_to_end.py --plot
 	$(BIN)/python benchmarks/crop_decode.py --plot
+	$(BIN)/python benchmarks/host_path.py --plot
 	$(BIN)/python benchmarks/hf_datasets.py --plot
 	$(BIN)/python benchmarks/timm_loader.py --plot
 	$(BIN)/python benchmarks/peers.py --plot  # peers missing from .venv are reported (benchmarks/install_peers.sh)

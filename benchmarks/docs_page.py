@@ -274,6 +274,23 @@ pixels differ from the full decode's by the DCT's own downscaling and a box roun
 the reduced grid (1 to 3 levels on average, `tests/test_transforms.py`). Use it for
 datasets of large photos.""",
     ),
+    "cpu/host_path": Notes(
+        "GPUDecoder's host path, its GPU calls stood in for",
+        """\
+`benchmarks/host_path.py`: the GIL-held CPU time of `GPUDecoder(224)`'s producer-side work
+per batch of 256 photo-like 500x375 JPEGs (half with a camera's EXIF block), nvJPEG's
+decode, nvImageCodec's `Decoder.decode` and the fused crop kernel replaced by stand-ins
+that return preallocated outputs at once. "before" is a copy, kept in the script, of the
+host steps before the header was read once per image (a whole-file copy and scan per
+image, PIL for EXIF, two CodeStreams and a sub-stream); "after" is `GPUDecoder` itself
+on an `EncodedBatch` whose headers the collate read in the worker ("list in": a list of
+tensors, headers read on the producer). The budget (issue 48): 1 ms per batch.""",
+        """\
+The nvjpeg path is within the budget. The nvimgcodec path is not: what is left there is
+nvImageCodec 0.9's own Python objects, a CodeStream per image and, for a crop, a Region
+and a sub-stream, then an output object per image: most of its time per image. A list
+of tensors costs the header parse on the producer; collate with `encoded_collate`.""",
+    ),
     "cpu/tensor_dataset": Notes(
         "A TensorDataset in memory",
         """\

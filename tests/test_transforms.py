@@ -198,9 +198,9 @@ def test_without_a_reduced_scale_only_the_box_is_decoded_with_the_same_pixels(mo
     regions = []
     decode_region = transforms_module._decode_region
 
-    def spy(encoded, region):
+    def spy(encoded, header, region):
         regions.append(region)
-        return decode_region(encoded, region)
+        return decode_region(encoded, header, region)
 
     monkeypatch.setattr(transforms_module, "_decode_region", spy)
     crop = DecodeRandomResizedCrop(224)  # 500x375 to 224: never at 1/2 scale

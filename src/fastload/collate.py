@@ -8,7 +8,7 @@ pinned memory and PCIe.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -18,6 +18,7 @@ from torch.utils.data import default_collate, get_worker_info
 
 from fastload._checks import check_int
 from fastload.batches import Path, map_tensors
+from fastload.jpeg import header_table
 
 __all__ = ["EncodedBatch", "chw", "encoded_collate", "padded_collate", "uint8_collate"]
 
@@ -77,7 +78,9 @@ class EncodedBatch:
 
     One block of shared memory crosses from a worker per batch, where a list of byte
     tensors costs a file descriptor per image; it is not pinned (see :meth:`pin_memory`).
-    Indexing, ``len`` and iteration work as on that list.
+    Indexing, ``len`` and iteration work as on that list. :meth:`pack` also reads each
+    JPEG's header there (``headers``, a :func:`~fastload.jpeg.header_table`),
+    in the worker, so the GPU decoder's producer thread parses none.
 
     Example:
         >>> batch = EncodedBatch.pack([torch.tensor([1, 2], dtype=torch.uint8),
@@ -88,14 +91,18 @@ class EncodedBatch:
 
     data: torch.Tensor
     offsets: tuple[int, ...]
+    headers: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def pack(cls, images: Sequence[torch.Tensor | np.ndarray | bytes]) -> EncodedBatch:
-        """Copy ``images`` (1-D uint8 tensors, arrays or bytes) into one tensor."""
+        """Copy ``images`` (1-D uint8 tensors, arrays or bytes) into one tensor, and read
+        their JPEG headers."""
         arrays = [_byte_array(image, index) for index, image in enumerate(images)]
         offsets = np.concatenate([[0], np.cumsum([array.size for array in arrays])])
         data = np.concatenate(arrays) if arrays else np.empty(0, np.uint8)  # a new array
-        return cls(torch.from_numpy(data), tuple(int(offset) for offset in offsets))
+        bounds = tuple(int(offset) for offset in offsets)
+        headers = header_table(data.data, bounds)
+        return cls(torch.from_numpy(data), bounds, headers)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

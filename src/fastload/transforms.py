@@ -24,7 +24,9 @@ from torch.utils.data import get_worker_info
 from fastload._checks import positive_pair
 from fastload.boxes import TRIES, sample_box
 from fastload.collate import chw
-from fastload.decode.opencv import decode_image, displayed_size, is_jpeg, reduction_factor
+from fastload.decode.inputs import accelerated
+from fastload.decode.opencv import decode_image, displayed_size, reduction_factor
+from fastload.jpeg import JpegHeader, header_rows, jpeg_header
 
 if TYPE_CHECKING:
     from fastload.decode.nvimgcodec import NvImageCodec
@@ -188,7 +190,8 @@ class DecodeRandomResizedCrop:
             if isinstance(encoded, torch.Tensor)
             else np.frombuffer(encoded, np.uint8)
         )
-        size = displayed_size(data)
+        header = jpeg_header(data)
+        size = displayed_size(data) if header is None else header.displayed
         if size is None:  # not a header we read: decode_image says what is wrong with it
             return self(decode_image(data))
         height, width = size
@@ -197,8 +200,8 @@ class DecodeRandomResizedCrop:
             math.ceil(self.size[0] * height / crop_h),
             math.ceil(self.size[1] * width / crop_w),
         )
-        if reduction_factor(height, width, needed) == 1:
-            region = _decode_region(data, (top, left, top + crop_h, left + crop_w))
+        if header is not None and reduction_factor(height, width, needed) == 1:
+            region = _decode_region(data, header, (top, left, top + crop_h, left + crop_w))
             if region is not None:  # nvImageCodec: only the box's pixels, the same values
                 return self._resize(region.permute(2, 0, 1))
         pixels = chw(decode_image(data, min_size=needed))
@@ -227,18 +230,15 @@ class DecodeRandomResizedCrop:
 RandomResizedCrop = DecodeRandomResizedCrop
 
 
-def _decode_region(data: np.ndarray, region: tuple[int, int, int, int]) -> torch.Tensor | None:
+def _decode_region(
+    data: np.ndarray, header: JpegHeader, region: tuple[int, int, int, int]
+) -> torch.Tensor | None:
     """The HWC pixels of ``region`` (top, left, bottom, right) of a JPEG, decoded alone by
     nvImageCodec's CPU backend, or None (not installed, or not a JPEG it takes)."""
     codec = _region_decoder()
-    if codec is None or not is_jpeg(data):
+    if codec is None or not accelerated(header_rows([header]))[0]:
         return None
-    # bytes read from a file or a memory map are read-only, which torch warns of: a copy
-    # of the encoded bytes is small next to the decode
-    encoded = torch.from_numpy(data if data.flags.writeable else data.copy())
-    if 0 not in codec.sizes([encoded]):
-        return None
-    return codec.decode([encoded], {0: region}).get(0)
+    return codec.decode([data], {0: region}).get(0)
 
 
 _REGION_DECODERS: dict[int, NvImageCodec] = {}

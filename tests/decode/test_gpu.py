@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import io
 import pickle
+import warnings
 
 import cv2
 import numpy as np
@@ -241,16 +243,17 @@ def test_an_empty_list_gives_an_empty_batch(crop):
     assert out.shape == (0, 3, 24, 32) and out.dtype == torch.uint8
 
 
-def test_one_jpeg_test_for_the_cpu_and_the_gpu_decode():
-    import fastload.decode.gpu
+def test_the_gpu_path_reads_a_header_where_the_cpu_path_sees_a_jpeg():
     from fastload.decode.opencv import is_jpeg
+    from fastload.jpeg import jpeg_header
 
-    assert fastload.decode.gpu.is_jpeg is is_jpeg
     jpeg, png = encode(8, 8), encode(8, 8, ".png")
     for encoded, want in ((jpeg, True), (png, False)):
         forms = (encoded, encoded.numpy(), encoded.numpy().tobytes(), memoryview(encoded.numpy()))
         assert all(is_jpeg(form) is want for form in forms)
+        assert all((jpeg_header(form) is not None) is want for form in forms)
     assert not is_jpeg(b"") and not is_jpeg(b"\xff")
+    assert jpeg_header(b"") is None and jpeg_header(b"\xff") is None
 
 
 @pytest.mark.parametrize(
@@ -337,3 +340,113 @@ def test_the_old_name_in_fastload_gpu_still_works_for_one_release_and_says_where
         old = fastload.gpu.GPUDecoder
     assert old is fastload.decode.GPUDecoder is GPUDecoder
     assert "GPUDecoder" not in fastload.gpu.__all__  # listed where it lives now
+
+
+def exif_jpeg(height: int, width: int, orientation: int, seed: int = 0, **options) -> torch.Tensor:
+    from PIL import Image
+
+    rgb = photo_like_image(np.random.default_rng(seed), height, width)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).convert(options.pop("mode", "RGB")).save(
+        buffer, "JPEG", exif=exif.tobytes(), quality=90, **options
+    )
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+class AsNvjpeg:
+    """Stands in for nvJPEG: libjpeg-turbo's decode with no EXIF orientation, as nvJPEG
+    returns images; records what it is given."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, batch, device):
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        self.calls.append(len(batch))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torchvision's, for torchcodec
+            return [decode_jpeg(data, mode=ImageReadMode.RGB).to(device) for data in batch]
+
+
+def nvjpeg_path(decoder: GPUDecoder) -> AsNvjpeg:
+    decoder._accelerated, decoder._nvjpeg = True, AsNvjpeg()  # the GPU code path
+    decoder.backend = "nvjpeg"
+    return decoder._nvjpeg
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_nvjpegs_images_are_shown_as_their_exif_orientation_says(orientation):
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    data = exif_jpeg(30, 50, orientation)
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    nvjpeg_path(decoder)
+    (image,) = decoder.decode([data])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        shown = decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+    assert torch.equal(image, shown)
+    assert tuple(image.shape[1:]) == decode_image(data.numpy()).shape[:2]
+
+
+def test_only_what_nvjpeg_takes_is_given_to_it_and_the_rest_goes_to_opencv():
+    batch = [
+        exif_jpeg(40, 60, 6, seed=1),
+        exif_jpeg(40, 40, 1, seed=2, mode="CMYK"),  # CMYK: OpenCV's
+        encode(30, 30, ".png"),
+        exif_jpeg(36, 28, 1, seed=3, progressive=True),
+        encode(20, 20),
+    ]
+    sizes = torch.tensor([[60.0, 40.0], [40, 40], [30, 30], [36, 28], [20, 20]])
+    params = GPUDecoder(16, device="cpu").sample_params(sizes, torch.Generator().manual_seed(0))
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    nvjpeg = nvjpeg_path(decoder)
+    with pytest.warns(UserWarning, match=r"2 image\(s\) decoded on the CPU"):
+        out = decoder(EncodedBatch.pack(batch), params)
+    assert nvjpeg.calls == [3]  # one batch call, no image refused one by one
+    assert decoder.decoded == {"nvjpeg": 3, "opencv": 2}
+    # the boxes were drawn in the displayed sizes: the same batch as OpenCV's whole path
+    want = GPUDecoder(16, device="cpu", backend="opencv")(batch, params)
+    assert (out.int() - want.int()).abs().float().mean() < 2
+
+
+def test_a_jpeg_cut_short_never_reaches_nvjpeg_and_opencv_names_it():
+    good = encode(40, 40)
+    cut = good[: len(good) // 2].clone()
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    nvjpeg = nvjpeg_path(decoder)
+    with pytest.raises(ImageDecodeError, match="image 1 of the batch"), pytest.warns(UserWarning):
+        decoder([good, cut])
+    assert nvjpeg.calls == [1]
+
+
+def test_a_packed_batch_is_read_with_the_header_table_its_collate_made():
+    from fastload.decode.inputs import HostBatch
+
+    packed = EncodedBatch.pack(MIXED)
+    batch = HostBatch(packed)
+    assert batch.headers is packed.headers
+    assert [tuple(t.tolist()) for t in batch.tensors] == [tuple(t.tolist()) for t in MIXED]
+    assert np.array_equal(HostBatch(list(MIXED)).headers, packed.headers)
+    assert batch.displayed.tolist() == [[48, 64], [0, 0], [0, 0], [64, 64]]
+
+
+@given(
+    box=st.tuples(st.floats(-5, 500), st.floats(-5, 500), st.floats(0.1, 600), st.floats(0.1, 600)),
+    size=st.tuples(st.integers(1, 600), st.integers(1, 600)),
+)
+def test_pixel_regions_are_the_whole_pixels_a_box_touches(box, size):
+    import math
+
+    from fastload.decode.inputs import pixel_regions
+
+    boxes = torch.tensor([box], dtype=torch.float32)
+    top, left, height, width = (float(v) for v in boxes[0])
+    want = [
+        max(0, math.floor(top)), max(0, math.floor(left)),
+        min(size[0], math.ceil(top + height)), min(size[1], math.ceil(left + width)),
+    ]  # fmt: skip
+    assert pixel_regions(boxes, np.array([size])).tolist() == [want]

@@ -20,6 +20,7 @@ from torch.utils.dlpack import from_dlpack
 from fastload.decode import GPUDecoder, nvimgcodec
 from fastload.decode import opencv as decode_module
 from fastload.decode.opencv import ImageDecodeError, decode_image
+from fastload.jpeg import jpeg_header
 from fastload.tools.synthetic import photo_like_image
 
 if not nvimgcodec.available():
@@ -45,11 +46,12 @@ def png(height: int, width: int) -> torch.Tensor:
 def test_a_region_is_the_full_decodes_slice_in_the_displayed_image(orientation):
     data = jpeg(60, 90, orientation=orientation)
     codec = nvimgcodec.NvImageCodec(torch.device("cpu"), threads=1)
-    (height, width) = codec.sizes([data])[0]
+    (height, width) = jpeg_header(data).displayed
     full = decode_image(data.numpy())
     assert (height, width) == full.shape[:2]  # EXIF rotation applied to the sizes too
     region = (5, 10, 35, 50)
-    crop = codec.decode([data], {0: region})[0]
+    crop = codec.decode([data.numpy()], {0: region})[0]
+    assert torch.equal(codec.decode([data.numpy()], {0: None})[0], torch.from_numpy(full))
     assert torch.equal(crop, torch.from_numpy(full[5:35, 10:50]))
 
 
@@ -63,6 +65,20 @@ def test_region_decoding_gives_the_whole_decodes_batch():
         regions = GPUDecoder(24, device="cpu", crop=crop, backend="nvimgcodec")(batch, params)
         whole = GPUDecoder(24, device="cpu", crop=crop, backend="opencv")(batch, params)
         assert (regions.int() - whole.int()).abs().max() <= 1, crop  # rounding at .5 only
+
+
+def test_whole_images_and_regions_in_one_batch():
+    batch = [jpeg(48, 64, seed=1), jpeg(40, 30, seed=2, orientation=6), jpeg(33, 33, seed=3)]
+    params = {  # the first box is the whole image (no sub-stream), the others are not
+        "top": torch.tensor([0.0, 3.5, 2.0]),
+        "left": torch.tensor([0.0, 1.25, 0.0]),
+        "height": torch.tensor([48.0, 20.0, 31.0]),
+        "width": torch.tensor([64.0, 30.0, 33.0]),
+        "flip": torch.tensor([False, True, False]),
+    }
+    regions = GPUDecoder(24, device="cpu", backend="nvimgcodec")(batch, params)
+    whole = GPUDecoder(24, device="cpu", backend="opencv")(batch, params)
+    assert (regions.int() - whole.int()).abs().max() <= 1
 
 
 @pytest.mark.parametrize(
@@ -161,10 +177,9 @@ def test_on_cuda_a_region_is_the_cpu_backends_region(progressive, orientation):
     data = jpeg(120, 160, seed=4, orientation=orientation, progressive=progressive)
     on_gpu = nvimgcodec.NvImageCodec(torch.device("cuda"), threads=2)
     on_cpu = nvimgcodec.NvImageCodec(torch.device("cpu"), threads=1)
-    assert on_gpu.sizes([data]) == on_cpu.sizes([data])
     region = (8, 16, 72, 112)
-    gpu_crop = on_gpu.decode([data], {0: region})[0]
-    cpu_crop = on_cpu.decode([data], {0: region})[0]
+    gpu_crop = on_gpu.decode([data.numpy()], {0: region})[0]
+    cpu_crop = on_cpu.decode([data.numpy()], {0: region})[0]
     assert gpu_crop.device.type == "cuda" and gpu_crop.dtype == torch.uint8
     assert gpu_crop.shape == cpu_crop.shape == (64, 96, 3)
     assert (gpu_crop.cpu().float() - cpu_crop.float()).abs().mean() < 2
@@ -183,7 +198,7 @@ def test_on_cuda_the_hardware_decoder_takes_a_baseline_jpegs_region():
     crop = hardware.decode([region])[0]
     assert crop is not None, "the hardware decoder declined a region"
     on_cpu = nvimgcodec.NvImageCodec(torch.device("cpu"), threads=1)
-    cpu_crop = on_cpu.decode([jpeg(480, 640, seed=5)], {0: (8, 16, 72, 112)})[0]
+    cpu_crop = on_cpu.decode([jpeg(480, 640, seed=5).numpy()], {0: (8, 16, 72, 112)})[0]
     gpu_crop = from_dlpack(crop).cpu()
     assert gpu_crop.shape == cpu_crop.shape == (64, 96, 3)
     assert (gpu_crop.int() - cpu_crop.int()).abs().max() <= 2

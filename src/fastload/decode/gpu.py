@@ -12,26 +12,27 @@ resampled, flipped and finished (dtype, normalisation, layout) in one pass
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from fastload._checks import check_int, check_probability, finite, positive_pair
 from fastload.boxes import TRIES, sample_boxes
 from fastload.collate import EncodedBatch
-from fastload.decode import nvimgcodec
+from fastload.decode import nvimgcodec, nvjpeg
 from fastload.decode.crop import crop_resize_finish
-from fastload.decode.inputs import encoded_list, nvjpeg_decoder, pixel_region
-from fastload.decode.opencv import decode_image, is_jpeg
+from fastload.decode.inputs import HostBatch, accelerated, crop_regions, rest_of
+from fastload.decode.opencv import decode_image
 from fastload.finishing import Finish
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
+from fastload.jpeg import ORIENTATION
 from fastload.system import available_cpus, default_device
 
 __all__ = ["GPUDecoder"]
@@ -181,7 +182,7 @@ class GPUDecoder(nn.Module):
     def _start_backend(self) -> None:
         """The chosen backend's handles (not pickled: made again where it is unpickled)."""
         self._accelerated = self.backend == "nvjpeg"
-        self._nvjpeg = nvjpeg_decoder() if self._accelerated else None
+        self._nvjpeg = nvjpeg.nvjpeg_decoder() if self._accelerated else None
         self._codec = (
             nvimgcodec.NvImageCodec(self.device, self.threads)
             if self.backend == "nvimgcodec"
@@ -191,7 +192,7 @@ class GPUDecoder(nn.Module):
     # --- decoding ---------------------------------------------------------------------------
 
     def _cpu_decode(
-        self, encoded: Sequence[Tensor], indices: list[int], *, hwc: bool = False
+        self, batch: HostBatch, indices: list[int], *, hwc: bool = False
     ) -> dict[int, Tensor]:
         """OpenCV on ``indices``, in a thread pool: CHW views (HWC with ``hwc``)."""
         if not indices:
@@ -201,7 +202,7 @@ class GPUDecoder(nn.Module):
 
         def one(index: int) -> Tensor:
             image = torch.from_numpy(
-                decode_image(encoded[index].numpy(), source=f"image {index} of the batch")
+                decode_image(batch.array(index), source=f"image {index} of the batch")
             )
             return image if hwc else image.permute(2, 0, 1)
 
@@ -209,80 +210,76 @@ class GPUDecoder(nn.Module):
         self.decoded["opencv"] += len(decoded)
         return {index: image.to(self.device, non_blocking=True) for index, image in decoded.items()}
 
-    def _gpu_decode(self, encoded: Sequence[Tensor], indices: list[int]) -> dict[int, Tensor]:
-        """nvJPEG on every index it accepts; the batch first, one by one if it fails.
+    # host: which images the GPU backend is given, from the headers alone
 
-        torchvision's nvJPEG writes from a stream of its own into memory allocated on the
-        current stream, without waiting for the work queued there: a block that the
-        previous batch just freed could be overwritten while still being read. So the
-        calls run on a stream with no other work, the caller's stream waits for them,
-        and each output is recorded on the caller's stream for the allocator.
-        """
-        nvjpeg = self._nvjpeg
-        if nvjpeg is None:
+    def _gpu_indices(self, batch: HostBatch) -> list[int]:
+        if self.backend not in ("nvjpeg", "nvimgcodec"):
+            return []
+        indices: list[int] = np.flatnonzero(accelerated(batch.headers)).tolist()
+        return indices
+
+    # device: the decoders' calls
+
+    def _gpu_decode(self, batch: HostBatch, indices: list[int]) -> dict[int, Tensor]:
+        """nvJPEG on every index it accepts, on a stream of its own (made on first use)."""
+        if self._nvjpeg is None:
             raise RuntimeError("GPUDecoder: no nvJPEG on a CPU device")
-        cuda = self.device.type == "cuda"  # tests stand a CPU decoder in for nvJPEG
-        if cuda and self._stream is None:
+        if self.device.type == "cuda" and self._stream is None:  # tests stand a CPU one in
             self._stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call, unused-ignore]
-        stream = self._stream
-        caller = torch.cuda.current_stream(self.device) if cuda else None
-        batch = [encoded[i] for i in indices]
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            try:
-                decoded = dict(zip(indices, nvjpeg(batch, self.device), strict=True))
-            except RuntimeError:  # the batch call returns nothing when one image fails
-                decoded = {}
-                for index in indices:
-                    with contextlib.suppress(RuntimeError):  # refused: the CPU decodes it
-                        decoded[index] = nvjpeg([encoded[index]], self.device)[0]
-        if caller is not None and stream is not None:
-            caller.wait_stream(stream)
-            for image in decoded.values():
-                image.record_stream(caller)
-        return decoded
+        orientations = batch.headers[:, ORIENTATION].tolist()
+        return nvjpeg.decode(
+            self._nvjpeg, batch.tensors, indices, orientations, self.device, self._stream
+        )
 
     def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
-        """The images as CHW uint8 tensors on the device, in order."""
-        encoded = encoded_list(encoded)
-        all_indices = list(range(len(encoded)))
-        decoded: dict[int, Tensor] = {}
-        if self._codec is not None:  # whole images: each one's full region
-            sizes = self._codec.sizes(encoded)
-            whole = {i: (0, 0, h, w) for i, (h, w) in sizes.items()}
-            others = self._cpu_decode(encoded, [i for i in all_indices if i not in sizes], hwc=True)
-            images = self._decode_regions(encoded, whole, others)
+        """The images as CHW uint8 tensors on the device, in order (EXIF orientation
+        applied, as OpenCV's decode does)."""
+        batch = HostBatch(encoded)
+        if self._codec is not None:  # whole images
+            gpu = self._gpu_indices(batch)
+            others = self._cpu_decode(batch, rest_of(gpu, len(batch)), hwc=True)
+            images, _ = self._decode_regions(batch, dict.fromkeys(gpu), others)
             return [image.permute(2, 0, 1) for image in images]
+        images, _ = self._decode_whole(batch)
+        return images
+
+    def _decode_whole(self, batch: HostBatch) -> tuple[list[Tensor], np.ndarray]:
+        """nvJPEG (on a CUDA device) or OpenCV: CHW images, and their (N, 2) sizes: the
+        headers' for nvJPEG's, the decoded ones for OpenCV's."""
+        gpu = self._gpu_indices(batch) if self._accelerated else []
+        decoded = self._gpu_decode(batch, gpu) if gpu else {}
         if self._accelerated:
-            jpegs = [i for i in all_indices if is_jpeg(encoded[i])]
-            decoded = self._gpu_decode(encoded, jpegs) if jpegs else {}
             self.decoded["nvjpeg"] += len(decoded)
-            refused = len(jpegs) - len(decoded)
-            fallbacks = len(encoded) - len(decoded)
+            fallbacks = len(batch) - len(decoded)
             if fallbacks:
-                self._count_fallbacks(fallbacks, refused)
-        rest = [i for i in all_indices if i not in decoded]
+                self._count_fallbacks(fallbacks, len(gpu) - len(decoded))
+        sizes = batch.displayed.copy()
+        rest = [i for i in range(len(batch)) if i not in decoded]
         if rest:
-            decoded.update(self._cpu_decode(encoded, rest))
-        return [decoded[i] for i in all_indices]
+            decoded.update(self._cpu_decode(batch, rest))
+            sizes[rest] = [decoded[i].shape[-2:] for i in rest]
+        return [decoded[i] for i in range(len(batch))], sizes
 
     def _decode_regions(
         self,
-        encoded: Sequence[Tensor],
-        regions: dict[int, tuple[int, int, int, int]],
+        batch: HostBatch,
+        regions: dict[int, tuple[int, int, int, int] | None],
         others: dict[int, Tensor],
-    ) -> list[Tensor]:
+    ) -> tuple[list[Tensor], list[int]]:
         """HWC images of every index: nvImageCodec's ``regions`` (top, left, bottom,
-        right); ``others``, the images OpenCV decoded already (no region: not a JPEG it
-        takes); OpenCV's whole images for the regions it refused."""
+        right; None for a whole image); ``others``, the images OpenCV decoded already
+        (not ones the GPU takes); OpenCV's whole images for those nvImageCodec refused.
+        Also returns the indices nvImageCodec decoded."""
         assert self._codec is not None
-        decoded = self._codec.decode(encoded, regions)
+        decoded = self._codec.decode(batch.arrays, regions) if regions else {}
         self.decoded["nvimgcodec"] += len(decoded)
+        done = list(decoded)
         refused = [i for i in regions if i not in decoded]
         if (refused or others) and self.device.type == "cuda":
             self._count_fallbacks(len(refused) + len(others), len(refused))
         decoded.update(others)
-        decoded.update(self._cpu_decode(encoded, refused, hwc=True))
-        return [decoded[i] for i in range(len(encoded))]
+        decoded.update(self._cpu_decode(batch, refused, hwc=True))
+        return [decoded[i] for i in range(len(batch))], done
 
     def _count_fallbacks(self, count: int, refused: int) -> None:
         if self.cpu_fallbacks == 0:
@@ -345,34 +342,31 @@ class GPUDecoder(nn.Module):
     ) -> Tensor:
         if len(encoded) == 0:  # an empty batch (the last of a filtered epoch, say)
             return self.finish.empty(0, self.size, self.device)
+        batch = HostBatch(encoded)
         if self._codec is not None:
-            return self._forward_regions(encoded_list(encoded), params)
-        images = self.decode(encoded)
+            return self._forward_regions(batch, params)
+        images, sizes = self._decode_whole(batch)
         # The sizes are known on the host: the boxes are drawn there, and go to the
         # kernel with the images, without a stream sync.
-        sizes = torch.tensor([image.shape[-2:] for image in images], dtype=torch.float32)
-        boxes, flip = self._boxes_and_flips(sizes, params)
+        boxes, flip = self._boxes_and_flips(torch.from_numpy(sizes).float(), params)
         return crop_resize_finish(images, boxes, self.size, flip, self.finish)
 
-    def _forward_regions(self, encoded: list[Tensor], params: Params | None) -> Tensor:
+    def _forward_regions(self, batch: HostBatch, params: Params | None) -> Tensor:
         """nvImageCodec: sizes from the headers, boxes drawn, only each box decoded."""
-        assert self._codec is not None
-        known = self._codec.sizes(encoded)
-        others = self._cpu_decode(encoded, [i for i in range(len(encoded)) if i not in known],
-                                  hwc=True)  # fmt: skip
-        sizes = torch.tensor(
-            [known[i] if i in known else tuple(others[i].shape[:2]) for i in range(len(encoded))],
-            dtype=torch.float32,
-        )
-        boxes, flip = self._boxes_and_flips(sizes, params)
-        regions = {i: pixel_region(boxes[i], known[i]) for i in known}
-        images = self._decode_regions(encoded, regions, others)
-        for i, (top, left, bottom, right) in regions.items():
-            # a decoded region: the box in its coordinates (an image the CPU decoded
-            # whole instead keeps the box; its region is then the whole image or not its size)
-            if tuple(images[i].shape[:2]) == (bottom - top, right - left):
-                boxes[i, 0] -= top
-                boxes[i, 1] -= left
+        gpu = self._gpu_indices(batch)
+        others = self._cpu_decode(batch, rest_of(gpu, len(batch)), hwc=True)
+        sizes = batch.displayed.copy()
+        for index, image in others.items():
+            sizes[index] = image.shape[:2]
+        boxes, flip = self._boxes_and_flips(torch.from_numpy(sizes).float(), params)
+        regions = crop_regions(boxes, sizes, gpu)
+        images, done = self._decode_regions(batch, regions, others)
+        # a decoded region: the box in its coordinates (an image OpenCV decoded whole
+        # keeps the box)
+        corners = [(region[0], region[1]) for i in done if (region := regions[i]) is not None]
+        shifted = [i for i in done if regions[i] is not None]
+        if shifted:
+            boxes[shifted, :2] -= torch.tensor(corners, dtype=boxes.dtype)
         return crop_resize_finish(images, boxes, self.size, flip, self.finish, hwc=True)
 
     def _boxes_and_flips(self, sizes: Tensor, params: Params | None) -> tuple[Tensor, Tensor]:

@@ -20,12 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.dlpack import from_dlpack
 
-from fastload.decode import opencv as decode_module
-from fastload.decode.opencv import displayed_size, is_jpeg, is_truncated_jpeg
-
 __all__ = ["HARDWARE_REGIONS", "NvImageCodec", "available", "load", "make_decoder"]
-
-_EXIF_MARK = b"Exif\x00\x00"
 
 
 @contextlib.contextmanager
@@ -111,48 +106,30 @@ class NvImageCodec:
             sample_format=codec.SampleFormat.I_RGB,
         )  # fmt: skip
 
-    def sizes(self, encoded: Sequence[Tensor]) -> dict[int, tuple[int, int]]:
-        """The displayed ``(height, width)`` of each image this backend will take: JPEGs
-        with a readable header and an end marker (the rest go to OpenCV, which names
-        what is wrong with them)."""
-        found: dict[int, tuple[int, int]] = {}
-        limit = decode_module.MAX_PIXELS
-        for index, data in enumerate(encoded):
-            array = data.numpy()
-            if not is_jpeg(array) or is_truncated_jpeg(array):
-                continue
-            size: tuple[int, int] | None
-            if _EXIF_MARK in array[:65536].tobytes():  # maybe rotated: read what is shown
-                size = displayed_size(array, source=f"image {index} of the batch")
-            else:
-                try:
-                    stream = self.codec.CodeStream(array)
-                    size = (int(stream.height), int(stream.width))
-                except RuntimeError:
-                    size = None
-            if size is not None and min(size) > 0 and (limit is None or size[0] * size[1] <= limit):
-                found[index] = size  # empty or past the limit: OpenCV's path names it
-        return found
-
     def decode(
-        self, encoded: Sequence[Tensor], regions: dict[int, tuple[int, int, int, int]]
+        self,
+        encoded: Sequence[np.ndarray],
+        regions: dict[int, tuple[int, int, int, int] | None],
     ) -> dict[int, Tensor]:
-        """``regions``: index -> (top, left, bottom, right) in pixels. Returns the HWC
-        crops it decoded (an image it could not is left out)."""
-        indices = list(regions)
-        if not indices:
+        """``regions``: index -> (top, left, bottom, right) in displayed pixels, or None
+        for the whole image. Returns the HWC images it decoded (one it could not is left
+        out); which images it is given is decided from their headers beforehand
+        (:func:`fastload.decode.inputs.gpu_decodable`)."""
+        if not regions:
             return {}
-        streams = []
-        for index in indices:
-            top, left, bottom, right = regions[index]
-            region = self.codec.Region(top, left, bottom, right)
-            whole = self.codec.CodeStream(encoded[index].numpy())
-            streams.append(whole.get_sub_code_stream(region=region))
+        codec, streams = self.codec, []
+        for index, region in regions.items():
+            # one CodeStream per image (it keeps a view of the bytes, not a copy); a
+            # region needs its sub-stream, the only way nvImageCodec 0.9 takes one
+            stream = codec.CodeStream(encoded[index])
+            if region is not None:
+                stream = stream.get_sub_code_stream(region=codec.Region(*region))
+            streams.append(stream)
         cuda = self.device.type == "cuda"
         stream = torch.cuda.current_stream(self.device).cuda_stream if cuda else 0
         images = self.decoder.decode(streams, params=self.params, cuda_stream=stream)
         decoded = {}
-        for index, image in zip(indices, images, strict=True):
+        for index, image in zip(regions, images, strict=True):
             if image is None:
                 continue
             decoded[index] = (

@@ -10,6 +10,8 @@ import cv2
 import numpy as np
 import torch
 
+from fastload.jpeg import SOI, jpeg_header
+
 __all__ = [
     "MAX_PIXELS",
     "DecodeMode",
@@ -42,7 +44,6 @@ _REDUCED = {
 # OpenCV 5 rejects a truncated JPEG; 4.x fills the missing part with grey and only
 # prints a warning, so there we look for the end marker ourselves.
 _CHECK_JPEG_END = int(cv2.__version__.split(".")[0]) < 5
-_JPEG_START = b"\xff\xd8"
 _JPEG_SCAN = b"\xff\xda"
 _JPEG_END = b"\xff\xd9"
 
@@ -51,9 +52,6 @@ _JPEG_END = b"\xff\xd9"
 #: few hundred bytes can declare 20000x20000 and take gigabytes to decode (a
 #: "decompression bomb"). PIL's limit; set it higher, or None to turn the check off.
 MAX_PIXELS: int | None = 178_956_970
-
-_EXIF_ORIENTATION = 0x0112
-_TRANSPOSED = frozenset({5, 6, 7, 8})  # EXIF orientations that swap width and height
 
 
 class ImageDecodeError(ValueError):
@@ -67,7 +65,7 @@ def is_jpeg(data: bytes | memoryview | np.ndarray | torch.Tensor) -> bool:
         head = bytes(data[:2])
     else:
         head = np.asarray(data[:2], dtype=np.uint8).tobytes()
-    return head == _JPEG_START
+    return head == SOI
 
 
 def is_truncated_jpeg(data: np.ndarray) -> bool:
@@ -130,30 +128,27 @@ def reduction_factor(height: int, width: int, min_size: int | tuple[int, int] | 
 def displayed_size(data: np.ndarray, source: str = "<bytes>") -> tuple[int, int] | None:
     """``(height, width)`` from the header, as :func:`decode_image` returns the image (EXIF
     rotation applied), without decoding; None when the header is unreadable (the decode
-    then reports it).
+    then reports it). JPEGs are read by :func:`~fastload.jpeg.jpeg_header`,
+    other formats by PIL.
 
     Raises:
         ImageDecodeError: The header declares more than :data:`MAX_PIXELS`.
     """
-    from PIL import Image, JpegImagePlugin  # reads the header only, no pixels
+    if is_jpeg(data):
+        header = jpeg_header(data)
+        return None if header is None else header.displayed
+    from PIL import Image  # reads the header only, no pixels
 
-    head = io.BytesIO(data[:65536].tobytes())
     try:
-        if is_jpeg(data):
-            # The plugin itself: Image.open would apply PIL's own pixel limit first.
-            jpeg = JpegImagePlugin.JpegImageFile(head)
-            with jpeg:
-                (width, height), orientation = jpeg.size, jpeg.getexif().get(_EXIF_ORIENTATION, 1)
-        else:
-            with Image.open(head) as other:
-                (width, height), orientation = other.size, 1
+        with Image.open(io.BytesIO(data[:65536].tobytes())) as other:
+            width, height = other.size
     except Image.DecompressionBombError as error:
         if MAX_PIXELS is None:
             return None
         raise ImageDecodeError(f"{source}: {error}") from error
     except Exception:
         return None
-    return (width, height) if orientation in _TRANSPOSED else (height, width)
+    return height, width
 
 
 def decode_image(
