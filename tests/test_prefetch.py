@@ -347,14 +347,14 @@ def test_a_large_copy_read_at_once_is_complete():
 def test_one_stream_and_no_growth_of_reserved_memory_over_epochs():
     batches = [(x.pin_memory(), y.pin_memory()) for x, y in image_batches(count=8, n=64)]
     prefetcher = DataPrefetcher(batches, "cuda", mean=MEAN, std=STD)
-    stream = prefetcher._stream
+    stream = prefetcher._preparer.stream
     reserved = []
     for _ in range(6):
         for images, _ in prefetcher:
             images.mul(2)
         torch.cuda.synchronize()
         reserved.append(torch.cuda.memory_reserved())
-    assert prefetcher._stream is stream
+    assert prefetcher._preparer.stream is stream
     assert reserved[-1] <= reserved[1]
 
 

@@ -317,3 +317,85 @@ def test_a_loader_iterated_or_loaded_elsewhere_drops_the_epoch_begun_ahead():
     assert producer_threads()
     batches.loader.load_state_dict(state)
     assert no_producer_left()
+
+
+def test_with_a_plan_the_reading_thread_plans_the_next_batch_while_one_is_prepared():
+    planned_second = threading.Event()
+    threads: dict[str, set[str]] = {"plan": set(), "prepare": set()}
+
+    def plan(batch):
+        threads["plan"].add(threading.current_thread().name)
+        if batch == 1:
+            planned_second.set()
+        return batch * 10
+
+    def prepare(planned):
+        threads["prepare"].add(threading.current_thread().name)
+        if planned == 0:  # batch 0's decode outlasts the planning of batch 1
+            assert planned_second.wait(timeout=30), "batch 1 was not planned during batch 0"
+        return planned + 1, None
+
+    producer = Producer(iter(range(5)), prepare, depth=2, plan=plan)
+    assert [producer.get().value for _ in range(5)] == [1, 11, 21, 31, 41]
+    assert producer.get().end
+    assert threads == {"plan": {"fastload-producer"}, "prepare": {"fastload-producer-device"}}
+    producer.close()
+    assert not producer.alive
+
+
+@pytest.mark.parametrize("stage", ["plan", "prepare"])
+def test_an_error_in_either_stage_comes_at_its_batchs_turn_and_both_threads_end(stage):
+    def fail_at_two(x):
+        if x == 2:
+            raise ValueError(f"{stage} failed")
+        return x
+
+    plan = fail_at_two if stage == "plan" else (lambda x: x)
+    prepare = (lambda x: (fail_at_two(x), None)) if stage == "prepare" else (lambda x: (x, None))
+    producer = Producer(iter(range(5)), prepare, depth=2, plan=plan)
+    items = list(producer)
+    assert [item.value for item in items[:2]] == [0, 1]
+    assert str(items[2].error) == f"{stage} failed" and len(items) == 3
+    producer.close()
+    assert not producer.alive
+
+
+class PlanningDecoder:
+    """Decodes like GPUDecoder on the CPU, its host part apart: records the threads."""
+
+    def __init__(self) -> None:
+        self.inner = GPUDecoder(16, device="cpu", flip=0.5)
+        self.threads: dict[str, set[str]] = {"plan": set(), "run": set()}
+
+    def plan(self, encoded):
+        self.threads["plan"].add(threading.current_thread().name)
+        from fastload.gpu.base import draw_uniform
+
+        return encoded, draw_uniform(len(encoded), device=torch.device("cpu"))  # keyed draw
+
+    def run(self, plan):
+        self.threads["run"].add(threading.current_thread().name)
+        encoded, draws = plan
+        batch = self.inner(encoded)
+        return batch + (draws > 0.5).view(-1, 1, 1, 1).to(torch.uint8)
+
+    def __call__(self, encoded):
+        return self.run(self.plan(encoded))
+
+
+def test_a_decoder_that_plans_is_planned_on_the_reading_thread_with_the_same_keyed_draws():
+    def make(background):
+        loader = FastLoader(EncodedPhotos(), batch_size=4, shuffle=True, seed=7, num_workers=0,
+                            collate_fn=encoded_collate)  # fmt: skip
+        decoder = PlanningDecoder()
+        prefetcher = DataPrefetcher(loader, "cpu", decoder=decoder, background=background,
+                                    transform=gpu.RandomHorizontalFlip(), dtype=None)  # fmt: skip
+        return decoder, prefetcher
+
+    decoder, batches = make(True)
+    got = [images for images, _ in batches]
+    assert decoder.threads == {"plan": {"fastload-producer"}, "run": {"fastload-producer-device"}}
+    _, synchronous = make(False)
+    want = [images for images, _ in synchronous]
+    assert len(got) == len(want) == 6
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["TRIES", "Boxes", "sample_box", "sample_boxes"]
+__all__ = ["TRIES", "Boxes", "crop_boxes", "sample_box", "sample_boxes"]
 
 #: torchvision's number of tries.
 TRIES = 10
@@ -128,3 +128,42 @@ def sample_box(
     box_h = round(width / ratio[0]) if in_ratio < ratio[0] else height
     box_w = round(height * ratio[1]) if in_ratio > ratio[1] else width
     return (height - box_h) // 2, (width - box_w) // 2, box_h, box_w, False
+
+
+def crop_boxes(
+    sizes: Tensor,
+    crop: str,
+    size: tuple[int, int],
+    *,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    crop_fraction: float,
+    uniforms: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Each image's box (``top``, ``left``, ``height``, ``width``, (N,) each) for images of
+    ``sizes`` ((N, 2) heights and widths) and an output of ``size``: ``"random"``, a
+    RandomResizedCrop from ``uniforms`` ((N, TRIES, 4) draws in [0, 1)); ``"resize"``, the
+    whole image; ``"center"``, the region ``Resize(size / crop_fraction)`` +
+    ``CenterCrop(size)`` keeps.
+
+    Example:
+        >>> boxes = crop_boxes(torch.tensor([[100.0, 200.0]]), "center", (50, 50),
+        ...                    scale=(0.08, 1.0), ratio=(0.75, 1.33), crop_fraction=0.5)
+        >>> [round(float(boxes[key][0]), 1) for key in ("top", "left", "height", "width")]
+        [25.0, 75.0, 50.0, 50.0]
+    """
+    height, width = sizes[:, 0], sizes[:, 1]
+    if crop == "random":
+        if uniforms is None:
+            raise ValueError("a random crop's boxes need their uniforms")
+        boxes = sample_boxes(height, width, uniforms, scale, ratio)
+        return {"top": boxes.top, "left": boxes.left, "height": boxes.height,
+                "width": boxes.width}  # fmt: skip
+    if crop == "resize":
+        zero = torch.zeros_like(height)
+        return {"top": zero, "left": zero, "height": height, "width": width}
+    out_h, out_w = size
+    factor = (min(out_h, out_w) / crop_fraction) / torch.minimum(height, width)
+    box_h, box_w = out_h / factor, out_w / factor
+    return {"top": (height - box_h) / 2, "left": (width - box_w) / 2, "height": box_h,
+            "width": box_w}  # fmt: skip

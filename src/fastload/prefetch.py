@@ -3,12 +3,14 @@
 The step on batch k overlaps the copy (and the conversion, augmentation, normalisation)
 of batch k+1 ... k+depth. Pixels cross PCIe as uint8, four times fewer bytes than float32.
 Without CUDA the same code runs synchronously on the CPU, with identical results.
+
+This module holds the passes and epochs (iteration, the producer threads, the epoch begun
+ahead, the loader's state); what is done to each batch is :mod:`fastload.preparing`'s.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -17,16 +19,12 @@ import torch
 from torch import nn
 
 from fastload._checks import check_int
-from fastload.batches import Path, image_leaf_path, map_tensors, with_item
-from fastload.buffers import BufferPool
-from fastload.collate import EncodedBatch
-from fastload.finishing import FinishesImages, ImageFinisher
-from fastload.gpu.targets import has_targets
-from fastload.loader.contracts import KeyedSeedSource, ResumableLoader
+from fastload.loader.contracts import ResumableLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.loader.resume import samplers_with_epochs
+from fastload.preparing import BatchPreparer, Planned
 from fastload.producer import Produced, Producer, produce_one, weak_method
-from fastload.system import default_device, one_thread
+from fastload.system import default_device
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher"]
 
@@ -96,20 +94,6 @@ class DataPrefetcher(LoaderProxy):
         background: bool | None = None,
     ) -> None:
         check_int(depth, "depth", low=1)
-        # A decoder that finishes the batch itself (GPUDecoder(..., dtype=...)): its
-        # output is not converted or normalised a second time.
-        self._decoded_finished = isinstance(decoder, FinishesImages) and decoder.finishes
-        if self._decoded_finished and mean is not None:
-            raise ValueError(
-                "the decoder already finishes the batch (its dtype, mean and std): give "
-                "DataPrefetcher no mean/std of its own"
-            )
-        # CPU buffers: the ones in flight, and yours
-        self._finisher = ImageFinisher(
-            dtype, mean=mean, std=std, channels_last=channels_last,
-            buffers=BufferPool(size=depth + 2), statistics_scale=statistics_scale,
-        )  # fmt: skip
-
         self.loader = loader
         self.device = default_device() if device is None else torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
@@ -122,14 +106,14 @@ class DataPrefetcher(LoaderProxy):
         self.decoder = decoder
         self.mean = None if mean is None else tuple(float(m) for m in mean)
         self.std = None if std is None else tuple(float(s) for s in std)
-        # One stream for the prefetcher's lifetime: a stream per epoch grew reserved
-        # memory without bound in timm (issue 2781).
-        # (The ignores: torch leaves torch.cuda.Stream and torch.cuda.Event unannotated.)
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None  # type: ignore[no-untyped-call, unused-ignore]
-        self._events: collections.deque[torch.cuda.Event] = collections.deque()
+        self.background = decoder is not None if background is None else bool(background)
+        self._preparer = BatchPreparer(
+            loader, self.device, mean=mean, std=std, statistics_scale=statistics_scale,
+            dtype=dtype, channels_last=channels_last, transform=transform, depth=depth,
+            image=image, decoder=decoder, background=self.background,
+        )  # fmt: skip
         self._iterator: Iterator[Any] | None = None
         self._pending: collections.deque[Produced] = collections.deque()
-        self.background = decoder is not None if background is None else bool(background)
         self._producer: Producer | None = None
         self._implicit_pass: Iterator[Any] | None = None  # the pass next() began, without iter()
         self._handed = 0  # batches of the loader's epoch given to the training loop
@@ -139,66 +123,8 @@ class DataPrefetcher(LoaderProxy):
         self._length: int | None = None  # the batches of the pass's epoch, where known
         self._ahead: _Ahead | None = None  # the next epoch, begun as this one ended
         self._beginning = False  # in iter() of the loader
-        # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
-        # the transform draws each sample's parameters from that sample's seed.
-        self._seeds: KeyedSeedSource | None = None
-        if (
-            transform is not None
-            and isinstance(loader, KeyedSeedSource)
-            and loader.seed is not None
-        ):
-            self._seeds = loader
-            loader.keep_batch_seeds()
 
-    # --- per batch, on the side stream -----------------------------------------------------
-
-    def _finish_image(self, image: torch.Tensor, *, transform: bool = True) -> torch.Tensor:
-        if transform and self.transform is not None:
-            image = self.transform(image)
-        return image if self._decoded_finished else self._finisher(image)
-
-    def _image_path(self, batch: Any) -> Path | None:
-        if self.image is None:
-            path = image_leaf_path(batch)
-            # Encoded images come as an EncodedBatch (or a list) of bytes: the image is that.
-            return path[:-1] if self.decoder is not None and path else path
-        try:
-            leaf = batch[self.image]
-        except (KeyError, IndexError, TypeError):
-            leaf = None
-        wanted = (EncodedBatch, list, tuple) if self.decoder is not None else torch.Tensor
-        if not isinstance(leaf, wanted):
-            what = "batch of encoded images" if self.decoder is not None else "tensor"
-            raise KeyError(
-                f"image={self.image!r} names no {what} in a batch of type {type(batch).__name__}"
-            )
-        return (self.image,)
-
-    def _prepare(self, batch: Any) -> Any:
-        image_path = self._image_path(batch)
-        if self.decoder is not None:
-            if image_path is None or len(image_path) != 1:
-                raise ValueError("decoder needs the encoded images at the top level of the batch")
-            batch = with_item(batch, image_path[0], self.decoder(batch[image_path[0]]))
-
-        # With masks, boxes or keypoints in the batch, the transform gets the whole batch
-        # (fastload.gpu modules find the image and move the targets with it), and the
-        # image is finished (dtype, normalisation) after it.
-        whole = self.transform is not None and has_targets(batch)
-
-        def move(path: Path, tensor: torch.Tensor) -> torch.Tensor:
-            tensor = tensor.to(self.device, non_blocking=True)
-            return self._finish_image(tensor) if path == image_path and not whole else tensor
-
-        moved = map_tensors(batch, move)
-        if not whole:
-            return moved
-        transformed = self.transform(moved)  # type: ignore[misc]
-
-        def finish(path: Path, tensor: torch.Tensor) -> torch.Tensor:
-            return self._finish_image(tensor, transform=False) if path == image_path else tensor
-
-        return map_tensors(transformed, finish)
+    # --- per batch ---------------------------------------------------------------------------
 
     def _preload(self) -> None:
         """Take the next batch from the loader and start preparing it; never raises."""
@@ -207,68 +133,19 @@ class DataPrefetcher(LoaderProxy):
         self._pending.append(produce_one(self._iterator, self._produce))
 
     def _produce(self, batch: Any) -> tuple[Any, torch.cuda.Event | None]:
-        """``batch`` prepared on the side stream, and the event that marks it ready."""
-        seeds = self._seeds.pop_batch_seeds() if self._seeds is not None else None
+        """``batch`` prepared on the side stream (both parts, on one thread), and its event."""
+        return self._preparer.run(self._preparer.plan(batch, self._take_number()))
+
+    def _plan(self, batch: Any) -> Planned:
+        return self._preparer.plan(batch, self._take_number())
+
+    def _run(self, planned: Planned) -> tuple[Any, torch.cuda.Event | None]:
+        return self._preparer.run(planned)
+
+    def _take_number(self) -> int:
+        """The batch's number in the pass (its errors name it), in the order taken."""
         number, self._produced = self._produced, self._produced + 1
-        try:
-            with self._on_side_stream(), self._keyed_draws(seeds):
-                return self._prepare(batch), self._record()
-        except Exception as error:
-            error.add_note(
-                f"fastload: raised by DataPrefetcher preparing batch {number} of the pass"
-            )
-            raise
-
-    @staticmethod
-    def _keyed_draws(seeds: Any) -> contextlib.AbstractContextManager[None]:
-        if seeds is None:
-            return contextlib.nullcontext()
-        from fastload.gpu.keyed import sample_seeds
-
-        return sample_seeds(seeds)
-
-    def _on_side_stream(self) -> contextlib.AbstractContextManager[None]:
-        if self._stream is None:
-            # On the CPU, worker processes have the cores: intra-op threads would spin
-            # waiting for them (0.40 vs 0.18 CPU ms per image for the normalisation here).
-            # (Not from a producer thread: the setting is the process's, the training
-            # thread's too.)
-            workers = getattr(self.loader, "num_workers", 0)
-            return (
-                one_thread()
-                if isinstance(workers, int) and workers > 0 and not self.background
-                else contextlib.nullcontext()
-            )
-        if not self.background:
-            # Wait for the work queued so far on the training stream before writing anew.
-            # (A producer thread runs ahead of the training stream and must not wait for
-            # its later steps: memory handed out is kept by record_stream instead.)
-            self._stream.wait_stream(torch.cuda.current_stream(self.device))
-        return torch.cuda.stream(self._stream)
-
-    def _record(self) -> torch.cuda.Event | None:
-        if self._stream is None:
-            return None
-        event = self._events.popleft() if self._events else torch.cuda.Event()  # type: ignore[no-untyped-call, unused-ignore]
-        event.record(self._stream)
-        return event
-
-    def _hand_out(self, slot: Produced) -> Any:
-        if slot.event is None:
-            return slot.value
-        consumer = torch.cuda.current_stream(self.device)
-        consumer.wait_event(slot.event)
-        self._events.append(slot.event)  # free to record again: the wait is enqueued
-
-        def keep_alive(_path: Path, tensor: torch.Tensor) -> torch.Tensor:
-            # Memory allocated on the side stream is used on the consumer's: tell the
-            # caching allocator so it is not reused before the consumer is done with it.
-            # record_stream returns None; the tensor itself is what we hand out.
-            if tensor.device.type == "cuda":
-                tensor.record_stream(consumer)
-            return tensor
-
-        return map_tensors(slot.value, keep_alive)
+        return number
 
     # --- iteration -----------------------------------------------------------------------------
 
@@ -299,8 +176,9 @@ class DataPrefetcher(LoaderProxy):
             self._length = self._epoch_length()
             if self.background:
                 self._producer = Producer(
-                    self._iterator, weak_method(self._produce), depth=self.depth
-                )
+                    self._iterator, weak_method(self._run), depth=self.depth,
+                    plan=weak_method(self._plan),
+                )  # fmt: skip
             else:
                 for _ in range(self.depth):
                     self._preload()
@@ -360,7 +238,7 @@ class DataPrefetcher(LoaderProxy):
             self._close()
             raise slot.error
         try:
-            batch = self._hand_out(slot)
+            batch = self._preparer.hand_out(slot)
             self._handed += 1
             if self._producer is None:
                 self._preload()
@@ -383,11 +261,14 @@ class DataPrefetcher(LoaderProxy):
         of an epoch begun ahead)."""
         return 0 if self._ahead is not None else self._handed
 
-    def release(self) -> None:
+    def release(self) -> bool:
         """The loader begins an epoch for someone else, or loads a state: an epoch begun
-        ahead is dropped (its thread would read the loader's reset iterator)."""
-        if not self._beginning and self._ahead is not None:
-            self._close()
+        ahead is dropped (its thread would read the loader's reset iterator). Whether
+        there was one."""
+        if self._beginning or self._ahead is None:
+            return False
+        self._close()
+        return True
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the loader from :meth:`state_dict`'s state (see FastLoader's)."""

@@ -43,6 +43,12 @@ class Producer:
     ``prepare`` returns ``(value, event)``. Iterate over the producer to get the
     :class:`Produced` items in order; the last one has ``end`` or ``error`` set.
 
+    With ``plan``, the work is split between two threads: one takes each batch from the
+    iterator and runs ``plan(batch)`` (the host's part: headers, boxes, seeds), the other
+    runs ``prepare`` on what it planned (the device's: decode, kernels, the event). The
+    first never waits on a decode: it plans batch k+1 while batch k decodes, up to
+    ``depth`` planned batches ahead of the device thread.
+
     Example:
         >>> producer = Producer(iter([1, 2]), lambda x: (x * 10, None), depth=1)
         >>> [item.value for item in producer if not item.end]
@@ -55,18 +61,28 @@ class Producer:
         prepare: Callable[[Any], tuple[Any, Any]],
         *,
         depth: int,
+        plan: Callable[[Any], Any] | None = None,
         name: str = "fastload-producer",
     ) -> None:
         self._queue: queue.Queue[Produced] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._epochs = _Epochs(batches)
-        self._thread = threading.Thread(
-            target=_run, args=(self._epochs, prepare, self._queue, self._stop), name=name,
-            daemon=True,
-        )  # fmt: skip
-        self._thread.start()
+        queues, threads = [self._queue], []
+        if plan is None:
+            self._reader = self._thread = _thread(
+                _read, name, self._epochs, prepare, self._queue, self._stop
+            )
+            threads = [self._thread]
+        else:
+            planned: queue.Queue[Produced] = queue.Queue(maxsize=depth)
+            self._reader = _thread(_read, name, self._epochs, _unevented(plan), planned, self._stop)
+            self._thread = _thread(_finish, f"{name}-device", planned, prepare, self._queue,
+                                   self._stop)  # fmt: skip
+            queues, threads = [planned, self._queue], [self._reader, self._thread]
+        for thread in threads:
+            thread.start()
         # A producer nobody closed (its owner collected, the interpreter exiting) still stops.
-        self._finalizer = weakref.finalize(self, _stop, self._thread, self._queue, self._stop)
+        self._finalizer = weakref.finalize(self, _stop, threads, queues, self._stop)
 
     def __iter__(self) -> Iterator[Produced]:
         while True:
@@ -92,7 +108,7 @@ class Producer:
         """Whether the current epoch's iterator ended after exactly ``batches`` batches,
         waiting until the thread knows: it has ended, failed, or taken one batch more
         (which the queue always has room for once ``batches`` were taken from it)."""
-        return self._epochs.ended_after(batches, self._thread)
+        return self._epochs.ended_after(batches, self._reader)
 
     def follow_with(self, batches: Iterator[Any] | None) -> None:
         """The iterator of the epoch after the one that ended (None: no epoch follows,
@@ -100,7 +116,7 @@ class Producer:
         self._epochs.follow_with(batches)
 
     def close(self) -> None:
-        """Stop the thread and wait for it (it finishes the batch it is preparing)."""
+        """Stop the threads and wait for them (each finishes the batch it is on)."""
         self._finalizer()
 
 
@@ -176,34 +192,73 @@ class _Epochs:
             return self.current
 
 
-def _run(
+def _thread(target: Callable[..., None], name: str, *args: Any) -> threading.Thread:
+    return threading.Thread(target=target, args=args, name=name, daemon=True)
+
+
+def _unevented(plan: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, Any]]:
+    return lambda batch: (plan(batch), None)
+
+
+def _put(out: queue.Queue[Produced], item: Produced, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=_POLL_S)
+            return
+        except queue.Full:
+            continue
+
+
+def _read(
     epochs: _Epochs,
     prepare: Callable[[Any], tuple[Any, Any]],
     out: queue.Queue[Produced],
     stop: threading.Event,
 ) -> None:
+    """Take each batch of each epoch and prepare (or plan) it, in order."""
     batches: Iterator[Any] | None = epochs.current
     while batches is not None and not stop.is_set():
         item = produce_one(batches, prepare)
         epochs.took(item)
-        while not stop.is_set():
-            try:
-                out.put(item, timeout=_POLL_S)
-                break
-            except queue.Full:
-                continue
+        _put(out, item, stop)
         if item.error is not None:
             return
         if item.end:
             batches = epochs.following(stop)
 
 
-def _stop(thread: threading.Thread, items: queue.Queue[Produced], stop: threading.Event) -> None:
-    stop.set()
-    while thread.is_alive():
-        try:  # make room, so that a put in progress returns
-            while True:
-                items.get_nowait()
+def _finish(
+    planned: queue.Queue[Produced],
+    prepare: Callable[[Any], tuple[Any, Any]],
+    out: queue.Queue[Produced],
+    stop: threading.Event,
+) -> None:
+    """Prepare each planned batch, in order; ends and errors pass through."""
+    while not stop.is_set():
+        try:
+            item = planned.get(timeout=_POLL_S)
         except queue.Empty:
-            pass
-        thread.join(_POLL_S)
+            continue
+        if not item.end and item.error is None:
+            try:
+                item.value, item.event = prepare(item.value)
+            except Exception as error:  # raised in the training loop at this batch's turn
+                item.value, item.error = None, error
+        _put(out, item, stop)
+        if item.error is not None:
+            return
+
+
+def _stop(
+    threads: list[threading.Thread], queues: list[queue.Queue[Produced]], stop: threading.Event
+) -> None:
+    stop.set()
+    while any(thread.is_alive() for thread in threads):
+        for items in queues:
+            try:  # make room, so that a put in progress returns
+                while True:
+                    items.get_nowait()
+            except queue.Empty:
+                pass
+        for thread in threads:
+            thread.join(_POLL_S)

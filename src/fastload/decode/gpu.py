@@ -23,12 +23,12 @@ import torch
 from torch import Tensor, nn
 
 from fastload._checks import check_int, check_probability, finite, positive_pair
-from fastload.boxes import TRIES, sample_boxes
+from fastload.boxes import TRIES, crop_boxes
 from fastload.collate import EncodedBatch
 from fastload.decode import nvimgcodec, nvjpeg
 from fastload.decode.crop import crop_resize_finish
-from fastload.decode.inputs import HostBatch, accelerated, crop_regions, rest_of
-from fastload.decode.opencv import decode_image
+from fastload.decode.inputs import HostBatch, Plan, accelerated, crop_regions, rest_of
+from fastload.decode.opencv import ImageDecodeError, decode_image
 from fastload.finishing import Finish
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
@@ -194,7 +194,8 @@ class GPUDecoder(nn.Module):
     def _cpu_decode(
         self, batch: HostBatch, indices: list[int], *, hwc: bool = False
     ) -> dict[int, Tensor]:
-        """OpenCV on ``indices``, in a thread pool: CHW views (HWC with ``hwc``)."""
+        """OpenCV on ``indices``, in a thread pool: CHW views (HWC with ``hwc``), on the
+        host (:meth:`_moved` puts them on the device)."""
         if not indices:
             return {}
         if self._pool is None:  # made on first use, kept: not a pool per batch
@@ -206,80 +207,118 @@ class GPUDecoder(nn.Module):
             )
             return image if hwc else image.permute(2, 0, 1)
 
-        decoded = dict(zip(indices, self._pool.map(one, indices), strict=True))
-        self.decoded["opencv"] += len(decoded)
-        return {index: image.to(self.device, non_blocking=True) for index, image in decoded.items()}
+        return dict(zip(indices, self._pool.map(one, indices), strict=True))
 
-    # host: which images the GPU backend is given, from the headers alone
-
-    def _gpu_indices(self, batch: HostBatch) -> list[int]:
-        if self.backend not in ("nvjpeg", "nvimgcodec"):
-            return []
-        indices: list[int] = np.flatnonzero(accelerated(batch.headers)).tolist()
-        return indices
-
-    # device: the decoders' calls
+    def _moved(self, images: dict[int, Tensor]) -> dict[int, Tensor]:
+        """OpenCV's images on the device, counted."""
+        self.decoded["opencv"] += len(images)
+        return {index: image.to(self.device, non_blocking=True) for index, image in images.items()}
 
     def _gpu_decode(self, batch: HostBatch, indices: list[int]) -> dict[int, Tensor]:
         """nvJPEG on every index it accepts, on a stream of its own (made on first use)."""
         if self._nvjpeg is None:
             raise RuntimeError("GPUDecoder: no nvJPEG on a CPU device")
         if self.device.type == "cuda" and self._stream is None:  # tests stand a CPU one in
-            self._stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call, unused-ignore]
+            # high priority, as the prefetcher's: ahead of the step's queued kernels
+            self._stream = torch.cuda.Stream(self.device, priority=-1)  # type: ignore[no-untyped-call, unused-ignore]
         orientations = batch.headers[:, ORIENTATION].tolist()
         return nvjpeg.decode(
             self._nvjpeg, batch.tensors, indices, orientations, self.device, self._stream
         )
 
+    # --- the host's part: plan ------------------------------------------------------------------
+
+    def plan(self, encoded: EncodedBatch | Sequence[Tensor], params: Params | None = None) -> Plan:
+        """The host's part of :meth:`forward`, no device work: the headers, which images
+        the GPU backend takes, OpenCV's decode of the others, each sample's box and flip
+        (and nvImageCodec's crop regions). :meth:`run` does the rest; DataPrefetcher
+        plans the next batch while this one runs."""
+        batch = HostBatch(encoded)
+        hwc = self._codec is not None
+        if not len(batch):
+            empty = torch.zeros(0)
+            return Plan(batch, [], {}, np.zeros((0, 2)), empty.view(0, 4), empty.bool(), None)
+        gpu = self._gpu_indices(batch)
+        host = self._cpu_decode(batch, rest_of(gpu, len(batch)), hwc=hwc)
+        sizes = batch.displayed.copy()
+        for index, image in host.items():
+            sizes[index] = image.shape[:2] if hwc else image.shape[-2:]
+        boxes, flip = self._boxes_and_flips(torch.from_numpy(sizes).float(), params)
+        regions = crop_regions(boxes, sizes, gpu) if hwc else None
+        return Plan(batch, gpu, host, sizes, boxes, flip, regions)
+
+    def _gpu_indices(self, batch: HostBatch) -> list[int]:
+        """Which images the GPU backend is given, from the headers alone."""
+        if self.backend not in ("nvjpeg", "nvimgcodec") or not len(batch):
+            return []
+        indices: list[int] = np.flatnonzero(accelerated(batch.headers)).tolist()
+        return indices
+
+    # --- the device's part: run -----------------------------------------------------------------
+
+    def run(self, plan: Plan) -> Tensor:
+        """The device's part of :meth:`forward`: the decode of ``plan``'s images, then
+        their boxes cropped, resampled, flipped and finished in one pass."""
+        if not len(plan.batch):  # an empty batch (the last of a filtered epoch, say)
+            return self.finish.empty(0, self.size, self.device)
+        hwc = plan.regions is not None
+        images = self._decoded_regions(plan, plan.regions) if hwc else self._decoded_whole(plan)
+        boxes = plan.boxes.clone()
+        if plan.regions is not None:  # a decoded region: the box in its coordinates
+            for index, region in plan.regions.items():
+                if region is not None and index in plan.gpu_done:
+                    boxes[index, 0] -= region[0]
+                    boxes[index, 1] -= region[1]
+        return crop_resize_finish(images, boxes, self.size, plan.flip, self.finish, hwc=hwc)
+
     def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
         """The images as CHW uint8 tensors on the device, in order (EXIF orientation
         applied, as OpenCV's decode does)."""
-        batch = HostBatch(encoded)
-        if self._codec is not None:  # whole images
-            gpu = self._gpu_indices(batch)
-            others = self._cpu_decode(batch, rest_of(gpu, len(batch)), hwc=True)
-            images, _ = self._decode_regions(batch, dict.fromkeys(gpu), others)
-            return [image.permute(2, 0, 1) for image in images]
-        images, _ = self._decode_whole(batch)
-        return images
+        plan = self.plan(encoded, _NO_BOXES)
+        if plan.regions is None:
+            return self._decoded_whole(plan)
+        whole = self._decoded_regions(plan, dict.fromkeys(plan.gpu))
+        return [image.permute(2, 0, 1) for image in whole]
 
-    def _decode_whole(self, batch: HostBatch) -> tuple[list[Tensor], np.ndarray]:
-        """nvJPEG (on a CUDA device) or OpenCV: CHW images, and their (N, 2) sizes: the
-        headers' for nvJPEG's, the decoded ones for OpenCV's."""
-        gpu = self._gpu_indices(batch) if self._accelerated else []
-        decoded = self._gpu_decode(batch, gpu) if gpu else {}
+    def _decoded_whole(self, plan: Plan) -> list[Tensor]:
+        """nvJPEG's images (on a CUDA device), OpenCV's for the rest: CHW, in order."""
+        decoded = self._gpu_decode(plan.batch, plan.gpu) if plan.gpu else {}
+        refused = [index for index in plan.gpu if index not in decoded]
         if self._accelerated:
             self.decoded["nvjpeg"] += len(decoded)
-            fallbacks = len(batch) - len(decoded)
-            if fallbacks:
-                self._count_fallbacks(fallbacks, len(gpu) - len(decoded))
-        sizes = batch.displayed.copy()
-        rest = [i for i in range(len(batch)) if i not in decoded]
-        if rest:
-            decoded.update(self._cpu_decode(batch, rest))
-            sizes[rest] = [decoded[i].shape[-2:] for i in rest]
-        return [decoded[i] for i in range(len(batch))], sizes
+            if len(plan.batch) > len(decoded):
+                self._count_fallbacks(len(plan.batch) - len(decoded), len(refused))
+        decoded.update(self._moved({**plan.host, **self._fallback(plan, refused, hwc=False)}))
+        return [decoded[index] for index in range(len(plan.batch))]
 
-    def _decode_regions(
-        self,
-        batch: HostBatch,
-        regions: dict[int, tuple[int, int, int, int] | None],
-        others: dict[int, Tensor],
-    ) -> tuple[list[Tensor], list[int]]:
+    def _decoded_regions(
+        self, plan: Plan, regions: dict[int, tuple[int, int, int, int] | None] | None
+    ) -> list[Tensor]:
         """HWC images of every index: nvImageCodec's ``regions`` (top, left, bottom,
-        right; None for a whole image); ``others``, the images OpenCV decoded already
-        (not ones the GPU takes); OpenCV's whole images for those nvImageCodec refused.
-        Also returns the indices nvImageCodec decoded."""
-        assert self._codec is not None
-        decoded = self._codec.decode(batch.arrays, regions) if regions else {}
+        right; None for a whole image), OpenCV's whole images for the rest and for those
+        nvImageCodec refused. ``plan.gpu_done``: the ones nvImageCodec decoded."""
+        assert self._codec is not None and regions is not None
+        decoded = self._codec.decode(plan.batch.arrays, regions) if regions else {}
         self.decoded["nvimgcodec"] += len(decoded)
-        done = list(decoded)
-        refused = [i for i in regions if i not in decoded]
-        if (refused or others) and self.device.type == "cuda":
-            self._count_fallbacks(len(refused) + len(others), len(refused))
-        decoded.update(others)
-        decoded.update(self._cpu_decode(batch, refused, hwc=True))
-        return [decoded[i] for i in range(len(batch))], done
+        plan.gpu_done = set(decoded)
+        refused = [index for index in regions if index not in decoded]
+        if (refused or plan.host) and self.device.type == "cuda":
+            self._count_fallbacks(len(refused) + len(plan.host), len(refused))
+        decoded.update(self._moved({**plan.host, **self._fallback(plan, refused, hwc=True)}))
+        return [decoded[index] for index in range(len(plan.batch))]
+
+    def _fallback(self, plan: Plan, refused: list[int], *, hwc: bool) -> dict[int, Tensor]:
+        """OpenCV's decode of the images a GPU backend refused, which must have the
+        size their header gave the boxes."""
+        images = self._cpu_decode(plan.batch, refused, hwc=hwc)
+        for index, image in images.items():
+            size = tuple(image.shape[:2] if hwc else image.shape[-2:])
+            if size != tuple(plan.sizes[index]):
+                raise ImageDecodeError(
+                    f"image {index} of the batch: its header says {tuple(plan.sizes[index])}, "
+                    f"it decodes to {size} (height, width)"
+                )
+        return images
 
     def _count_fallbacks(self, count: int, refused: int) -> None:
         if self.cpu_fallbacks == 0:
@@ -287,7 +326,7 @@ class GPUDecoder(nn.Module):
                 f"{count} image(s) decoded on the CPU: not JPEG, or refused by {self.backend} "
                 f"({refused}); "
                 "further ones are counted in GPUDecoder.cpu_fallbacks",
-                stacklevel=3,
+                stacklevel=4,
             )
         self.cpu_fallbacks += count
         logger.info(
@@ -299,37 +338,19 @@ class GPUDecoder(nn.Module):
     def sample_params(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
         """Per-sample boxes for images of ``sizes`` ((N, 2) heights and widths), and
         which samples are flipped."""
-        return {**self._boxes(sizes, generator), "flip": self._flips(len(sizes), generator)}
+        uniforms = None
+        if self.crop == "random":
+            uniforms = draw_uniform(len(sizes), TRIES, 4, device=sizes.device, generator=generator)
+        boxes = crop_boxes(
+            sizes, self.crop, self.size, scale=self.scale, ratio=self.ratio,
+            crop_fraction=self.crop_fraction, uniforms=uniforms,
+        )  # fmt: skip
+        return {**boxes, "flip": self._flips(len(sizes), generator)}
 
     def _flips(self, n: int, generator: torch.Generator | None) -> Tensor:
         if self.flip == 0:
             return torch.zeros(n, dtype=torch.bool)
         return draw_uniform(n, device=torch.device("cpu"), generator=generator) < self.flip
-
-    def _boxes(self, sizes: Tensor, generator: torch.Generator | None) -> Params:
-        height, width = sizes[:, 0], sizes[:, 1]
-        if self.crop == "random":
-            uniforms = draw_uniform(len(sizes), TRIES, 4, device=sizes.device, generator=generator)
-            boxes = sample_boxes(height, width, uniforms, self.scale, self.ratio)
-            return {
-                "top": boxes.top,
-                "left": boxes.left,
-                "height": boxes.height,
-                "width": boxes.width,
-            }
-        if self.crop == "resize":
-            zero = torch.zeros_like(height)
-            return {"top": zero, "left": zero, "height": height, "width": width}
-        # centre: the region that Resize(size / crop_fraction) + CenterCrop(size) keeps
-        out_h, out_w = self.size
-        scale = (min(out_h, out_w) / self.crop_fraction) / torch.minimum(height, width)
-        box_h, box_w = out_h / scale, out_w / scale
-        return {
-            "top": (height - box_h) / 2,
-            "left": (width - box_w) / 2,
-            "height": box_h,
-            "width": box_w,
-        }
 
     @property
     def finishes(self) -> bool:
@@ -340,36 +361,11 @@ class GPUDecoder(nn.Module):
     def forward(
         self, encoded: EncodedBatch | Sequence[Tensor], params: Params | None = None
     ) -> Tensor:
-        if len(encoded) == 0:  # an empty batch (the last of a filtered epoch, say)
-            return self.finish.empty(0, self.size, self.device)
-        batch = HostBatch(encoded)
-        if self._codec is not None:
-            return self._forward_regions(batch, params)
-        images, sizes = self._decode_whole(batch)
-        # The sizes are known on the host: the boxes are drawn there, and go to the
-        # kernel with the images, without a stream sync.
-        boxes, flip = self._boxes_and_flips(torch.from_numpy(sizes).float(), params)
-        return crop_resize_finish(images, boxes, self.size, flip, self.finish)
-
-    def _forward_regions(self, batch: HostBatch, params: Params | None) -> Tensor:
-        """nvImageCodec: sizes from the headers, boxes drawn, only each box decoded."""
-        gpu = self._gpu_indices(batch)
-        others = self._cpu_decode(batch, rest_of(gpu, len(batch)), hwc=True)
-        sizes = batch.displayed.copy()
-        for index, image in others.items():
-            sizes[index] = image.shape[:2]
-        boxes, flip = self._boxes_and_flips(torch.from_numpy(sizes).float(), params)
-        regions = crop_regions(boxes, sizes, gpu)
-        images, done = self._decode_regions(batch, regions, others)
-        # a decoded region: the box in its coordinates (an image OpenCV decoded whole
-        # keeps the box)
-        corners = [(region[0], region[1]) for i in done if (region := regions[i]) is not None]
-        shifted = [i for i in done if regions[i] is not None]
-        if shifted:
-            boxes[shifted, :2] -= torch.tensor(corners, dtype=boxes.dtype)
-        return crop_resize_finish(images, boxes, self.size, flip, self.finish, hwc=True)
+        return self.run(self.plan(encoded, params))
 
     def _boxes_and_flips(self, sizes: Tensor, params: Params | None) -> tuple[Tensor, Tensor]:
+        if params is _NO_BOXES:  # decode(): whole images, nothing drawn
+            return torch.zeros(len(sizes), 4), torch.zeros(len(sizes), dtype=torch.bool)
         if params is None:
             params = self.sample_params(sizes, self.generator)
         boxes = torch.stack([params[key].float().cpu() for key in BOX], dim=1)
@@ -391,3 +387,6 @@ class GPUDecoder(nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._start_backend()
+
+
+_NO_BOXES: Params = {}  # plan() for decode(): whole images, no box drawn

@@ -4,6 +4,7 @@ touch."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from typing import Any
@@ -27,7 +28,7 @@ from fastload.jpeg import (
     jpeg_header,
 )
 
-__all__ = ["HostBatch", "accelerated", "crop_regions", "pixel_regions", "rest_of"]
+__all__ = ["HostBatch", "Plan", "accelerated", "crop_regions", "pixel_regions", "rest_of"]
 
 # Huffman-coded baseline, extended and progressive frames: what nvJPEG and
 # nvImageCodec's GPU decoders take (lossless and arithmetic coding go to OpenCV).
@@ -172,3 +173,20 @@ def rest_of(indices: list[int], size: int) -> list[int]:
     """The indices below ``size`` that are not in ``indices``."""
     taken = set(indices)
     return [index for index in range(size) if index not in taken]
+
+
+@dataclasses.dataclass
+class Plan:
+    """What ``GPUDecoder.plan`` made on the host for ``GPUDecoder.run``: the batch, the
+    indices the GPU backend takes (``gpu``; ``gpu_done``: those it decoded), OpenCV's
+    images of the others (``host``), every image's displayed ``sizes``, the boxes and
+    flips, and nvImageCodec's crop ``regions`` (None on the other backends)."""
+
+    batch: HostBatch
+    gpu: list[int]
+    host: dict[int, Tensor]
+    sizes: np.ndarray
+    boxes: Tensor
+    flip: Tensor
+    regions: dict[int, tuple[int, int, int, int] | None] | None
+    gpu_done: set[int] = dataclasses.field(default_factory=set)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torchvision import tv_tensors
 
 from fastload._checks import check_probability
-from fastload.gpu.keyed import keyed, keyed_normal, keyed_uniform
+from fastload.gpu.keyed import keyed, keyed_generator, keyed_normal, keyed_uniform
 from fastload.gpu.targets import has_targets, join, split
 
 __all__ = ["BatchTransform", "Params"]
@@ -352,8 +352,10 @@ class BatchTransform(nn.Module):
         generator: torch.Generator | None,
         sample: Callable[..., Tensor],
     ) -> Tensor:
-        # Inside gpu.sample_seeds, from the CPU generator it seeds (no keyed Gamma draws).
-        on = torch.device("cpu") if generator is None and keyed() else device
+        # Inside gpu.sample_seeds, from the batch's CPU generator (no keyed Gamma draws).
+        on = device
+        if generator is None and keyed():
+            on, generator = torch.device("cpu"), keyed_generator()
         concentration = torch.full((1 if self.same_on_batch else n, parts), alpha, device=on)
         return sample(concentration, generator=generator).to(device)
 
@@ -361,9 +363,10 @@ class BatchTransform(nn.Module):
     def _permutation(count: int, generator: torch.Generator | None) -> Tensor:
         """A random order of ``count`` on the host, for the batch (it decides Python control
         flow: reading it from a GPU would stall the stream). A CUDA generator cannot draw
-        it; then torch's CPU generator does."""
+        it; then the batch's keyed CPU generator does, or torch's outside
+        ``gpu.sample_seeds``."""
         on_cpu = generator if generator is not None and generator.device.type == "cpu" else None
-        return torch.randperm(count, generator=on_cpu)
+        return torch.randperm(count, generator=on_cpu or keyed_generator())
 
     def extra_repr(self) -> str:
         public = {

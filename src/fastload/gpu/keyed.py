@@ -19,7 +19,15 @@ from torch import Tensor
 
 from fastload.hashing import GOLDEN, MASK64, MIX1, MIX2, splitmix64
 
-__all__ = ["keyed", "keyed_normal", "keyed_uniform", "sample_seeds"]
+__all__ = [
+    "SeedDraws",
+    "keyed",
+    "keyed_generator",
+    "keyed_normal",
+    "keyed_uniform",
+    "sample_seeds",
+    "seed_draws",
+]
 
 
 def _signed(value: int) -> int:
@@ -49,10 +57,14 @@ def _stream(draw: int) -> int:
 
 
 @dataclass
-class _Seeds:
+class SeedDraws:
+    """A batch's per-sample seeds and the draws made from them so far: a batch planned
+    on one thread and finished on another continues its draws there."""
+
     cpu: Tensor
     draws: int = 0
     on_device: dict[torch.device, Tensor] = field(default_factory=dict)
+    generator: torch.Generator | None = None  # the batch's CPU generator, made on first use
 
     def to(self, device: torch.device) -> Tensor:
         if device not in self.on_device:
@@ -60,20 +72,22 @@ class _Seeds:
         return self.on_device[device]
 
 
-_ACTIVE: ContextVar[_Seeds | None] = ContextVar("fastload_gpu_sample_seeds", default=None)
+_ACTIVE: ContextVar[SeedDraws | None] = ContextVar("fastload_gpu_sample_seeds", default=None)
 
 
 @contextlib.contextmanager
-def sample_seeds(seeds: Tensor | np.ndarray | Sequence[int]) -> Iterator[None]:
+def sample_seeds(seeds: Tensor | np.ndarray | Sequence[int] | SeedDraws) -> Iterator[None]:
     """Draw every sample's parameters from its own seed within the block.
 
     ``seeds``: one int64 per sample of the batches transformed in the block, in batch
     order (``FastLoader(seed=...)`` makes them from ``(seed, epoch, index)``;
     DataPrefetcher applies them by itself). Modules given a ``generator`` keep drawing
     from it. What is drawn once per batch (ColorJitter's order of operations) and the
-    Gamma draws behind MixUp's, CutMix's and AugMix's weights come from torch's CPU
-    generator, seeded from the first sample's seed for the block: the same batch gets
-    them again, but they are the batch's, not each sample's.
+    Gamma draws behind MixUp's, CutMix's and AugMix's weights come from a CPU generator of
+    the batch's own (:func:`keyed_generator`), seeded from its first sample's seed: the
+    same batch gets them again, but they are the batch's, not each sample's. torch's
+    global generator is not touched: the block may run on a thread beside the training
+    loop's.
 
     Example:
         >>> from fastload import gpu
@@ -86,15 +100,30 @@ def sample_seeds(seeds: Tensor | np.ndarray | Sequence[int]) -> Iterator[None]:
         >>> torch.equal(pair[1:], alone)
         True
     """
-    cpu = torch.as_tensor(np.asarray(seeds, dtype=np.int64)).reshape(-1)
-    token = _ACTIVE.set(_Seeds(cpu))
+    draws = seeds if isinstance(seeds, SeedDraws) else seed_draws(seeds)
+    token = _ACTIVE.set(draws)
     try:
-        with torch.random.fork_rng(devices=[]):
-            if len(cpu):
-                torch.default_generator.manual_seed(int(cpu[0]) & MASK64 >> 1)
-            yield
+        yield
     finally:
         _ACTIVE.reset(token)
+
+
+def seed_draws(seeds: Tensor | np.ndarray | Sequence[int]) -> SeedDraws:
+    """``seeds`` (one int64 per sample), no draw made yet: give it to
+    :func:`sample_seeds` in each block that draws for the batch, in order."""
+    return SeedDraws(torch.as_tensor(np.asarray(seeds, dtype=np.int64)).reshape(-1))
+
+
+def keyed_generator() -> torch.Generator | None:
+    """Inside :func:`sample_seeds`, the batch's CPU generator (seeded from its first
+    sample's seed, its draws continuing across the blocks of one batch); else None."""
+    draws = _ACTIVE.get()
+    if draws is None:
+        return None
+    if draws.generator is None:
+        first = int(draws.cpu[0]) if len(draws.cpu) else 0
+        draws.generator = torch.Generator().manual_seed(first & MASK64 >> 1)
+    return draws.generator
 
 
 def keyed() -> bool:

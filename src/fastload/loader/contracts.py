@@ -39,9 +39,9 @@ class BatchConsumer(Protocol):
     def trained_batches(self) -> int:
         """The batches of the loader's epoch under way handed to the training loop."""
 
-    def release(self) -> None:
+    def release(self) -> bool:
         """The loader begins an epoch for someone else, or loads a state: stop reading
-        an epoch begun ahead of the training loop."""
+        an epoch begun ahead of the training loop. Whether there was one."""
 
 
 @runtime_checkable

@@ -34,16 +34,12 @@ from fastload.loader.iterators import CountingMultiProcessIter, CountingSinglePr
 from fastload.loader.resume import (
     EpochProgress,
     ResumableBatches,
-    RNGSnapshot,
-    epoch_place,
-    key_epoch,
-    loader_identity,
-    loader_state,
+    begin_epoch,
     order_generators,
-    resume_point,
-    samplers_with_epochs,
+    restore_sampler_epochs,
 )
 from fastload.loader.seeding import SeededSamples, keyed_seeds, seeded_order
+from fastload.loader.state import current_state, loader_identity, resume_point
 from fastload.loader.tuning import tune_loader
 from fastload.loader.workers import SendableBatch, WorkerInit, unsendable_reason
 
@@ -272,7 +268,7 @@ class FastLoader(DataLoader[T_co]):
         return super()._index_sampler
 
     def __iter__(self) -> _BaseDataLoaderIter:
-        self._release_consumer()
+        self._release_consumer(replay=True)
         if shut_down(self._iterator):  # its workers are gone: a pass needs new ones
             self._iterator = None
         if self._auto_epoch:
@@ -289,20 +285,15 @@ class FastLoader(DataLoader[T_co]):
         return self._iterator is None or not (self.persistent_workers and self.num_workers > 0)
 
     def _start_epoch(self) -> None:
-        if self._resume is not None:
-            self._progress, self._resume = self._resume, None
-        else:
-            snapshot = RNGSnapshot.take(
-                order_generators(self), base_draw=self._next_iterator_is_fresh()
-            )
-            self._progress = EpochProgress(self._epochs_started, snapshot)
+        fresh = self._next_iterator_is_fresh()
+        self._progress = begin_epoch(
+            self, self._resume, epoch=self._epochs_started, fresh_iterator=fresh
+        )
+        self._resume = None
         self._epochs_started = self._progress.epoch + 1
         self._sampler_offset = (
             int(self.sampler.epoch) - self._progress.epoch if self._auto_epoch else None  # type: ignore[attr-defined]
         )
-        self._progress.key_epoch = key_epoch(self, self._progress.epoch)
-        self._progress.generators = order_generators(self)
-        self._progress.base = self.generator
         self._resumable.progress = self._progress  # type: ignore[union-attr]
 
     def state_dict(self) -> dict[str, Any]:
@@ -328,24 +319,14 @@ class FastLoader(DataLoader[T_co]):
         """
         if self._resumable is None:
             raise TypeError("an IterableDataset keeps its own position: FastLoader cannot save it")
-        epoch, done, snapshot = epoch_place(
-            self._resume or self._progress,
-            pending=self._resume is not None,
-            batches=None if self._progress is None else self._progress.trained(),
+        return current_state(
+            self,
+            self._progress,
+            self._resume,
             epochs_started=self._epochs_started,
-            batches_per_epoch=len(self),
+            sampler_offset=self._sampler_offset if self._auto_epoch else None,
+            fresh_iterator=self._next_iterator_is_fresh(),
         )
-        offset = self._sampler_offset if self._auto_epoch else None
-        resume = self._resume
-        if resume is not None and resume.between:  # loaded, not begun: as it was saved
-            return loader_state(self, resume.epoch, 0, resume.snapshot, between=True,
-                                sampler_offset=offset)  # fmt: skip
-        if snapshot is not None:
-            return loader_state(self, epoch, done, snapshot, between=False, sampler_offset=offset)
-        snapshot = RNGSnapshot.take(
-            order_generators(self), base_draw=self._next_iterator_is_fresh()
-        )
-        return loader_state(self, epoch, 0, snapshot, between=True, sampler_offset=offset)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state_dict()``'s state: the next ``iter()`` continues its epoch
@@ -360,13 +341,10 @@ class FastLoader(DataLoader[T_co]):
         """
         if self._resumable is None:
             raise TypeError("an IterableDataset keeps its own position: nothing to resume")
-        self._release_consumer()
+        self._release_consumer(replay=False)
         self._resume = resume_point(state, loader_identity(self), order_generators(self))
         self._epochs_started = self._resume.epoch
-        samplers = samplers_with_epochs(self)
-        for name, value in state["sampler_epochs"].items():
-            if name in samplers:
-                samplers[name].set_epoch(value)
+        restore_sampler_epochs(self, state["sampler_epochs"])
         self._sampler_offset = state.get("sampler_offset")
         if self._auto_epoch:
             # The next iter() advances the sampler's epoch only when the saved one was done.
@@ -378,13 +356,18 @@ class FastLoader(DataLoader[T_co]):
         if self._progress is not None:
             self._progress.consumer = weakref.ref(consumer)
 
-    def _release_consumer(self) -> None:
-        """Tell the consumer of the epoch under way that the loader starts over (it may
-        hold the next epoch's iterator, begun ahead: see DataPrefetcher)."""
+    def _release_consumer(self, *, replay: bool) -> None:
+        """Tell the consumer of the epoch under way that the loader starts over: it drops
+        the next epoch's iterator if it began one ahead (see DataPrefetcher). With
+        ``replay``, that epoch, none of it trained on, is begun again by the next
+        ``iter()``, in the same order: no epoch is skipped."""
         reference = None if self._progress is None else self._progress.consumer
         consumer = None if reference is None else reference()
-        if consumer is not None:
-            consumer.release()
+        if consumer is None:
+            return
+        state = self.state_dict() if replay else None  # the begun epoch, at its start
+        if consumer.release() and state is not None:
+            self.load_state_dict(state)
 
     def keep_batch_seeds(self) -> None:
         """Queue each batch's per-sample seeds (with ``seed``) for :meth:`pop_batch_seeds`;
