@@ -263,12 +263,13 @@ class GPUDecoder(nn.Module):
             return self.finish.empty(0, self.size, self.device)
         hwc = plan.regions is not None
         images = self._decoded_regions(plan, plan.regions) if hwc else self._decoded_whole(plan)
-        boxes = plan.boxes.clone()
+        boxes = plan.boxes
         if plan.regions is not None:  # a decoded region: the box in its coordinates
-            for index, region in plan.regions.items():
-                if region is not None and index in plan.gpu_done:
-                    boxes[index, 0] -= region[0]
-                    boxes[index, 1] -= region[1]
+            shifted = [i for i in plan.gpu_done if plan.regions[i] is not None]
+            if shifted:
+                corners = [plan.regions[i][:2] for i in shifted]  # type: ignore[index]
+                boxes = boxes.clone()
+                boxes[shifted, :2] -= torch.tensor(corners, dtype=boxes.dtype)
         return crop_resize_finish(images, boxes, self.size, plan.flip, self.finish, hwc=hwc)
 
     def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
