@@ -9,9 +9,11 @@ BIN := $(VENV)/bin
 # (https://download.pytorch.org/whl/cpu) on a machine without a GPU: 4 GB less of CUDA.
 TORCH_INDEX ?=
 
-# The venv is made once; `make demo` installs fastload with what the demo needs only,
-# `make test`, `lint`, `bench` and `docs` with the test and docs toolchain too.
+# The venv is made once; `make demo` installs fastload with what the demo and the README's
+# commands after it need only (no test toolchain), `make docs` mkdocs alone, `make test`,
+# `lint` and `bench` fastload with the test and docs toolchain (which covers both others).
 DEMO_READY := $(VENV)/.demo-installed
+DOCS_READY := $(VENV)/.docs-installed
 DEV_READY := $(VENV)/.dev-installed
 TORCH_FIRST = $(if $(TORCH_INDEX),$(BIN)/python -m pip install --progress-bar on -c constraints.txt --index-url $(TORCH_INDEX) torch torchvision)
 
@@ -24,6 +26,15 @@ $(DEMO_READY): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e '.[demo]'
 	touch $@
 
+# The site is built from src/'s docstrings without importing fastload (mkdocstrings reads the
+# source), so the docs' install is pyproject.toml's `docs` extra alone: no torch, no fastload.
+DOCS_EXTRA = import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"], sep="\n")
+$(DOCS_READY): pyproject.toml constraints.txt | $(BIN)/python
+	@echo "Installing the docs toolchain (pyproject.toml's docs extra: mkdocs) into $(VENV)"
+	$(BIN)/python -c '$(DOCS_EXTRA)' > $(VENV)/docs-requirements.txt
+	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -r $(VENV)/docs-requirements.txt
+	touch $@
+
 $(DEV_READY): pyproject.toml constraints.txt | $(BIN)/python
 	@echo "Installing fastload with the test and docs toolchain into $(VENV) (the first time: a few minutes)"
 	$(TORCH_FIRST)
@@ -33,8 +44,10 @@ $(DEV_READY): pyproject.toml constraints.txt | $(BIN)/python
 		npm install --prefix $(VENV) --no-audit --no-fund --loglevel=error azurite@3 \
 		|| echo "Azurite did not install: the Azure tests will be skipped"; \
 	else echo "no npm: the Azure tests will be skipped (npm install --prefix $(VENV) azurite)"; fi
-	touch $@ $(DEMO_READY)
+	touch $@ $(DEMO_READY) $(DOCS_READY)
 
+# Two loaders timed alone on generated JPEGs (no model), then fastload.diagnose on a small
+# ResNet-18 training loop; afterwards `source .venv/bin/activate` puts fastload on PATH.
 demo: $(DEMO_READY)
 	$(BIN)/fastload demo
 
@@ -78,13 +91,14 @@ gpu-check:
 	$(SUITE_PYTHON) benchmarks/docs_page.py
 
 # The documentation site (mkdocs.yml): built strictly (a warning or a broken link fails it)
-# into site/, after docs/benchmarks.md is rewritten from benchmarks/results/.
-docs: $(DEV_READY)
+# into site/, after docs/benchmarks.md is rewritten from benchmarks/results/. Its install is
+# the docs toolchain alone, or the test venv where `make test` made one (as in CI).
+docs: $(DOCS_READY)
 	$(BIN)/python benchmarks/docs_page.py
 	$(BIN)/mkdocs build --strict --site-dir site
 
 # The site on http://127.0.0.1:8000, rebuilt as you edit docs/ or a docstring.
-docs-serve: $(DEV_READY)
+docs-serve: $(DOCS_READY)
 	$(BIN)/python benchmarks/docs_page.py
 	$(BIN)/mkdocs serve --watch src
 

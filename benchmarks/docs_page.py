@@ -1,9 +1,13 @@
 """Write the documentation's benchmarks page, docs/benchmarks.md, from the results: one
 section per JSON file under benchmarks/results/, whose folders name the machine that
 measured it (cpu/: no GPU; gpu/: the GPU suite and check), each with the machine it ran
-on, its settings, its table, its plot and its notes. Every figure
-on the page is one that a script here measured; a test checks that the page matches the
-committed results, and `make docs` runs this first.
+on, its settings, its table, its plot and its notes; the test runs' sections come after
+the benchmarks'. Every figure on the page is one that a script here measured; a test checks
+that the page matches the committed results, and `make docs` runs this first.
+
+The page opens with a headline table (``HEADLINES``), the one source of the figures that
+README.md and docs/index.md open their "Measured" part with: this rewrites their copy,
+between the ``HEADLINE_START`` and ``HEADLINE_END`` lines, with the page.
 
 The page links to the plots where they are (../benchmarks/results/...), so it reads the
 same on GitHub; the site build copies them in (mkdocs_hooks.py). Standard library only:
@@ -11,7 +15,7 @@ it runs where the GPU suite runs, without the docs' packages.
 
 Usage:
     python benchmarks/docs_page.py [--results benchmarks/results] [--page docs/benchmarks.md]
-    python benchmarks/docs_page.py --check   # exit status 1 if the page is out of date
+    python benchmarks/docs_page.py --check   # exit status 1 if a page is out of date
 """
 
 from __future__ import annotations
@@ -100,8 +104,8 @@ NOTES: dict[str, Notes] = {
         f"""\
 `benchmarks/gpu_check.py` runs, in one command of at most 540 s, the parts in this
 order, each within its own budget; a part cut short keeps what it measured and says so.
-The [contributing page](contributing.md#a-short-gpu-window-make-gpu-check) gives the
-device calls step by step.
+The [contributing page](contributing.md#measuring-on-a-gpu-make-gpu-check) says how to
+run it on a GPU machine.
 
 {CHECK_TABLE}""",
     ),
@@ -470,41 +474,86 @@ machine is shared and noisy. Each result below names its machine; its date is th
 commit that last changed its file.
 """
 
-#: The results the page opens with: (result, the row's name, what it shows).
+
+@dataclass(frozen=True)
+class Headline:
+    """A row of the headline table: fastload's row of a result file, what it shows against
+    what, and the best peer measured in the same run (a row of the same file) beside it."""
+
+    result: str
+    row: str
+    what: str
+    peer: tuple[str, str] | None = None  # (the peer's name here, its row in the file)
+
+
+#: The headline table, the one source of the figures that the README, the docs' home page
+#: and this page open with, in this order.
 HEADLINES = [
-    ("cpu/peers", "fastload: image folder",
-     "JPEG files to normalised 224 px batches, vs torchvision ImageFolder + PIL + DataLoader"),
-    ("cpu/hf_datasets", "from_hf + FastLoader, DataPrefetcher normalises",
-     "a Hugging Face image set, vs its usual set_transform recipe"),
-    ("cpu/hf_datasets", "FastLoader(seed=0)",
-     "seed= (draws keyed by sample) over cheap batched rows, vs DataLoader"),
-    ("cpu/timm_loader", "fastload create_loader",
-     "timm's train.py recipe on a CPU, vs timm's own create_loader"),
-    ("cpu/tensor_dataset", "FastLoader", "an in-memory TensorDataset, vs DataLoader"),
-    ("gpu/end_to_end_resnet18", "fastload, LMDB, GPU-FUSED decode",
-     "ResNet-18 training from JPEGs, GPU decode, vs torchvision + DataLoader"),
-    ("gpu/end_to_end_resnet18", "fastload, LMDB, CPU decode",
-     "ResNet-18 training from JPEGs, CPU decode, vs torchvision + DataLoader"),
-    ("gpu/end_to_end_resnet18", "NVIDIA DALI, mixed decode, hw_decoder_load 0.65",
-     "(peer) DALI's pipeline in the same ResNet-18 training, vs torchvision + DataLoader"),
-    ("gpu/gpu_decode", "GPUDecoder(224), nvjpeg: crop, flip, normalise to bf16 NHWC",
-     "GPU decode to a finished batch, vs OpenCV's decode alone"),
-    ("gpu/gpu_decode", "NVIDIA DALI, mixed decode, hw_decoder_load 0.65",
-     "(peer) DALI's mixed decode, same images, vs OpenCV's decode alone"),
-    ("gpu/prefetch", "fastload DataPrefetcher, depth 2",
-     "a ResNet-50 loop fed by DataPrefetcher, vs .cuda() then normalise"),
+    Headline("cpu/peers", "fastload: image folder",
+             "JPEG files to normalised 224 px batches, vs torchvision ImageFolder + PIL + "
+             "DataLoader", ("FFCV", "FFCV")),
+    Headline("gpu/gpu_augment", "seed: fastload.gpu",
+             "per-sample augmentation of a batch on the GPU, vs torchvision per sample in a "
+             "CPU worker per core", ("Kornia", "seed: Kornia AugmentationSequential")),
+    Headline("gpu/gpu_augment", "seed: fastload.gpu + torch.compile",
+             "the same augmentation under torch.compile, vs torchvision per sample in a CPU "
+             "worker per core"),
+    Headline("gpu/prefetch", "fastload DataPrefetcher, depth 2",
+             "a ResNet-50 loop fed by DataPrefetcher, vs .cuda() then normalise",
+             ("timm PrefetchLoader", "timm PrefetchLoader")),
+    Headline("gpu/end_to_end_resnet18", "fastload, LMDB, GPU-FUSED decode",
+             "ResNet-18 training from JPEGs, GPU decode, vs torchvision + DataLoader",
+             ("NVIDIA DALI", "NVIDIA DALI, mixed decode, hw_decoder_load 0.65")),
+    Headline("gpu/end_to_end_resnet18", "fastload, LMDB, CPU decode",
+             "ResNet-18 training from JPEGs, CPU decode, vs torchvision + DataLoader"),
+    Headline("gpu/gpu_decode", "GPUDecoder(224), nvjpeg: crop, flip, normalise to bf16 NHWC",
+             "GPU decode to a finished batch, vs OpenCV's decode alone",
+             ("NVIDIA DALI", "NVIDIA DALI, mixed decode, hw_decoder_load 0.65")),
+    Headline("cpu/hf_datasets", "from_hf + FastLoader, DataPrefetcher normalises",
+             "a Hugging Face image set, vs its usual set_transform recipe"),
+    Headline("cpu/hf_datasets", "FastLoader(seed=0)",
+             "seed= (draws keyed by sample) over cheap batched rows, vs DataLoader"),
+    Headline("cpu/timm_loader", "fastload create_loader",
+             "timm's train.py recipe on a CPU, vs timm's own create_loader"),
+    Headline("cpu/tensor_dataset", "FastLoader", "an in-memory TensorDataset, vs DataLoader"),
+    Headline("cpu/lmdb_vs_files", "LMDB, raw bytes, warm",
+             "raw bytes from one LMDB file, vs a folder of files, warm page cache"),
+    Headline("cpu/lmdb_vs_files", "LMDB, raw bytes, cold",
+             "raw bytes from one LMDB file, vs a folder of files, cold page cache"),
+    Headline("cpu/object_storage", "fastload, cold cache",
+             "shards from a cold S3 bucket (a server on the same machine), vs raw parallel GETs",
+             ("litdata", "litdata")),
 ]  # fmt: skip
 
 
 def result_files(results: Path) -> list[Path]:
-    """Every result JSON, at the top of ``results`` or one folder down: those with notes
-    in ``NOTES``' order, then the others by path."""
+    """Every result JSON, at the top of ``results`` or one folder down: the benchmarks
+    first, then the test runs (``is_run``); each group in ``NOTES``' order, then the
+    others by path."""
     found = {key(path, results): path for path in results.glob("*.json")}
     found |= {key(path, results): path for path in results.glob("*/*.json")}
     order = {name: index for index, name in enumerate(NOTES)}
     return [
-        found[name] for name in sorted(found, key=lambda name: (order.get(name, len(order)), name))
+        found[name]
+        for name in sorted(
+            found, key=lambda name: (is_run(name), order.get(name, len(order)), name)
+        )
     ]
+
+
+def is_run(name: str) -> bool:
+    """Whether a result records a run (of the tests with CUDA, of `make gpu-check`'s or the
+    GPU suite's parts) rather than a benchmark: its section comes after every benchmark's."""
+    stem = name.rpartition("/")[2]
+    return stem in ("check", "suite") or stem.startswith("cuda_tests")
+
+
+RUNS = """\
+## Test runs
+
+What the GPU runs themselves did: `make gpu-check`'s and the GPU suite's parts, each
+with its status and time, and the test suite's runs with CUDA visible.
+"""
 
 
 def key(path: Path, results: Path) -> str:
@@ -635,55 +684,97 @@ def committed(path: Path) -> str:
     return done.stdout.strip() or "not committed"
 
 
+def rounds(row: dict, baseline: dict) -> list[float]:
+    """The ratio of each round: a row's throughput over its baseline's, timed in the same
+    round (the rounds are interleaved); none where the two were not timed round by round."""
+    timed = row.get("seconds") or []
+    if row is baseline or len(timed) < 2 or len(timed) != len(baseline.get("seconds") or []):
+        return []
+    return [
+        (row["items"] / mine) / (baseline["items"] / theirs)
+        for mine, theirs in zip(timed, baseline["seconds"], strict=True)
+    ]
+
+
+def figure(row: dict, rows: dict[str, dict], bold: bool = False) -> str:
+    """A row's ratio with the range of its rounds: ``1.85x (1.64 to 2.05)``."""
+    ratios = rounds(row, rows.get(row.get("versus", ""), row))
+    text = f"**{row['speedup']:.2f}x**" if bold else f"{row['speedup']:.2f}x"
+    low, high = (f"{min(ratios):.2f}", f"{max(ratios):.2f}") if ratios else ("", "")
+    return f"{text} ({low} to {high})" if low != high else text
+
+
+def machine_name(machine: dict) -> str:
+    """The machine, short: ``2-core CPU`` without a GPU, else the GPU and its CPU cores."""
+    if machine["device"].startswith("no GPU"):
+        return f"{machine['cpus']}-core CPU"
+    return f"{machine['device']}, {machine['cpus']} CPU cores"
+
+
+HEADLINE_NOTE = """\
+Each ratio is fastload's throughput over the baseline named, both measured in the same run
+on the machine named; in brackets, the lowest and highest ratio of the run's interleaved
+rounds. The peer is the best other library measured in the same run. The section linked
+gives the whole table, its plot and its settings."""
+
+
 def headline_table(results: Path, sections: str = "") -> list[str]:
-    """Each of ``HEADLINES`` found in the results, its ratio, machine and date, linked to
-    its section on the page at ``sections`` (``""``: this page)."""
-    rows = []
-    for name, row_name, what in HEADLINES:
-        path = results / f"{name}.json"
+    """The note and each of ``HEADLINES`` found in the results: its ratio and range, the
+    peer's, the machine and the date, linked to its section on the page at ``sections``
+    (``""``: this page)."""
+    lines = []
+    for headline in HEADLINES:
+        path = results / f"{headline.result}.json"
         if not path.exists():
             continue
         data = json.loads(path.read_text())
-        row = next((r for r in data.get("rows", []) if r["name"] == row_name), None)
+        rows = {row["name"]: row for row in data.get("rows", [])}
+        row = rows.get(headline.row)
         if row is None or row.get("speedup") is None:
             continue
-        device = data["machine"]["device"]
-        where = "2-core CPU" if device.startswith("no GPU") else device
-        rows.append(
-            f"| {what} | **{row['speedup']:.2f}x** | {where} | {committed(path)} "
-            f"| [{heading(name)}]({sections}#{anchor(name)}) |"
+        peer = "-"
+        if headline.peer and (found := rows.get(headline.peer[1])) and found.get("speedup"):
+            peer = f"{headline.peer[0]} {figure(found, rows)}"
+        link = f"[{heading(headline.result)}]({sections}#{anchor(headline.result)})"
+        lines.append(
+            f"| {headline.what} | {figure(row, rows, bold=True)} | {peer} "
+            f"| {machine_name(data['machine'])} | {committed(path)} | {link} |"
         )
-    if not rows:
+    if not lines:
         return []
-    return ["| what | ratio | machine | date | details |", "|---|---|---|---|---|", *rows]
+    return [
+        HEADLINE_NOTE, "",
+        "| what, against what | fastload | best peer, same run | machine | date | details |",
+        "|---|---|---|---|---|---|",
+        *lines,
+    ]  # fmt: skip
 
 
 def headline(results: Path) -> list[str]:
     """The section the page opens with."""
     table = headline_table(results)
-    if not table:
-        return []
-    return [
-        "## Results", "",
-        "Each ratio is fastload's throughput over the baseline named, both measured in the "
-        "same run; the section linked gives the whole table, its plot and its settings.", "",
-        *table, "",
-    ]  # fmt: skip
+    return ["## Results", "", *table, ""] if table else []
 
 
-#: Where the home page's copy of the headline table goes (between these two lines).
+#: A copy of the headline table goes between these two lines.
+HEADLINE_START = "<!-- headline: written by benchmarks/docs_page.py from benchmarks/results/ -->"
+HEADLINE_END = "<!-- end of headline -->"
 HOME = ROOT / "docs" / "index.md"
-HOME_START = "<!-- headline: written by benchmarks/docs_page.py from benchmarks/results/ -->"
-HOME_END = "<!-- end of headline -->"
+README = ROOT / "README.md"
+#: The pages that carry a copy of the headline table, each with the path from it to this page.
+COPIES = {HOME: "benchmarks.md", README: "docs/benchmarks.md"}
 
 
-def home(results: Path = RESULTS, page: Path = HOME) -> str:
-    """The home page with its headline table written from the results."""
+def headline_copy(page: Path, to_page: str, results: Path = RESULTS) -> str:
+    """``page``'s text with the headline table between its markers, linked to the
+    benchmarks page at ``to_page``."""
     text = page.read_text()
-    before, _, rest = text.partition(HOME_START + "\n")
-    _, _, after = rest.partition(HOME_END)
-    table = "\n".join(headline_table(results, "benchmarks.md"))
-    return f"{before}{HOME_START}\n{table}\n{HOME_END}{after}"
+    if text.count(HEADLINE_START) != 1 or text.count(HEADLINE_END) != 1:
+        raise ValueError(f"{page}: no {HEADLINE_START} ... {HEADLINE_END} block for the table")
+    before, _, rest = text.partition(HEADLINE_START + "\n")
+    _, _, after = rest.partition(HEADLINE_END)
+    table = "\n".join(headline_table(results, to_page))
+    return f"{before}{HEADLINE_START}\n{table}\n{HEADLINE_END}{after}"
 
 
 def render(results: Path = RESULTS, page: Path = PAGE) -> str:
@@ -697,17 +788,25 @@ def render(results: Path = RESULTS, page: Path = PAGE) -> str:
             "",
         ]
     for path in files:
+        if is_run(key(path, results)) and RUNS not in lines:
+            lines.append(RUNS)
         lines += section(path, results, page)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write(results: Path = RESULTS, page: Path = PAGE, home_page: Path | None = None) -> bool:
-    """Write the page (and the home page's headline table); True if either changed."""
+def pages(results: Path = RESULTS, page: Path = PAGE) -> dict[Path, str]:
+    """Every page this writes, with its text: ``page``, and for the docs' own page the
+    copies of its headline table (``COPIES``)."""
+    texts = {page: render(results, page)}
+    if page == PAGE:
+        texts |= {copy: headline_copy(copy, to, results) for copy, to in COPIES.items()}
+    return texts
+
+
+def write(results: Path = RESULTS, page: Path = PAGE) -> bool:
+    """Write the page (and the copies of its headline table); True if any changed."""
     changed = False
-    pages = [(page, render(results, page))]
-    if home_page is not None and home_page.exists():
-        pages.append((home_page, home(results, home_page)))
-    for path, text in pages:
+    for path, text in pages(results, page).items():
         if path.exists() and path.read_text() == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -726,12 +825,17 @@ def main() -> None:
         print(f"docs_page: no results folder {args.results}", file=sys.stderr)
         sys.exit(2)
     if args.check:
-        current = args.page.exists() and args.page.read_text() == render(args.results, args.page)
-        current = current and (args.page != PAGE or HOME.read_text() == home(args.results))
-        state = "up to date" if current else "out of date: run python benchmarks/docs_page.py"
-        print(f"{args.page}: {state}")
-        sys.exit(0 if current else 1)
-    changed = write(args.results, args.page, HOME if args.page == PAGE else None)
+        stale = [
+            path
+            for path, text in pages(args.results, args.page).items()
+            if not path.exists() or path.read_text() != text
+        ]
+        for path in stale:
+            print(f"{path}: out of date: run python benchmarks/docs_page.py")
+        if not stale:
+            print(f"{args.page}: up to date")
+        sys.exit(1 if stale else 0)
+    changed = write(args.results, args.page)
     print(f"{args.page}: {'updated' if changed else 'already up to date'}")
 
 

@@ -1,5 +1,6 @@
-"""What a short GPU window measures first: `make gpu-check`, one command that fits one device
-call of at most 9 minutes, the parts in order, each within its own budget.
+"""What a short GPU window measures first: `make gpu-check`, one command of at most 540 s
+(a device call of this project's lent windows runs at most 600), the parts in order, each
+within its own budget.
 
   cuda_new        the CUDA tests of the paths that had never run on a GPU (70 s):
                   cuda_tests.py --select new
@@ -19,8 +20,11 @@ With CUDA the results go to ``benchmarks/results/gpu/``; without, the same plan 
 smoke sizes (about a minute and a half on a 2-core CPU) into a scratch folder, so it
 cannot rot between GPU runs (``tests/benchmarks/test_gpu_check.py``).
 
-On a GPU machine, ``benchmarks/gpu_check.sh`` installs the carried wheels and runs this;
-``benchmarks/gpu_prepare.py`` prepares those wheels here and prints the device calls.
+On any GPU machine: ``make gpu-check`` (with ``.venv`` from ``make test``, or an image's
+``python3`` that has torch). In this project's lent windows, reached by device calls,
+``benchmarks/gpu_check.sh`` is the call (it installs the carried wheels and runs this) and
+``benchmarks/gpu_prepare.py`` prepares the wheels and prints the calls; its help gives the
+procedure.
 
 A rerun of some parts (``--parts cuda_new,end_to_end_r18``) keeps the other parts' outcomes
 in ``check.json``.
@@ -119,7 +123,9 @@ def write_summary(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--budget-s", type=float, default=540, help="the whole plan's time (a device call: 600)"
     )

@@ -3,7 +3,10 @@
 # prints it: installs the carried wheels (.whl, and DALI's parts in $STAGE when earlier
 # calls staged them there), runs the plan with the image's own Python (torch is there; no
 # venv, no make needed), writes the docs' benchmarks page, and packs the results and the
-# log into $OUT. Exits with the plan's status.
+# log into $OUT. Exits with the plan's status. This is for the project's lent GPU windows
+# (15 minutes of device time, calls of at most 600 s carrying at most 64 MiB): the procedure
+# is in `python benchmarks/gpu_prepare.py --help`. On a GPU machine of your own, run
+# `make gpu-check` instead.
 set -uo pipefail
 started=$SECONDS
 cd "$(dirname "$0")/.."

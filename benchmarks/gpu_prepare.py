@@ -1,20 +1,52 @@
-"""Prepare a GPU window here, then print the exact device calls that run `make gpu-check`.
+"""Prepare a lent GPU window here, then print the exact device calls that run `make gpu-check`.
 
-Run on this machine before the first device call. It
+This is for this project's own GPU runs: a GPU machine lent now and then, reached by device
+calls from a machine without one. On a GPU machine of your own, run `make gpu-check` there
+(docs/contributing.md). The window: 15 minutes of device time in all, counting the machine's
+start (one to two minutes), every copy, every idle wait and every call; one call runs at
+most 10 minutes and carries at most 64 MiB (the working tree included); a machine idle for
+30 s is given back, with whatever was staged on it.
+
+Run this on the machine without a GPU before the first device call. It
 
 1. fetches every wheel the GPU image lacks into ``.whl`` (``gpu_wheels.sh``: lmdb,
    albumentations and their needs, nvImageCodec, nvJPEG, Kornia);
 2. fetches NVIDIA DALI and its needs into ``.whl-big`` and, where they fit the window,
-   cuts them into ``.stage/1``, ``.stage/2``, ... (a device call carries at most 64 MiB,
-   the working tree included);
+   cuts them into ``.stage/1``, ``.stage/2``, ... (DALI's wheels are about 222 MiB: four
+   staging calls);
 3. measures what each call carries, estimates each call's device time, and prints the
-   sequence: the staging calls back to back (a machine left idle for 30 s is given
-   back, and the staged parts with it), then the one call of ``gpu_check.sh``.
+   sequence: the staging calls back to back, then the one call of ``gpu_check.sh``.
 
 DALI is staged only if the whole sequence leaves ``--spare-s`` of the device time for a
 rerun; otherwise the plan runs without it, its rows say "not installed", and this says
-why. Sizes are measured; times are estimates from ``--start-s``, ``--call-s`` and
-``--mib-per-s`` (no GPU machine is reachable from here to measure them).
+why (``--dali always`` stages it anyway). Sizes are measured; times are estimates from
+``--start-s``, ``--call-s`` and ``--mib-per-s`` (no GPU machine is reachable from here to
+measure them).
+
+The procedure, for whoever has the window:
+
+1. Ask the device tool's ``status`` (it costs nothing): ``can_start_another`` says whether
+   the session was lent a machine.
+2. Here: ``.venv/bin/python benchmarks/gpu_prepare.py``.
+3. Make the printed calls in order: staging calls, if any, back to back; then the one call
+   that matters: command ``bash benchmarks/gpu_check.sh``, carry ``[".whl"]``, ``timeout_s``
+   600. It installs the wheels, runs the plan, writes the benchmarks page and puts
+   ``gpu-results.tgz`` and ``gpu-check.log`` into ``$OUT``.
+4. Call ``give_back`` at once unless a part must run again. A rerun names its parts,
+   ``python3 benchmarks/gpu_check.py --parts cuda_new,end_to_end_r18 --budget-s 300``,
+   after the same install line as ``gpu_check.sh``; ``check.json`` keeps the other parts'
+   outcomes. Decide the rerun while the first call's reply is fresh, or plan on a new
+   start.
+5. Here: ``tar xzf FILES_AT/gpu-results.tgz`` (the reply's ``files_at`` folder), read the
+   log, run ``python benchmarks/docs_page.py`` (the headline tables of README.md and
+   docs/index.md follow the new results), and commit them with ``benchmarks/results/gpu/``
+   and ``docs/benchmarks.md``.
+
+What the first run on an H200 taught: every test collects through the root ``conftest.py``,
+so what it imports must travel in ``.whl``; one device-side assert fails every later CUDA
+test of its pytest worker, so read the first failure of each worker, not the count; and a
+process's start and end are not in its table (``end_to_end.py`` prints what each process
+took: a DataLoader with persistent pinned workers once took 85 s to exit).
 
 Usage:
     python benchmarks/gpu_prepare.py [--dali auto|always|never] [--device-s 900]
@@ -118,7 +150,9 @@ def seconds_for(mib: float, args: argparse.Namespace) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dali", choices=["auto", "always", "never"], default="auto")
     parser.add_argument("--device-s", type=float, default=900, help="the session's device time")
     parser.add_argument("--spare-s", type=float, default=180, help="left over for a rerun")
@@ -183,8 +217,9 @@ def main() -> None:
             "plan runs without it; its rows say 'not installed' (--dali always stages it)."
         )
     print(
-        "\nThen, here: tar xzf FILES_AT/gpu-results.tgz, read FILES_AT/gpu-check.log, commit "
-        "benchmarks/results/gpu/ and docs/benchmarks.md; call give_back unless you rerun."
+        "\nThen, here: tar xzf FILES_AT/gpu-results.tgz, read FILES_AT/gpu-check.log, run "
+        "python benchmarks/docs_page.py (README.md's and docs/index.md's headline tables), "
+        "commit benchmarks/results/gpu/ and the pages; call give_back unless you rerun."
     )
 
 

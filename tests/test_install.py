@@ -33,7 +33,36 @@ def test_the_demo_installs_what_it_needs_and_the_tests_the_toolchain():
         if line.startswith(("demo:", "test:", "docs:", "lint:", "bench:"))
     )  # fmt: skip
     assert rules["demo"].split() == [".venv/.demo-installed"]
-    assert all(rules[name].split() == [".venv/.dev-installed"] for name in ("test", "docs", "lint"))
+    assert all(rules[name].split() == [".venv/.dev-installed"] for name in ("test", "lint"))
+
+
+def test_the_docs_install_the_docs_toolchain_alone_or_reuse_the_tests_venv():
+    import shlex
+    import sys
+    import tomllib
+
+    out = subprocess.run(["make", "-n", "-W", "pyproject.toml", ".venv/.docs-installed"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    listing, install = [line for line in out.splitlines() if line.startswith(".venv/bin/python")]
+    assert install.endswith("pip install --progress-bar on -c constraints.txt -r "
+                            ".venv/docs-requirements.txt")  # fmt: skip
+    program = shlex.split(listing.split(">")[0])[2]  # what writes the requirements
+    listed = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.splitlines()  # fmt: skip
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]  # fmt: skip
+    assert listed == extras["docs"]  # mkdocs and its plugins: not fastload, torch or the tests
+    targets = subprocess.run(["make", "-n", "-p"], cwd=ROOT, capture_output=True, text=True)
+    rules = dict(
+        line.split(":", 1) for line in targets.stdout.splitlines()
+        if line.startswith(("docs:", "docs-serve:"))
+    )  # fmt: skip
+    assert rules["docs"].split() == rules["docs-serve"].split() == [".venv/.docs-installed"]
+    # `make test` marks the docs' install done too: CI's `make docs` after it installs nothing
+    dev = subprocess.run(["make", "-n", "-W", "pyproject.toml", ".venv/.dev-installed"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    (touch,) = [line for line in dev.splitlines() if line.startswith("touch ")]
+    assert ".venv/.docs-installed" in touch.split() and ".venv/.demo-installed" in touch.split()
 
 
 def test_torch_index_installs_torch_from_it_first_within_the_pins():

@@ -1,20 +1,21 @@
 """Walking a batch: every tensor leaf of nested tuples, lists, namedtuples, mappings and
 dataclasses, with the path of indices and keys that leads to it. The one walker of the
-package: the prefetcher, the collates and the GPU modules' targets use it.
+package: the prefetcher, the collates and the GPU modules' targets use it. Which leaves
+are targets (torchvision's ``tv_tensors``) it tells without importing torchvision.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torchvision import tv_tensors
 
 __all__ = [
-    "PER_SAMPLE",
     "Path",
+    "has_targets",
     "image_leaf_path",
     "is_target",
     "map_tensors",
@@ -24,16 +25,23 @@ __all__ = [
 
 Path = tuple[Any, ...]
 
-#: Targets with one leaf per sample (a list of them follows the batch).
-PER_SAMPLE: tuple[type, ...] = (tv_tensors.BoundingBoxes,) + (
-    (tv_tensors.KeyPoints,) if hasattr(tv_tensors, "KeyPoints") else ()
-)
-_TARGETS = (tv_tensors.Mask, *PER_SAMPLE)
-
 
 def is_target(leaf: Any) -> bool:
     """Whether ``leaf`` is a detection or segmentation target (mask, boxes, keypoints)."""
-    return isinstance(leaf, _TARGETS)
+    # torchvision not imported, no leaf can be one of its tv_tensors: importing it here
+    # would load its models for batches of plain tensors (and the commands that walk them)
+    tv_tensors = sys.modules.get("torchvision.tv_tensors")
+    if tv_tensors is None:
+        return False
+    names = ("Mask", "BoundingBoxes", "KeyPoints")  # KeyPoints: torchvision >= 0.23
+    return isinstance(leaf, tuple(getattr(tv_tensors, n) for n in names if hasattr(tv_tensors, n)))
+
+
+def has_targets(value: Any) -> bool:
+    """Whether ``value`` (a tensor, or any structure of them) holds a target."""
+    if isinstance(value, torch.Tensor):
+        return is_target(value)
+    return any(is_target(leaf) for _, leaf in tensor_leaves(value))
 
 
 def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path = ()) -> Any:

@@ -20,12 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from fastload.batches import Path, image_leaf_path, map_tensors, with_item
+from fastload.batches import Path, has_targets, image_leaf_path, map_tensors, with_item
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
 from fastload.decode.contracts import PlansDecode
 from fastload.finishing import FinishesImages, ImageFinisher
-from fastload.gpu.targets import has_targets
 from fastload.loader.contracts import KeyedSeedSource
 from fastload.producer import Produced
 from fastload.system import one_thread

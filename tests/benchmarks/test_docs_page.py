@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks import docs_page
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -21,10 +23,40 @@ def test_the_committed_page_matches_the_committed_results():
     assert docs_page.PAGE.read_text() == docs_page.render(), (
         "docs/benchmarks.md is out of date: run python benchmarks/docs_page.py"
     )
-    home = docs_page.HOME.read_text()
-    assert home == docs_page.home(), "docs/index.md's headline table is out of date"
-    table = home.split(docs_page.HOME_START, 1)[1].split(docs_page.HOME_END, 1)[0]
-    assert table.count("](benchmarks.md#") == len(docs_page.headline_table(RESULTS)) - 2 >= 5
+    for copy, to_page in docs_page.COPIES.items():
+        assert copy.read_text() == docs_page.headline_copy(copy, to_page), (
+            f"{copy.name}'s headline table is out of date: run python benchmarks/docs_page.py"
+        )
+
+
+def headline_rows(text: str) -> list[str]:
+    """The headline table's rows in a page's text, the link to each section cut to its
+    anchor (the README, the home page and the benchmarks page link from different
+    folders)."""
+    if docs_page.HEADLINE_START in text:
+        text = text.split(docs_page.HEADLINE_START, 1)[1].split(docs_page.HEADLINE_END, 1)[0]
+    else:
+        text = text.split("## Results", 1)[1].split("## ", 1)[0]
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    return [re.sub(r"\]\([^)#]*#", "](#", row) for row in rows]
+
+
+def test_the_readme_the_home_page_and_the_benchmarks_page_show_the_same_headline_table():
+    page = headline_rows(docs_page.PAGE.read_text())
+    assert len(page) - 1 == len(docs_page.HEADLINES) >= 10
+    for copy, to_page in docs_page.COPIES.items():
+        text = copy.read_text()
+        assert headline_rows(text) == page, copy.name
+        assert docs_page.HEADLINE_NOTE in text, copy.name
+        for target in re.findall(r"\]\(([^)#]+)#", text.split(docs_page.HEADLINE_START)[1]):
+            assert target == to_page and (copy.parent / target).is_file(), (copy.name, target)
+
+
+def test_a_copy_without_its_markers_is_an_error_naming_it(tmp_path: Path):
+    page = tmp_path / "index.md"
+    page.write_text("# fastload\n\n## Measured\n")
+    with pytest.raises(ValueError, match=r"index\.md: no <!-- headline"):
+        docs_page.headline_copy(page, "benchmarks.md")
 
 
 def test_every_result_has_its_section_table_and_plot():
@@ -32,10 +64,13 @@ def test_every_result_has_its_section_table_and_plot():
     sections = re.findall(r"^## (.+)$", text, re.MULTILINE)
     names = [docs_page.key(path, RESULTS) for path in docs_page.result_files(RESULTS)]
     assert sorted(names) == [docs_page.key(path, RESULTS) for path in COMMITTED]
-    # the results first, then how they are measured, then a section per result file
-    assert sections == ["Results", "How these are measured"] + [
-        docs_page.heading(name) for name in names
-    ]
+    # the results first, then how they are measured, then a section per benchmark, then
+    # the test runs
+    benchmarks = [docs_page.heading(name) for name in names if not docs_page.is_run(name)]
+    runs = [docs_page.heading(name) for name in names if docs_page.is_run(name)]
+    assert sections == ["Results", "How these are measured", *benchmarks, "Test runs", *runs]
+    assert {"gpu: check", "gpu: suite", "gpu: cuda_tests"} <= set(runs)
+    assert {"gpu: prefetch", "cpu: peers"} <= set(benchmarks)
     for path in COMMITTED:
         data = json.loads(path.read_text())
         if "table" in data:
@@ -85,17 +120,51 @@ def test_check_says_when_the_page_is_out_of_date(tmp_path: Path):
     assert stale.returncode == 1 and "out of date" in stale.stdout
 
 
-def test_the_page_opens_with_the_headline_results_each_with_machine_date_and_section():
-    text = docs_page.PAGE.read_text()
-    results = text.split("## Results", 1)[1].split("## How these are measured", 1)[0]
-    rows = [line for line in results.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows[0] == "| what | ratio | machine | date | details |"
-    found = [(name, row) for name, row, _ in docs_page.HEADLINES
-             if (RESULTS / f"{name}.json").exists()]  # fmt: skip
-    assert len(rows) - 1 == len(found) >= 5
-    for line, (name, row_name) in zip(rows[1:], found, strict=True):
-        data = json.loads((RESULTS / f"{name}.json").read_text())
-        (row,) = [row for row in data["rows"] if row["name"] == row_name]
-        assert f"| **{row['speedup']:.2f}x** |" in line  # the ratio is the file's
-        assert re.search(r"\| \d{4}-\d{2}-\d{2} \|", line)  # the date of its commit
-        assert f"(#{docs_page.anchor(name)})" in line
+def round_range(rows: dict[str, dict], name: str) -> str:
+    """`` (low to high)``: the ratio of each interleaved round, read from the file."""
+    row = rows[name]
+    baseline = rows[row["versus"]]
+    ratios = [
+        (row["items"] / mine) / (baseline["items"] / theirs)
+        for mine, theirs in zip(row["seconds"], baseline["seconds"], strict=True)
+    ]
+    return f" ({min(ratios):.2f} to {max(ratios):.2f})"
+
+
+def test_the_page_opens_with_the_headline_results_each_with_range_machine_date_and_section():
+    rows = headline_rows(docs_page.PAGE.read_text())
+    assert (
+        rows[0]
+        == "| what, against what | fastload | best peer, same run | machine | date | details |"
+    )
+    assert len(rows) - 1 == len(docs_page.HEADLINES)  # every result named is committed
+    for line, headline in zip(rows[1:], docs_page.HEADLINES, strict=True):
+        data = json.loads((RESULTS / f"{headline.result}.json").read_text())
+        by_name = {row["name"]: row for row in data["rows"]}
+        what, ratio, peer, machine, date, details = line.strip("| ").split(" | ")
+        assert what == headline.what
+        # the file's ratio, then the lowest and highest of its rounds
+        speedup = by_name[headline.row]["speedup"]
+        assert ratio == f"**{speedup:.2f}x**" + round_range(by_name, headline.row)
+        if headline.peer:
+            label, name = headline.peer
+            assert peer == f"{label} {by_name[name]['speedup']:.2f}x" + round_range(by_name, name)
+        cpus = data["machine"]["cpus"]
+        if data["machine"]["device"].startswith("no GPU"):
+            assert machine == f"{cpus}-core CPU"
+        else:
+            assert machine == f"{data['machine']['device']}, {cpus} CPU cores"
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date)  # the date of its commit
+        assert details.endswith(f"(#{docs_page.anchor(headline.result)})")
+
+
+def test_a_ratio_without_rounds_has_no_range():
+    rows = {
+        "base": {"name": "base", "items": 10, "seconds": [1.0, 2.0], "speedup": 1.0},
+        "one": {"name": "one", "versus": "base", "items": 10, "seconds": [0.5], "speedup": 2.0},
+        "two": {"name": "two", "versus": "base", "items": 10, "seconds": [0.5, 0.5],
+                "speedup": 3.0},
+    }  # fmt: skip
+    assert docs_page.figure(rows["base"], rows) == "1.00x"  # the baseline itself
+    assert docs_page.figure(rows["one"], rows) == "2.00x"  # not timed round by round
+    assert docs_page.figure(rows["two"], rows, bold=True) == "**3.00x** (2.00 to 4.00)"

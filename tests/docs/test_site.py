@@ -1,8 +1,9 @@
 """The documentation site as a reader gets it: built as `make docs` builds it (strictly: a
 warning or a broken link fails), served over HTTP on 127.0.0.1 and opened in headless
 Chromium. Every page of the navigation loads with its title and no failed request, a
-click on the navigation moves to another page, the search finds an API name, and every
-benchmark plot is drawn. Skipped, saying why, without the docs' packages (the `docs`
+click on the navigation moves to another page, the search finds an API name, every
+benchmark plot is drawn, and on a phone's width as on a laptop's no code line wraps and no
+table hides a column. Skipped, saying why, without the docs' packages (the `docs`
 extra) or without Chromium and chromedriver (Debian: apt-get install chromium
 chromium-driver)."""
 
@@ -272,30 +273,78 @@ def test_every_benchmark_plot_is_drawn(server: str, browser: Any):
     assert not not_drawn, f"plots that did not load: {not_drawn}"
 
 
-COUNT_BLOCKS = "return document.querySelectorAll('article pre').length"
-CLIPPED = (
-    "return [...document.querySelectorAll('article pre > code')]"
-    ".filter(block => block.scrollWidth > block.clientWidth + 1)"
-    ".map(block => block.innerText.split('\\n')[0])"
-)
+#: Each code block whose lines take more height than their count of line boxes: a line that
+#: wrapped (its continuation starts at column 0, and Python's indentation is lost).
+WRAPPED_CODE = """
+document.querySelectorAll('article details').forEach(details => { details.open = true; });
+const blocks = [...document.querySelectorAll('article pre > code')];
+const wrapped = blocks.filter(code => {
+  const style = getComputedStyle(code);
+  const lineBox = parseFloat(style.lineHeight);
+  const padding = parseFloat(style.paddingTop) + parseFloat(style.paddingBottom);
+  const lines = code.textContent.replace(/\\n$/, '').split('\\n').length;
+  return !(lineBox > 0) || code.clientHeight - padding > lines * lineBox + 1;
+}).map(code => code.textContent.split('\\n')[0]);
+return [blocks.length, wrapped];
+"""
+
+#: Each table whose last column cannot be brought into view: with every box around it that
+#: a reader can scroll (the table's own included) scrolled to its right end, the header
+#: row's last cell must end inside each box that clips (one with overflow hidden clips
+#: without a scrollbar) and inside the window.
+HIDDEN_COLUMNS = """
+document.querySelectorAll('article details').forEach(details => { details.open = true; });
+const tables = [...document.querySelectorAll('article table')];
+const hidden = tables.filter(table => {
+  let right = document.documentElement.clientWidth;
+  for (let box = table; box; box = box.parentElement) {
+    const overflow = getComputedStyle(box).overflowX;
+    if (overflow === 'auto' || overflow === 'scroll') box.scrollLeft = box.scrollWidth;
+    if (overflow !== 'visible') right = Math.min(right, box.getBoundingClientRect().right);
+  }
+  const cells = table.rows[0].cells;
+  return cells[cells.length - 1].getBoundingClientRect().right > right + 1;
+}).map(table => table.rows[0].innerText.replace(/\\s+/g, ' '));
+return [tables.length, hidden];
+"""
 
 
-def test_no_code_block_is_clipped_at_1280_px_and_each_page_is_photographed(
-    server: str, browser: Any, tmp_path_factory: pytest.TempPathFactory
-):
-    """A reader with a 1280 px window sees every line of every code block whole (the
-    lines wrap; nothing hides past a block's right edge behind a scrollbar). Each page is
-    photographed there for a person to review: in $FASTLOAD_SCREENSHOTS if set."""
-    folder = Path(os.environ.get("FASTLOAD_SCREENSHOTS") or tmp_path_factory.mktemp("pages"))
-    folder.mkdir(parents=True, exist_ok=True)
-    browser.set_window_size(1280, 900)
-    clipped, blocks = {}, 0
+@pytest.mark.parametrize("width", [390, 1280])
+def test_no_code_line_wraps_and_no_table_hides_a_column(server: str, browser: Any, width: int):
+    """On a phone (390 px) and a laptop (1280 px), a code line longer than its block
+    scrolls inside it, as written, never wrapped; a table wider than the page scrolls,
+    its last column within reach."""
+    browser.set_window_size(width, 900)
+    wrapped, hidden, blocks, tables = {}, {}, 0, 0
     try:
         for _, page in nav_pages():
             browser.get(server + url_path(page))
-            blocks += browser.execute_script(COUNT_BLOCKS)
-            if found := browser.execute_script(CLIPPED):
-                clipped[page] = found
+            count, found = browser.execute_script(WRAPPED_CODE)
+            blocks += count
+            if found:
+                wrapped[page] = found
+            count, found = browser.execute_script(HIDDEN_COLUMNS)
+            tables += count
+            if found:
+                hidden[page] = found
+    finally:
+        browser.set_window_size(1400, 1000)
+    assert blocks > 50 and tables > 20  # the pages' code blocks and tables were found at all
+    assert wrapped == {}, f"code blocks whose lines wrap at {width} px: {wrapped}"
+    assert hidden == {}, f"tables whose last column is out of reach at {width} px: {hidden}"
+
+
+def test_each_page_is_photographed_at_1280_px(
+    server: str, browser: Any, tmp_path_factory: pytest.TempPathFactory
+):
+    """Each page, whole, in a 1280 px window, for a person to review: in
+    $FASTLOAD_SCREENSHOTS if set."""
+    folder = Path(os.environ.get("FASTLOAD_SCREENSHOTS") or tmp_path_factory.mktemp("pages"))
+    folder.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(1280, 900)
+    try:
+        for _, page in nav_pages():
+            browser.get(server + url_path(page))
             height = browser.execute_script("return document.body.scrollHeight")
             browser.set_window_size(1280, min(max(height, 900), 16000))
             name = page.replace("/", "_").removesuffix(".md")
@@ -303,6 +352,4 @@ def test_no_code_block_is_clipped_at_1280_px_and_each_page_is_photographed(
             browser.set_window_size(1280, 900)
     finally:
         browser.set_window_size(1400, 1000)
-    assert blocks > 50  # the pages' code blocks were found at all
-    assert clipped == {}, f"code blocks wider than their box at 1280 px: {clipped}"
     assert len(list(folder.glob("*.png"))) == len(nav_pages())

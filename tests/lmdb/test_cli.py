@@ -35,6 +35,7 @@ def test_convert_refuses_an_existing_destination_in_one_line(database, capsys):
     code, _, err = run(capsys, "convert", str(database.parent), str(database))
     assert code == 2
     assert err.startswith("fastload convert: error: ") and "exists; pass resume=True" in err
+    assert "(`fastload convert --resume`) to finish" in err  # the flag a CLI user passes
     assert "Traceback" not in err
 
 

@@ -102,7 +102,8 @@ def test_an_lmdb_database_of_another_tool(tmp_path):
 
 def test_an_incomplete_database_says_how_to_finish_it(tmp_path):
     path = raw_database(tmp_path / "part.lmdb", {index_key(0): b"x", PROGRESS_KEY: b"{}"})
-    with pytest.raises(RecordFormatError, match=r"incomplete database.*with --resume to finish it"):
+    finish = r"again with resume=True \(`fastload convert --resume`\) to finish it"
+    with pytest.raises(RecordFormatError, match=r"incomplete database.*" + finish):
         LMDBDataset(path)
 
 

@@ -71,7 +71,8 @@ def test_a_killed_worker_names_its_item_keeps_the_records_before_and_resume_fini
     assert completed.stdout.strip() == (
         "WorkerDiedError KilledAt[13]: the worker process converting it was killed by "
         "SIGKILL (as the out-of-memory killer does) (item 13 of the source; the 13 records "
-        "before it are kept: run again with --resume, with fewer --workers if memory ran out)"
+        "before it are kept: run again with resume=True (`fastload convert --resume`), with "
+        "fewer num_workers (--workers) if memory ran out)"
     )
     assert committed(path) == 13
     meta = write_lmdb(KilledAt(40, kill_at=-1), path, resume=True, num_workers=2, progress=False)
@@ -90,8 +91,8 @@ def test_the_cli_ends_in_one_line_naming_the_file_and_resume_completes(tmp_path,
     assert last == (
         f"fastload convert: error: {source}/class_00/img_00003.jpg: the worker process "
         "converting it was killed by SIGKILL (as the out-of-memory killer does) (item 3 of "
-        "the source; the 3 records before it are kept: run again with --resume, with fewer "
-        "--workers if memory ran out)"
+        "the source; the 3 records before it are kept: run again with resume=True (`fastload "
+        "convert --resume`), with fewer num_workers (--workers) if memory ran out)"
     )
     assert "Traceback" not in completed.stderr and committed(path) == 3
     main(["convert", str(source), str(path), "--resume", "--workers", "2"])

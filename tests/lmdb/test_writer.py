@@ -100,8 +100,13 @@ def test_worker_processes_give_the_same_database(image_folder, database, tmp_pat
 
 def test_an_existing_destination_is_refused_and_kept(database):
     before = database.read_bytes()
-    with pytest.raises(FileExistsError, match=r"train.lmdb exists; pass resume=True"):
+    with pytest.raises(FileExistsError) as refused:
         write_lmdb(database.parent, database, progress=False)
+    # the keyword for a caller of write_lmdb, the flag for one of `fastload convert`
+    assert str(refused.value) == (
+        f"{database} exists; pass resume=True (`fastload convert --resume`) to finish an "
+        "interrupted conversion, or remove it to start again"
+    )
     assert database.read_bytes() == before
 
 
@@ -257,7 +262,9 @@ def test_removing_the_bad_file_and_resuming_finishes_the_conversion(
     folder_with_bad_files, tmp_path
 ):
     path = tmp_path / "db"
-    with pytest.raises(ImageDecodeError, match=r"remove the file.*run again with --resume"):
+    with pytest.raises(ImageDecodeError, match=r"remove the file, or pass skip_bad=True "
+                       r"\(--skip-bad\), and run again with resume=True \(`fastload convert "
+                       r"--resume`\)\)"):  # fmt: skip
         write_lmdb(folder_with_bad_files, path, num_workers=0, progress=False)
     (folder_with_bad_files / "class_00" / "img_00001.jpg").unlink()  # the advice, followed
     with pytest.raises(ImageDecodeError, match=r"class_01/img_00004.jpg"):

@@ -76,6 +76,16 @@ EXITING = textwrap.dedent(
 )
 
 
+def run_script(script: str, device: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a Python of its own, pinning memory on CUDA; it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", script.format(pin=device == "cuda")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
 LAST_PASS_AT_EXIT = textwrap.dedent(
     """
     import atexit
@@ -99,11 +109,7 @@ LAST_PASS_AT_EXIT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_a_users_exit_handler_gets_its_last_pass_over_the_loader(device):
-    done = subprocess.run(
-        [sys.executable, "-c", LAST_PASS_AT_EXIT.format(pin=device == "cuda")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_script(LAST_PASS_AT_EXIT, device)
     assert done.stdout == "done\nlast pass 2016.0\n"
     assert "Error" not in done.stderr, done.stderr[-2000:]
 
@@ -111,9 +117,5 @@ def test_a_users_exit_handler_gets_its_last_pass_over_the_loader(device):
 @pytest.mark.slow
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_a_script_ends_after_its_last_line_with_persistent_workers(device):
-    done = subprocess.run(
-        [sys.executable, "-c", EXITING.format(pin=device == "cuda")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_script(EXITING, device)
     assert done.stdout == "done\n"

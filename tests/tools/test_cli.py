@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +20,8 @@ def test_demo_prints_a_before_after_table_part_by_part_and_a_plot(capsys, tmp_pa
     main(["demo", "--images-per-class", "2", "--repeats", "1", "--plot", str(plot)])
     out = capsys.readouterr().out
     assert "16 JPEGs of 500x375 to normalised 224 px batches" in out and "1 epoch each" in out
+    assert "1. The loaders alone, no model:" in out  # what it times, the model step left out
+    assert "before and after" not in out  # the README's script trains a model; this does not
     assert out.index("measuring...") < out.index("| classic")  # said before measured
     assert out.rstrip().endswith(f"wrote {plot}") and plot.stat().st_size > 1000
     assert "2. fastload.diagnose on a ResNet-18 training loop" in out
@@ -79,6 +84,11 @@ def test_diagnose_prints_a_json_report_and_a_timeline(small_folder, tmp_path, ca
     assert report["num_workers"] == 0 and report["batch_size"] == 4 and report["storage"] == "files"
     assert report["step_seconds"] > 0 and 0 <= report["wait_fraction"] <= 1
     assert report["recommendations"]
+    # --batches 3 is fewer than the 5 a median and a spread need: said, not hidden
+    assert (report["step_iterations"], report["loop_iterations"]) == (3, 3)
+    assert report["loader_iterations"] == 3 and report["reliable"] is False
+    first_problem = report["problems"][0]
+    assert "the step on a cached batch was timed over 3 calls, fewer than 5" in first_problem
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -377,3 +387,53 @@ def test_every_option_of_every_command_says_what_it_does_and_its_default():
             elif action.default not in (None, False) and "default" not in action.help:
                 no_default.append(f"{name} {action.option_strings[0]}")
     assert silent == [] and no_default == []
+
+
+def test_version_prints_the_installed_packages_version_on_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"fastload {importlib.metadata.version('fastload')}\n"
+
+
+#: The start of a command pays for torch only: these load on first use, by what needs them
+#: (torchvision loads its models on import)
+HEAVY = {"torchvision", "albumentations", "matplotlib", "datasets", "boto3", "ray", "timm"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("commands", "allowed"),
+    [
+        ([["info", "{lmdb}"], ["info", "{shards}"]], set()),
+        ([["verify", "{lmdb}"], ["verify", "{shards}"]], set()),
+        (  # the loading alone: albumentations augments it, no torchvision model trains
+            [["diagnose", "{lmdb}", "--model", "none", "--seconds", "1", "--batches", "1",
+              "--warmup", "0", "--workers", "0", "--batch-size", "4"]],
+            {"albumentations"},
+        ),
+    ],
+    ids=["info", "verify", "diagnose-model-none"],
+)  # fmt: skip
+def test_a_command_imports_only_what_it_uses(small_folder, tmp_path, commands, allowed):
+    from fastload.lmdb import write_lmdb
+    from fastload.shards import write_shards
+
+    places = {"lmdb": str(tmp_path / "small.lmdb"), "shards": str(tmp_path / "shards")}
+    write_lmdb(small_folder, places["lmdb"], num_workers=0)
+    write_shards(small_folder, places["shards"])
+    argvs = [[word.format(**places) for word in argv] for argv in commands]
+    script = (
+        "import sys\n"
+        "from fastload.tools.cli import main\n"
+        f"for argv in {argvs!r}:\n"
+        "    main(argv)\n"
+        "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", f"import json\n{script}"], capture_output=True, text=True,
+        check=True, timeout=300,
+    )  # fmt: skip
+    loaded = set(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert "torch" in loaded  # the commands ran: what they read is torch's
+    assert HEAVY & loaded == allowed

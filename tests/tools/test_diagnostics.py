@@ -5,6 +5,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import Dataset
 
 from fastload import FastLoader
@@ -12,7 +14,9 @@ from fastload.loader.tuning import tune_workers, worker_candidates
 from fastload.system import available_cpus
 from fastload.tools.diagnostics import WaitSummary, diagnose, timed, waits
 from fastload.tools.diagnostics import report as diagnose_module
-from fastload.tools.diagnostics.rules import Facts, recommend
+from fastload.tools.diagnostics.facts import Facts
+from fastload.tools.diagnostics.reliability import MIN_ITERATIONS, spread
+from fastload.tools.diagnostics.rules import recommend
 
 
 class FakeClock:
@@ -93,7 +97,9 @@ def test_a_slow_loader_is_reported_and_more_workers_recommended(clock):
     report = diagnose(loader, step=step, batches=8, warmup=1, device="cpu")
     assert report.facts.wait_fraction == pytest.approx(12 / 13)  # 12 ms of loading a step
     assert report.facts.loader_seconds == pytest.approx(0.012)  # 4 samples x 3 ms
-    assert report.predicted_speedup > 5
+    assert report.facts.loop_over_step == pytest.approx(13.0)  # 12 ms waiting + the 1 ms step
+    assert (report.facts.step_iterations, report.facts.loop_iterations) == (8, 8)
+    assert report.facts.loader_iterations == 8 and report.reliable
     assert any(advice.startswith("more workers: 0 of") for advice in report.recommendations)
     assert "real loop: waiting for data" in str(report)
 
@@ -106,9 +112,14 @@ def test_an_instant_loader_is_compute_bound(clock):
     assert report.facts.wait_fraction == 0.0
     assert report.facts.step_seconds == pytest.approx(0.01)
     assert report.recommendations[0].startswith("compute-bound")
-    assert report.predicted_speedup == 1.0
+    assert report.facts.loop_over_step == pytest.approx(1.0)
+    assert "Measurements: reliable, each timed over at least 5 iterations after a warm-up " in (
+        str(report)
+    )
     payload = json.loads(report.to_json())
     assert payload["recommendations"] == report.recommendations and "step_seconds" in payload
+    assert payload["reliable"] is True and payload["problems"] == []
+    assert payload["step_iterations"] == payload["loop_iterations"] == 6
 
 
 def facts(**overrides) -> Facts:
@@ -119,6 +130,11 @@ def facts(**overrides) -> Facts:
         loop_seconds=0.3,
         num_workers=1,
         cpus=8,
+        step_iterations=MIN_ITERATIONS,
+        loader_iterations=MIN_ITERATIONS,
+        loop_iterations=MIN_ITERATIONS,
+        first_step_seconds=0.1,
+        warmup=3,
     )
     return Facts(**(values | overrides))
 
@@ -160,10 +176,10 @@ def test_each_rule(overrides, expected, absent):
         assert not any(absent in line for line in advice), advice
 
 
-def test_predicted_speedup_is_loop_time_over_step_time():
+def test_the_ratio_is_loop_time_over_step_time():
     report = diagnose_module.DiagnoseReport(facts(step_seconds=0.1, loop_seconds=0.25), [])
-    assert report.predicted_speedup == pytest.approx(2.5)
-    assert diagnose_module.DiagnoseReport(facts(step_seconds=0.0), []).predicted_speedup == 1.0
+    assert report.facts.loop_over_step == pytest.approx(2.5)
+    assert diagnose_module.DiagnoseReport(facts(step_seconds=0.0), []).facts.loop_over_step is None
 
 
 def test_the_report_gives_the_loops_time_beside_the_step_alone_not_a_speed_up():
@@ -172,9 +188,126 @@ def test_the_report_gives_the_loops_time_beside_the_step_alone_not_a_speed_up():
     measured = facts(step_seconds=0.1, loop_seconds=0.131, wait_fraction=0.003)
     report = diagnose_module.DiagnoseReport(measured, recommend(measured))
     text = str(report)
-    assert "| real loop, per iteration        | 131.0 ms (1.31x the step alone) |" in text
+    assert "| real loop, per iteration        | 131.0 ms, mean of 5 (1.31x the step alone) " in text
     assert "| real loop: waiting for data     | 0.3%" in text and "speed-up" not in text
+    assert (
+        "| training step on a cached batch | 100.0 ms, median of 5 (first call 100.0 ms, " in text
+    )
     assert "the workers compete with it for the CPU" in text
+
+
+def report_of(**overrides) -> tuple[str, dict, list[str]]:
+    """The text, the JSON and the problems of a report built from given measurements."""
+    measured = facts(**overrides)
+    report = diagnose_module.DiagnoseReport(measured, recommend(measured))
+    payload = json.loads(report.to_json())
+    assert payload["problems"] == report.problems and payload["reliable"] is report.reliable
+    return str(report), payload, report.problems
+
+
+def test_a_step_slower_than_the_loop_is_called_unreliable_not_clamped():
+    """The issue's figures: a step on a cached batch of 7147.9 ms beside a loop of
+    3734.0 ms per iteration, which holds one step; the ratio is printed as measured."""
+    text, payload, problems = report_of(
+        step_seconds=7.1479, loop_seconds=3.734, wait_fraction=0.01, first_step_seconds=7.5
+    )
+    assert "3734.0 ms, mean of 5 (0.52x the step alone: unreliable, see below)" in text
+    assert "1.00x" not in text
+    assert problems == [
+        "the step alone (7147.9 ms, median) took longer than a whole iteration of the real "
+        "loop (3734.0 ms), which holds one step: the step measurement is unreliable, and so "
+        "is the ratio (0.52x); likely causes: one-off costs (compilation, memory allocation, "
+        "cuDNN's algorithm search) outlasting a warm-up of 3, or other work on this machine "
+        "while the step was timed; raise warmup (--warmup) and measure again on a quiet machine"
+    ]
+    assert f"Measurements: unreliable\n- {problems[0]}\n" in text
+    assert payload["loop_over_step"] == pytest.approx(3.734 / 7.1479)
+    assert payload["reliable"] is False and payload["min_iterations"] == MIN_ITERATIONS
+    # no advice rests on the ratio: neither compute-bound nor contention
+    assert payload["recommendations"] == []
+    assert text.endswith("Recommendations:\n- none: measure again, as said above")
+
+
+def test_a_first_call_far_slower_than_the_median_is_named_as_the_likely_cause():
+    _, _, problems = report_of(step_seconds=0.3, loop_seconds=0.2, first_step_seconds=6.3)
+    assert (
+        "outlasting a warm-up of 3 (its first call took 6300.0 ms, 21.0x the median)"
+        in (problems[0])
+    )
+
+
+def test_a_loop_within_the_noise_of_the_step_is_not_flagged_and_not_clamped():
+    text, payload, problems = report_of(step_seconds=0.1, loop_seconds=0.098, wait_fraction=0.01)
+    assert problems == [] and "(0.98x the step alone)" in text
+    assert payload["loop_over_step"] == pytest.approx(0.98)
+    assert payload["recommendations"][0].startswith("compute-bound")
+
+
+def test_too_few_iterations_are_said_in_the_text_and_the_json():
+    text, payload, problems = report_of(step_iterations=2, loop_iterations=1, loader_iterations=3)
+    assert problems == [
+        "the step on a cached batch was timed over 2 calls, fewer than 5: too few to trust; "
+        "raise batches (--batches)",
+        "the real loop was timed over 1 iteration, fewer than 5: too few to trust; raise "
+        "batches (--batches)",
+        "the loader alone was timed over 3 batches, fewer than 5: too few to trust; raise "
+        "batches (--batches)",
+    ]
+    assert "100.0 ms, median of 2 (first call 100.0 ms, untimed)" in text
+    assert "300.0 ms, mean of 1 (3.00x the step alone: unreliable, see below)" in text
+    assert "| loader alone, per batch         | 300.0 ms, mean of 3 " in text
+    assert (payload["step_iterations"], payload["loop_iterations"]) == (2, 1)
+    assert payload["loader_iterations"] == 3 and payload["reliable"] is False
+
+
+def test_too_few_loader_batches_leave_the_ratio_and_its_advice_standing():
+    _, payload, problems = report_of(loader_iterations=1, wait_fraction=0.02, loop_seconds=0.1)
+    assert problems == [
+        "the loader alone was timed over 1 batch, fewer than 5: too few to trust; raise "
+        "batches (--batches)"
+    ]
+    assert payload["recommendations"][0].startswith("compute-bound")
+
+
+def test_an_unsteady_step_is_unreliable_and_says_why():
+    text, _, problems = report_of(step_spread=0.6, wait_fraction=0.02, loop_seconds=0.2)
+    assert problems == [
+        "the step on a cached batch is unsteady: the middle half of its 5 timed calls spans "
+        "60% of their median, more than 25%: other work on this machine, or more threads than "
+        "CPU cores; measure again on a quiet machine"
+    ]
+    assert "the workers compete with it" not in text  # contention rests on the ratio
+
+
+def test_without_a_warm_up_a_slow_first_call_is_among_the_timed_ones():
+    text, _, problems = report_of(warmup=0, first_step_seconds=1.0, loop_seconds=0.12)
+    assert problems == [
+        "no warm-up: the step's one-off costs (compilation, memory allocation, cuDNN's "
+        "algorithm search) are among its timed calls (its first call took 1000.0 ms, 10.0x "
+        "the median); raise warmup (--warmup)"
+    ]
+    assert "(first call 1000.0 ms, among them)" in text
+    assert report_of(warmup=1, first_step_seconds=1.0, loop_seconds=0.12)[2] == []
+
+
+def test_without_a_step_only_the_counts_matter():
+    text, payload, problems = report_of(step_seconds=0.0, step_iterations=0, loop_iterations=2)
+    assert problems == [
+        "the real loop was timed over 2 iterations, fewer than 5: too few to trust; raise "
+        "batches (--batches)"
+    ]
+    assert "| training step on a cached batch | not measured " in text
+    assert payload["loop_over_step"] is None and "x the step alone" not in text
+
+
+@given(
+    st.lists(st.floats(1e-6, 1e3), min_size=2, max_size=30),
+    st.floats(1e-3, 1e3),
+)
+def test_spread_is_zero_for_equal_times_and_does_not_depend_on_the_unit(seconds, scale):
+    assert spread([seconds[0]] * len(seconds)) == 0.0
+    assert spread([scale * t for t in seconds]) == pytest.approx(spread(seconds), rel=1e-6)
+    assert spread(seconds[:1]) == 0.0
 
 
 def test_autotune_picks_the_best_of_a_throughput_curve():
@@ -244,16 +377,68 @@ def test_diagnose_says_an_empty_loader_gave_nothing_to_time():
         diagnose([], torch.sum, batches=1, warmup=0, device="cpu")
 
 
-def test_diagnose_stops_each_measurement_at_its_share_of_the_seconds():
-    def slow_step(batch):  # every call takes at least 50 ms
-        time.sleep(0.05)
+def test_diagnose_stops_each_measurement_at_its_share_of_the_seconds_after_the_minimum(clock):
+    calls = []
 
-    report = diagnose(
-        [torch.zeros(2, 3, 4, 4)] * 1000, slow_step, batches=500, warmup=1, seconds=0.3,
-        device="cpu",
-    )  # fmt: skip
-    # each third is 0.1 s: two timed steps have taken it, the least any measurement takes
-    assert report.timeline.iterations == 2
+    def slow_step(batch):  # every call takes 50 ms of the fake clock
+        calls.append(batch)
+        clock.advance(0.05)
+
+    loader = FastLoader(Slow(clock, 0.01), batch_size=4, num_workers=0)  # 40 ms a batch
+    report = diagnose(loader, slow_step, batches=500, warmup=1, seconds=0.3, device="cpu")
+    # each third is 0.1 s, over after two steps or three batches: the minimum is timed all
+    # the same, after the warm-up, in each measurement
+    assert report.facts.step_iterations == report.facts.loader_iterations == MIN_ITERATIONS
+    assert report.timeline.iterations == report.facts.loop_iterations == MIN_ITERATIONS
+    assert len(calls) == 2 * (1 + MIN_ITERATIONS)  # warm-up and timed, cached and in the loop
+    assert report.facts.step_seconds == pytest.approx(0.05) and report.reliable
+
+
+def test_diagnose_times_fewer_than_the_minimum_only_when_told_and_says_so(clock):
+    calls = []
+
+    def step(batch):  # each call outlasts the measurement's share of the time
+        calls.append(batch)
+        clock.advance(0.01)
+
+    batches = [torch.zeros(2, 3, 4, 4)] * 10
+    report = diagnose(batches, step, batches=2, warmup=0, seconds=0.001, device="cpu")
+    assert len(calls) == 2 + 2 and report.facts.step_iterations == 2
+    assert not report.reliable and "timed over 2 calls, fewer than 5" in report.problems[0]
+
+
+def test_diagnose_names_a_step_that_ran_slower_alone_than_in_the_loop(clock):
+    """A noisy machine while the step on the cached batch was timed, quiet after: the step
+    alone comes out slower than the loop; the report says so instead of printing 1.00x."""
+    cached_calls = 1 + MIN_ITERATIONS  # warm-up, then the timed calls on the cached batch
+    calls = []
+
+    def step(batch):
+        calls.append(batch)
+        clock.advance(0.4 if len(calls) == 1 else 0.2 if len(calls) <= cached_calls else 0.1)
+
+    batches = [torch.zeros(2, 3, 4, 4)] * 20
+    report = diagnose(batches, step, batches=MIN_ITERATIONS, warmup=1, device="cpu")
+    assert report.facts.step_seconds == pytest.approx(0.2)
+    assert report.facts.first_step_seconds == pytest.approx(0.4)
+    assert report.facts.loop_seconds == pytest.approx(0.1)
+    assert "(0.50x the step alone: unreliable, see below)" in str(report)
+    payload = json.loads(report.to_json())
+    assert payload["reliable"] is False and payload["loop_over_step"] == pytest.approx(0.5)
+    assert "took longer than a whole iteration of the real loop" in payload["problems"][0]
+
+
+def test_diagnose_times_each_step_call_so_a_slow_one_does_not_move_the_median(clock):
+    calls = []
+
+    def step(batch):
+        calls.append(batch)
+        clock.advance(2.0 if len(calls) == 3 else 0.01)  # one call slowed by other work
+
+    report = diagnose([torch.zeros(2)] * 20, step, batches=7, warmup=1, device="cpu")
+    assert report.facts.step_seconds == pytest.approx(0.01)  # their mean: 0.29 s
+    assert report.facts.step_spread == pytest.approx(0.0, abs=1e-9)
+    assert report.facts.step_iterations == 7
 
 
 @pytest.mark.parametrize("seconds", [0, -1, float("nan")])

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchvision import tv_tensors
 
 __all__ = [
     "HFColumns",
@@ -170,6 +169,8 @@ def objects_target(
         >>> target["boxes"].tolist(), target["labels"].tolist()
         ([[10.0, 20.0, 40.0, 60.0]], [3])
     """
+    from torchvision import tv_tensors  # here: importing torchvision loads its models
+
     image_id = None
     if isinstance(value, tuple):
         value, image_id = value

@@ -22,8 +22,9 @@ from torch import Tensor, nn
 from torchvision import tv_tensors
 
 from fastload._checks import check_probability
+from fastload.batches import has_targets
 from fastload.gpu.keyed import keyed, keyed_generator, keyed_normal, keyed_uniform
-from fastload.gpu.targets import has_targets, join, split
+from fastload.gpu.targets import join, split
 
 __all__ = ["BatchTransform", "Params"]
 

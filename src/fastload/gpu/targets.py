@@ -26,22 +26,19 @@ from torch import Tensor, nn
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from fastload.batches import PER_SAMPLE, Path, is_target, map_tensors, tensor_leaves
+from fastload.batches import Path, is_target, map_tensors, tensor_leaves
 
 __all__ = [
     "SanitizeBoundingBoxes",
     "Split",
-    "has_targets",
     "join",
     "split",
 ]
 
-
-def has_targets(value: Any) -> bool:
-    """Whether ``value`` (a tensor, or any structure of them) holds a target."""
-    if isinstance(value, Tensor):
-        return is_target(value)
-    return any(is_target(leaf) for _, leaf in tensor_leaves(value))
+#: Targets with one leaf per sample (a list of them follows the batch).
+PER_SAMPLE: tuple[type, ...] = (tv_tensors.BoundingBoxes,) + (
+    (tv_tensors.KeyPoints,) if hasattr(tv_tensors, "KeyPoints") else ()
+)
 
 
 class Split:

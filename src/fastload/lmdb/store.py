@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-from fastload.records.format import META_KEY, PROGRESS_KEY, RecordFormatError, decode_meta
+from fastload.records.format import (
+    META_KEY,
+    PROGRESS_KEY,
+    RESUME,
+    RecordFormatError,
+    decode_meta,
+)
 
 __all__ = [
     "close_reader",
@@ -178,7 +184,7 @@ def read_meta(txn: lmdb.Transaction, path: str | Path) -> dict[str, Any]:
         if txn.get(PROGRESS_KEY) is not None:
             raise RecordFormatError(
                 f"{path}: incomplete database, a conversion stopped part-way; "
-                "run the same `fastload convert` again with --resume to finish it"
+                f"run the same conversion again with {RESUME} to finish it"
             )
         raise RecordFormatError(f"{path}: no fastload metadata record, not a fastload database")
     return decode_meta(value, what=str(path))

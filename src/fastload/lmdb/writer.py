@@ -34,6 +34,7 @@ from fastload.records.format import (
     FORMAT_VERSION,
     META_KEY,
     PROGRESS_KEY,
+    RESUME,
     RecordFormatError,
     decode_meta,
     encode_meta,
@@ -75,7 +76,7 @@ def _commit(
         except lmdb.Error as error:  # a full disk, an I/O error: the transaction is undone
             raise OSError(
                 f"{env.path()}: writing failed ({error}); is the disk full? The records "
-                "committed before are kept: make room and run again with --resume"
+                f"committed before are kept: make room and run again with {RESUME}"
             ) from error
         else:
             return
@@ -210,8 +211,8 @@ def write_lmdb(
                 "destination"
             )
         raise FileExistsError(
-            f"{path} exists; pass resume=True (--resume) to finish an interrupted conversion, "
-            "or remove it to start again"
+            f"{path} exists; pass {RESUME} to finish an interrupted conversion, or remove it "
+            "to start again"
         )
     for name, value, low, high in [
         ("commit_every", commit_every, 1, None),
@@ -305,7 +306,7 @@ def _convert(
                             raise kind(
                                 f"{error} (item {position} of the source; the {state.count} "
                                 "records before it are kept: fix or remove the file, or pass "
-                                "--skip-bad, and run again with --resume)"
+                                f"skip_bad=True (--skip-bad), and run again with {RESUME})"
                             )
                         state.skipped.append({"path": items.name(position), "error": str(error)})
                         bar.set_postfix(skipped=len(state.skipped))
@@ -322,8 +323,8 @@ def _convert(
                 raise WorkerDiedError(
                     f"{items.name(died.position)}: the worker process converting it "
                     f"{death(died.exitcode)} (item {died.position} of the source; the "
-                    f"{state.count} records before it are kept: run again with --resume, with "
-                    "fewer --workers if memory ran out)"
+                    f"{state.count} records before it are kept: run again with {RESUME}, with "
+                    "fewer num_workers (--workers) if memory ran out)"
                 ) from None
 
     fields = items.fields

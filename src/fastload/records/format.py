@@ -67,6 +67,10 @@ FORMAT_VERSION = 2
 MAGIC = b"FLR1"
 META_KEY = b"__fastload_meta__"  # '_' sorts after digits: after every record key
 PROGRESS_KEY = b"__fastload_progress__"
+#: How an error names the option that finishes a conversion stopped part-way, for both
+#: entry points: the writers' keyword (``write_lmdb``, ``write_shards``) and the flag of
+#: ``fastload convert``.
+RESUME = "resume=True (`fastload convert --resume`)"
 ENCODED, ARRAY = 0, 1
 LABEL_INT, LABEL_ARRAY, LABEL_NONE = 0, 1, 2
 RAW, PNG = 0, 1

@@ -8,29 +8,43 @@ Roles: ``"boxes.<FORMAT>"`` (``BoundingBoxes`` in one of torchvision's formats),
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
-from torchvision import tv_tensors
 
 from fastload.records.format import Field, RecordFormatError
 
 __all__ = ["TargetError", "fields_target", "resize_fields", "target_fields"]
 
 BOXES, MASK, KEYPOINTS, ARRAY = "boxes.", "mask", "keypoints", "array"
-_KEYPOINTS = getattr(tv_tensors, "KeyPoints", None)  # torchvision >= 0.23
 _AXIS_ALIGNED = {"XYXY", "XYWH", "CXCYWH"}  # what a resize scales per axis
-#: Numbers per box of each of torchvision's formats this fastload knows (that torchvision
-#: has: older ones lack the rotated formats)
-_BOX_VALUES = {
-    name: {"XYWHR": 5, "CXCYWHR": 5, "XYXYXYXY": 8}.get(name, 4)
-    for name in tv_tensors.BoundingBoxFormat.__members__
-}
 #: How far outside its image a box may reach, in pixels: datasets' reach a little past
 #: the border (COCO's do). Farther is a broken annotation.
 OUTSIDE = 16.0
+
+
+def _keypoints() -> type | None:
+    """torchvision's ``KeyPoints`` (torchvision >= 0.23), else None. torchvision is imported
+    here, not with this module: importing it loads its models, which reading a record
+    without targets (``fastload info``) has no use for."""
+    from torchvision import tv_tensors
+
+    return getattr(tv_tensors, "KeyPoints", None)
+
+
+@functools.cache
+def _box_values() -> dict[str, int]:
+    """Numbers per box of each of torchvision's formats this fastload knows (that
+    torchvision has: older ones lack the rotated formats)."""
+    from torchvision import tv_tensors
+
+    return {
+        name: {"XYWHR": 5, "CXCYWHR": 5, "XYXYXYXY": 8}.get(name, 4)
+        for name in tv_tensors.BoundingBoxFormat.__members__
+    }
 
 
 class TargetError(ValueError):
@@ -62,6 +76,9 @@ def target_fields(
         >>> target_fields({"labels": torch.tensor([3, 1])}, what="doc")
         {'labels': Field(role='array', array=array([3, 1]))}
     """
+    from torchvision import tv_tensors
+
+    keypoints = _keypoints()
     fields = {}
     for name, value in target.items():
         if not isinstance(name, str):
@@ -70,7 +87,7 @@ def target_fields(
             role = BOXES + value.format.name
         elif isinstance(value, tv_tensors.Mask):
             role = MASK
-        elif _KEYPOINTS is not None and isinstance(value, _KEYPOINTS):
+        elif keypoints is not None and isinstance(value, keypoints):
             role = KEYPOINTS
         elif isinstance(value, (torch.Tensor, np.ndarray, int, float, bool, np.generic)):
             role = ARRAY
@@ -137,7 +154,7 @@ def _check_shape(
     with (H, W) the ``canvas`` where it is known."""
     if role.startswith(BOXES):
         box_format = role.removeprefix(BOXES)
-        values = _BOX_VALUES.get(box_format)
+        values = _box_values().get(box_format)
         if values is None:
             raise error(f"{what} has boxes in unknown format {role!r}")
         if len(shape) not in (1, 2) or shape[-1] != values:
@@ -162,6 +179,9 @@ def fields_target(
         >>> fields_target({"boxes": boxes}, (48, 64), what="doc")["boxes"].canvas_size
         (48, 64)
     """
+    from torchvision import tv_tensors
+
+    keypoints = _keypoints()
     target: dict[str, Any] = {}
     canvas_size = (canvas_size[0], canvas_size[1])
     for name, (role, array) in fields.items():
@@ -179,7 +199,7 @@ def fields_target(
         elif role == MASK:
             target[name] = tv_tensors.Mask(data)
         elif role == KEYPOINTS:
-            target[name] = data if _KEYPOINTS is None else _KEYPOINTS(data, canvas_size=canvas_size)
+            target[name] = data if keypoints is None else keypoints(data, canvas_size=canvas_size)
         else:
             target[name] = data
     return target

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from fastload.records.format import RESUME
 from fastload.records.sources import Encoding, Source
 from fastload.shards.destination import Destination, destination, part_shard_name
 from fastload.shards.tar import write_range
@@ -103,7 +104,7 @@ def _run(
                 first, stop = spans[number]
                 raise RuntimeError(
                     f"{target}: part {number} (samples {first}-{stop}): its Ray worker died "
-                    f"as often as Ray retries a task ({type(error).__name__}); resume=True "
+                    f"as often as Ray retries a task ({type(error).__name__}); {RESUME} "
                     "runs the unfinished parts again"
                 ) from None
             done[str(number)] = {"shards": shards, "skipped": skipped}

@@ -15,6 +15,7 @@ from typing import Any, Unpack
 
 from fastload._checks import check_int
 from fastload.records.conversion import Conversion, SourceOptions, require_samples
+from fastload.records.format import RESUME
 from fastload.records.sources import Encoding, Source
 from fastload.shards.captions import captioned_source
 from fastload.shards.destination import Destination, destination, shard_name
@@ -55,18 +56,18 @@ def write_shards(
     the index committed by this process after all. The source must be readable by
     every worker (a shared folder, a bucket, a Dataset that pickles).
 
-    Returns the index's metadata. Raises ``FileExistsError`` for a destination that
-    holds a shard set or a conversion in progress (pass ``resume=True`` for the latter:
-    finished shards are kept, neither re-encoded nor re-uploaded), or, for a new
-    conversion, a file under a name it writes (``shard-000000.tar``, ...: never
-    replaced), before any work.
+    Returns the index's metadata, and under ``shards`` how many shards it has. Raises
+    ``FileExistsError`` for a destination that holds a shard set or a conversion in
+    progress (pass ``resume=True`` for the latter: finished shards are kept, neither
+    re-encoded nor re-uploaded), or, for a new conversion, a file under a name it writes
+    (``shard-000000.tar``, ...: never replaced), before any work.
 
     Example:
         >>> from fastload.testing.shapes import ShapesDetection
         >>> import tempfile
         >>> meta = write_shards(ShapesDetection(3, size=(32, 32)), tempfile.mkdtemp())
-        >>> meta["samples"], meta["fields"]
-        (3, ['boxes', 'labels', 'masks'])
+        >>> meta["samples"], meta["shards"], meta["fields"]
+        (3, 1, ['boxes', 'labels', 'masks'])
     """
     conversion = Conversion.of(options, "write_shards")
     if shard_size < 1:
@@ -111,7 +112,7 @@ def write_shards(
         target.commit(shards, meta)
     finally:
         target.close()
-    return meta
+    return meta | {"shards": len(shards)}
 
 
 def _destination(
@@ -143,7 +144,7 @@ def _progress(
         return dict(what)
     if not resume:
         raise FileExistsError(
-            f"{target}: holds an unfinished conversion: pass resume=True (--resume) to finish it"
+            f"{target}: holds an unfinished conversion: pass {RESUME} to finish it"
         )
     differs = [f"{key} {progress.get(key)!r}, now {value!r}" for key, value in what.items()
                if progress.get(key) != value]  # fmt: skip

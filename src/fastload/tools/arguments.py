@@ -90,9 +90,11 @@ def quality(value: str) -> int:
 
 
 def model(value: str) -> str:
+    if value == "none":  # the loading alone: torchvision's models are not imported
+        return value
     import torchvision
 
-    if value != "none" and value not in torchvision.models.list_models(torchvision.models):
+    if value not in torchvision.models.list_models(torchvision.models):
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a torchvision classification model (e.g. resnet18, resnet50), "
             "or 'none'"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from fastload.tools import arguments, commands
 
@@ -22,8 +24,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+        option_string: str | None = None,
+    ) -> None:  # fmt: skip
+        print(parser.prog, importlib.metadata.version("fastload"))  # on stdout, as --help
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fastload", description="Keep the GPU fed.")
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what fastload chooses")
     subcommands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

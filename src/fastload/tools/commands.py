@@ -97,7 +97,9 @@ def convert_to_shards(args: argparse.Namespace) -> None:
         ray=args.ray, captions=args.captions,
     )  # fmt: skip
     skipped = f", {len(meta['skipped'])} skipped" if meta["skipped"] else ""
-    print(f"{args.destination}: {meta['samples']} samples in shards{skipped}")
+    count = meta["shards"]
+    print(f"{args.destination}: {meta['samples']} samples in {count} shard{'s' * (count != 1)}"
+          f"{skipped}")  # fmt: skip
 
 
 def _is_shard_set(path: str | Path) -> bool:

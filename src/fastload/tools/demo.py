@@ -1,4 +1,5 @@
-"""``fastload demo``: a before/after table on a generated image folder, no download needed."""
+"""``fastload demo``: two loaders timed alone (no model), then a diagnosed training loop, on a
+generated image folder, no download needed."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def _imagefolder(root: Path, image_size: int, *, jitter: bool = False) -> ImageF
 
 def _classic(root: Path, image_size: int, batch_size: int, workers: int, device: torch.device,
              *, jitter: bool = False) -> Iterable[Any]:  # fmt: skip
-    """The README's "before": each batch made in the workers, then moved to ``device``."""
+    """The usual pipeline (the README's "before", its model left out): each batch made in
+    the workers, then moved to ``device``."""
     cuda = device.type == "cuda"
     loader = DataLoader(
         _imagefolder(root, image_size, jitter=jitter), batch_size=batch_size, shuffle=True,
@@ -79,7 +81,8 @@ def _classic(root: Path, image_size: int, batch_size: int, workers: int, device:
 
 def _fastload(root: Path, image_size: int, batch_size: int, workers: int, device: torch.device,
               *, jitter: bool = False) -> DataPrefetcher:  # fmt: skip
-    """The README's "after": the workers crop uint8 images; the rest on ``device``."""
+    """fastload's pipeline (the README's "after", its model left out): the workers crop
+    uint8 images; the rest on ``device``."""
     from torch import nn
     from torchvision.transforms import v2
 
@@ -111,7 +114,7 @@ def compare_loaders(
     repeats: int = 3,
     device: torch.device | None = None,
 ) -> list[LoaderRun]:
-    """Epoch time of the README's before and after, from the same JPEG files to
+    """Epoch time of two loaders alone, no model, from the same JPEG files to
     normalised batches on ``device``, with the same number of workers (FastLoader's
     choice): torchvision's ImageFolder (PIL decode, crop, flip, normalise) in a
     DataLoader, against fastload's ImageFolder (OpenCV, crop-aware) in a FastLoader,
@@ -196,9 +199,9 @@ def run_demo(
             progress=True,
         )
         say(
-            f"1. The README's before and after: {count} JPEGs of 500x375 to normalised "
-            f"224 px batches ({device}), {repeats} epoch{'s' * (repeats != 1)} each after a "
-            "warm-up: measuring..."
+            f"1. The loaders alone, no model: {count} JPEGs of 500x375 to normalised 224 px "
+            f"batches ({device}), {repeats} epoch{'s' * (repeats != 1)} each after a warm-up: "
+            "measuring..."
         )
         say(f"\n{loader_table(compare_loaders(root, repeats=repeats))}\n")
         say(HEADLINE)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -15,8 +16,15 @@ import torch
 from fastload._checks import check_int
 from fastload.loader.tuning import one_pass
 from fastload.system import available_cpus, default_device
+from fastload.tools.diagnostics.facts import Facts
 from fastload.tools.diagnostics.procstats import children, process_cpu, rss_bytes
-from fastload.tools.diagnostics.rules import Facts, recommend
+from fastload.tools.diagnostics.reliability import (
+    MIN_ITERATIONS,
+    problems,
+    ratio_problems,
+    spread,
+)
+from fastload.tools.diagnostics.rules import recommend
 from fastload.tools.diagnostics.waits import WaitSummary, synchronize, timed
 from fastload.tools.measure import format_table
 
@@ -25,7 +33,7 @@ __all__ = ["DiagnoseReport", "classifier_step", "diagnose"]
 
 @dataclass
 class DiagnoseReport:
-    """The three measurements, what follows from them, and what to do."""
+    """The three measurements, how far they can be trusted, and what to do."""
 
     facts: Facts
     recommendations: list[str]
@@ -33,25 +41,53 @@ class DiagnoseReport:
     timeline: WaitSummary | None = field(default=None, repr=False)
 
     @property
-    def predicted_speedup(self) -> float:
-        """How much faster the loop would run if loading were free: the real loop's time
-        per iteration over the step's on a cached batch (at least 1)."""
-        if not self.facts.step_seconds:
-            return 1.0
-        return max(1.0, self.facts.loop_seconds / self.facts.step_seconds)
+    def problems(self) -> list[str]:
+        """Why a measurement, or the ratio of the loop's time to the step's, cannot be
+        trusted (too few iterations, an unsteady step, a step slower than the loop that
+        holds it, one-off costs timed); empty when they can."""
+        return problems(self.facts)
+
+    @property
+    def reliable(self) -> bool:
+        """Whether every measurement, and so the ratio, can be trusted (no problems)."""
+        return not self.problems
+
+    def _step(self) -> str:
+        f = self.facts
+        if not f.step_seconds:
+            return "not measured"
+        where = "among them" if f.warmup == 0 else "untimed"
+        return (
+            f"{1000 * f.step_seconds:.1f} ms, median of {f.step_iterations} "
+            f"(first call {1000 * f.first_step_seconds:.1f} ms, {where})"
+        )
 
     def _per_iteration(self) -> str:
         """The loop's time per iteration, and what it is over the step alone: waiting for
         data, and the step slowed by workers that share its CPU, together."""
-        loop = f"{1000 * self.facts.loop_seconds:.1f} ms"
-        if not self.facts.step_seconds:
+        f = self.facts
+        loop = f"{1000 * f.loop_seconds:.1f} ms, mean of {f.loop_iterations}"
+        if f.loop_over_step is None:
             return loop
-        return f"{loop} ({self.predicted_speedup:.2f}x the step alone)"
+        trust = ": unreliable, see below" if ratio_problems(f) else ""
+        return f"{loop} ({f.loop_over_step:.2f}x the step alone{trust})"
+
+    def _measurements(self) -> str:
+        found = self.problems
+        if found:
+            return "Measurements: unreliable\n" + "\n".join(f"- {line}" for line in found)
+        return (
+            f"Measurements: reliable, each timed over at least {MIN_ITERATIONS} iterations "
+            f"after a warm-up of {self.facts.warmup}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **asdict(self.facts),
-            "predicted_speedup": self.predicted_speedup,
+            "loop_over_step": self.facts.loop_over_step,
+            "min_iterations": MIN_ITERATIONS,
+            "reliable": self.reliable,
+            "problems": self.problems,
             "memory_mb": self.memory_mb,
             "recommendations": self.recommendations,
         }
@@ -62,11 +98,11 @@ class DiagnoseReport:
     def __str__(self) -> str:
         f = self.facts
         rows = [
+            ["training step on a cached batch", self._step()],
             [
-                "training step on a cached batch",
-                f"{1000 * f.step_seconds:.1f} ms" if f.step_seconds else "not measured",
+                "loader alone, per batch",
+                f"{1000 * f.loader_seconds:.1f} ms, mean of {f.loader_iterations}",
             ],
-            ["loader alone, per batch", f"{1000 * f.loader_seconds:.1f} ms"],
             ["real loop: waiting for data", f"{100 * f.wait_fraction:.1f}%"],
             ["real loop, per iteration", self._per_iteration()],
             [
@@ -75,8 +111,10 @@ class DiagnoseReport:
             ],
             ["memory, process and workers", f"{self.memory_mb:.0f} MB" if self.memory_mb else "-"],
         ]
-        advice = "\n".join(f"- {line}" for line in self.recommendations) or "- nothing to change"
-        return f"{format_table(['measure', 'value'], rows)}\n\nRecommendations:\n{advice}"
+        nothing = "nothing to change" if self.reliable else "none: measure again, as said above"
+        advice = "\n".join(f"- {line}" for line in self.recommendations) or f"- {nothing}"
+        table = format_table(["measure", "value"], rows)
+        return f"{table}\n\n{self._measurements()}\n\nRecommendations:\n{advice}"
 
 
 def _storage(dataset: Any) -> tuple[str, int | None]:
@@ -113,7 +151,9 @@ class _Phases:
     """Each measurement's share of the time (``seconds / 3``; none without ``seconds``) and
     the progress bar: in seconds with a budget, in iterations without."""
 
-    def __init__(self, seconds: float | None, iterations: int, progress: bool) -> None:
+    def __init__(
+        self, seconds: float | None, iterations: int, progress: bool, *, least: int
+    ) -> None:
         from tqdm import tqdm
 
         self.share = None if seconds is None else seconds / 3
@@ -122,6 +162,7 @@ class _Phases:
         shown = "{l_bar}{bar}| {n_fmt}/{total_fmt} " + unit  # a rate in s/s says nothing
         self.bar = tqdm(total=total, desc="diagnose", bar_format=shown, disable=not progress)
         self.done, self.end, self.started = 0, float("inf"), time.perf_counter()
+        self.least = least  # timed iterations before the time can stop a measurement
 
     def begin(self) -> None:
         self.started = time.perf_counter()
@@ -135,8 +176,10 @@ class _Phases:
             self.bar.n = round(self.done * self.share + elapsed)
             self.bar.refresh()
 
-    def over(self) -> bool:
-        return time.perf_counter() >= self.end
+    def enough(self, timed: int) -> bool:
+        """Whether a measurement that has timed ``timed`` iterations may stop: at least
+        ``least`` of them, and its share of the time is up."""
+        return timed >= self.least and time.perf_counter() >= self.end
 
     def finish(self) -> None:
         self.done += 1
@@ -157,19 +200,25 @@ def diagnose(
 ) -> DiagnoseReport:
     """Measure whether data loading slows the loop ``for batch in loader: step(batch)``.
 
-    1. ``step`` on one cached batch: the compute-bound time;
-    2. the loader alone (with the CPU use of each worker);
-    3. the real loop: the fraction of time waiting for data.
+    1. ``step`` on one cached batch: the compute-bound time (the median of its calls);
+    2. the loader alone (batches per second, with the CPU use of each worker);
+    3. the real loop: the fraction of time waiting for data, the time per iteration.
     Each times ``batches`` iterations after ``warmup`` untimed ones, or stops earlier at
-    its third of ``seconds`` (but times at least 2); timings are CUDA-synchronised on a
-    GPU. A loader whose batch is larger than its data set is warned of.
+    its third of ``seconds``, but never before it has timed ``min(batches, 5)``; timings
+    are CUDA-synchronised on a GPU. The report says which measurements cannot be
+    trusted, and why: fewer than 5 timed iterations, a step whose calls vary widely, a
+    step slower than the loop iteration that holds it (one-off costs past the warm-up,
+    other work on the machine), the first call's one-off costs among the timed ones. A
+    loader whose batch is larger than its data set is warned of.
 
     Args:
         loader: A FastLoader, DataLoader, DataPrefetcher or any iterable of batches.
         step: Your training step, called with a batch; None measures the loader only.
-        batches: Timed iterations of each measurement, at most.
+        batches: Timed iterations of each measurement, at most (fewer than 5 are
+            reported as too few).
         warmup: Untimed iterations before each measurement.
-        seconds: About how long the three measurements take together; None: no limit.
+        seconds: About how long the three measurements take together (longer where 5
+            iterations of one take longer than its third); None: no limit.
         device: Where ``step`` runs (for synchronisation); default: CUDA if available.
         progress: Show a progress bar (in seconds, with ``seconds``).
 
@@ -178,10 +227,10 @@ def diagnose(
 
     Example:
         >>> loader = [torch.zeros(4, 3, 8, 8)] * 10  # any iterable of batches
-        >>> report = diagnose(loader, torch.sum, batches=3, warmup=1, device="cpu")
-        >>> report.timeline.iterations, report.facts.batch_side
-        (3, 8)
-        >>> "Recommendations:" in str(report)
+        >>> report = diagnose(loader, torch.sum, batches=5, warmup=1, device="cpu")
+        >>> report.facts.step_iterations, report.timeline.iterations, report.facts.batch_side
+        (5, 5, 8)
+        >>> "Measurements: " in str(report) and "Recommendations:" in str(report)
         True
     """
     check_int(batches, "batches", low=1)
@@ -190,76 +239,51 @@ def diagnose(
         raise ValueError(f"seconds: a positive time, got {seconds}")
     _warn_if_one_batch_holds_everything(loader)
     device = torch.device(device) if device is not None else default_device()
-    phases = _Phases(seconds, batches + warmup, progress)
+    phases = _Phases(seconds, batches + warmup, progress, least=min(batches, MIN_ITERATIONS))
     try:
-        step_seconds = 0.0
+        calls: list[float] = []
+        cached = None
         if step is not None:
             cached = next(iter(loader), None)
             if cached is None:
                 raise ValueError("loader: it gave no batch to time the step on")
-            phases.begin()
-            for _ in range(warmup):
-                step(cached)
-                phases.tick()
-            synchronize(device)
-            start, timed_steps = time.perf_counter(), 0
-            while timed_steps < batches and not (timed_steps >= 2 and phases.over()):
-                step(cached)
-                timed_steps += 1
-                phases.tick()
-            synchronize(device)
-            step_seconds = (time.perf_counter() - start) / timed_steps
+            calls = _time_step(step, cached, warmup, batches, phases, device)
         phases.finish()
-
-        phases.begin()
-        batches_alone = one_pass(loader, warmup + batches)
-        for _ in range(warmup):
-            next(batches_alone, None)
-            phases.tick()
-        workers_before = process_cpu(children(os.getpid()))
-        wall_start, count = time.perf_counter(), 0
-        for _batch in batches_alone:  # the clock runs from the end of the warm-up
-            count += 1
-            phases.tick()
-            if count >= 2 and phases.over():
-                break
-        elapsed = time.perf_counter() - wall_start
-        loader_seconds = elapsed / max(count, 1)
-        workers_after = process_cpu(children(os.getpid()))
-        busy = tuple(
-            min(1.0, (workers_after[pid] - workers_before[pid]) / elapsed)
-            for pid in sorted(workers_after)
-            if pid in workers_before and elapsed > 0
-        )
+        loader_seconds, loader_count, busy = _time_loader(loader, warmup, batches, phases)
         phases.finish()
-
-        phases.begin()
         loop = timed(_limited(loader, warmup + batches), synchronize=device)
+        phases.begin()
         for index, batch in enumerate(loop):
             if step is not None:
                 step(batch)
             phases.tick()
-            if index + 1 >= warmup + 2 and phases.over():
+            if phases.enough(index + 1 - warmup):
                 break
         phases.finish()
     finally:  # a failing loader leaves no half-drawn bar before its error
         phases.bar.close()
     timeline = WaitSummary(tuple(loop.waits[warmup:]), tuple(loop.computes[warmup:]))
-    wait_fraction = timeline.wait_fraction if step is not None else 1.0
+    timed_calls = calls[warmup:]
 
     base = getattr(loader, "loader", loader)  # through a DataPrefetcher
     dataset = getattr(base, "dataset", None)
     storage, image_side = _storage(dataset) if dataset is not None else ("memory", None)
-    sample = _image_tensor(cached) if step is not None else None
+    sample = _image_tensor(cached) if cached is not None else None
     memory = [rss_bytes(pid) for pid in [os.getpid(), *children(os.getpid())]]
     from fastload.prefetch import DataPrefetcher
 
     facts = Facts(
-        step_seconds=step_seconds,
+        step_seconds=statistics.median(timed_calls) if timed_calls else 0.0,
         loader_seconds=loader_seconds,
-        wait_fraction=wait_fraction,
+        wait_fraction=timeline.wait_fraction if step is not None else 1.0,
         loop_seconds=(timeline.wait_seconds + timeline.compute_seconds)
         / max(timeline.iterations, 1),
+        step_iterations=len(timed_calls),
+        loader_iterations=loader_count,
+        loop_iterations=timeline.iterations,
+        step_spread=spread(timed_calls),
+        first_step_seconds=calls[0] if calls else 0.0,
+        warmup=warmup,
         batch_size=getattr(base, "batch_size", None),
         num_workers=getattr(base, "num_workers", 0),
         cpus=available_cpus(),
@@ -275,6 +299,59 @@ def diagnose(
     return DiagnoseReport(
         facts, recommend(facts), total_memory / 2**20 if total_memory else None, timeline
     )
+
+
+def _time_step(
+    step: Callable[[Any], Any],
+    batch: Any,
+    warmup: int,
+    batches: int,
+    phases: _Phases,
+    device: torch.device,
+) -> list[float]:
+    """The seconds of each call of ``step`` on ``batch``, the ``warmup`` untimed ones
+    first, each call on its own clock so that a slow one cannot hide in a mean; up to
+    ``batches`` timed ones, fewer once the phase has timed enough and its time is up."""
+    seconds: list[float] = []
+    phases.begin()
+    synchronize(device)  # the batch's copy is not the step's
+    for _ in range(warmup + batches):
+        start = time.perf_counter()
+        step(batch)
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+        phases.tick()
+        if phases.enough(len(seconds) - warmup):
+            break
+    return seconds
+
+
+def _time_loader(
+    loader: Iterable[Any], warmup: int, batches: int, phases: _Phases
+) -> tuple[float, int, tuple[float, ...]]:
+    """The loader alone: seconds per batch over the timed ones (a rate: batches from
+    workers come in bursts, so a single batch's time says little), their count, and the
+    CPU use of each worker meanwhile."""
+    phases.begin()
+    batches_alone = one_pass(loader, warmup + batches)
+    for _ in range(warmup):
+        next(batches_alone, None)
+        phases.tick()
+    workers_before = process_cpu(children(os.getpid()))
+    wall_start, count = time.perf_counter(), 0
+    for _batch in batches_alone:  # the clock runs from the end of the warm-up
+        count += 1
+        phases.tick()
+        if phases.enough(count):
+            break
+    elapsed = time.perf_counter() - wall_start
+    workers_after = process_cpu(children(os.getpid()))
+    busy = tuple(
+        min(1.0, (workers_after[pid] - workers_before[pid]) / elapsed)
+        for pid in sorted(workers_after)
+        if pid in workers_before and elapsed > 0
+    )
+    return elapsed / max(count, 1), count, busy
 
 
 def _warn_if_one_batch_holds_everything(loader: Iterable[Any]) -> None:

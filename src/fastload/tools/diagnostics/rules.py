@@ -4,29 +4,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
 
-__all__ = ["RULES", "Facts", "recommend"]
+from fastload.tools.diagnostics.facts import Facts
+from fastload.tools.diagnostics.reliability import ratio_problems
 
-
-@dataclass
-class Facts:
-    """What the rules look at; measured by ``diagnose`` or given by a test."""
-
-    step_seconds: float  # one training step on a cached batch (0: no step given)
-    loader_seconds: float  # one batch from the loader alone
-    wait_fraction: float  # of the real loop (1.0 without a step: the loop is the loader)
-    loop_seconds: float = 0.0  # one iteration of the real loop
-    batch_size: int | None = None
-    num_workers: int = 0
-    cpus: int = 1
-    cuda: bool = False
-    pin_memory: bool = False
-    prefetcher: bool = False
-    worker_busy: tuple[float, ...] = ()  # CPU utilisation of each worker, 0..1
-    storage: str = "memory"  # "files", "lmdb" or "memory"
-    image_side: int | None = None  # longest side of a stored image
-    batch_side: int | None = None  # longest side of an image in the batch
+__all__ = ["RULES", "recommend"]
 
 
 Rule = Callable[[Facts], str | None]
@@ -36,21 +18,24 @@ def _loader_bound(facts: Facts) -> bool:
     return facts.wait_fraction > 0.10
 
 
-def _slowdown(facts: Facts) -> float:
-    """How much slower an iteration of the real loop is than the step alone."""
-    return facts.loop_seconds / facts.step_seconds if facts.step_seconds else 1.0
+def _slowdown(facts: Facts) -> float | None:
+    """How much slower an iteration of the real loop is than the step alone; None without
+    a step, or where the measurements cannot carry the ratio (no advice rests on it)."""
+    return None if ratio_problems(facts) else facts.loop_over_step
 
 
 def rule_compute_bound(facts: Facts) -> str | None:
-    if facts.wait_fraction < 0.05 and facts.step_seconds > 0 and _slowdown(facts) <= 1.15:
+    slowdown = _slowdown(facts)
+    if facts.wait_fraction < 0.05 and slowdown is not None and slowdown <= 1.15:
         return "compute-bound: data loading is not what slows this loop; look at the model step"
     return None
 
 
 def rule_contention(facts: Facts) -> str | None:
-    if facts.wait_fraction < 0.10 and _slowdown(facts) > 1.15:
+    slowdown = _slowdown(facts)
+    if facts.wait_fraction < 0.10 and slowdown is not None and slowdown > 1.15:
         return (
-            f"the step runs {100 * (_slowdown(facts) - 1):.0f}% slower while the loader runs, "
+            f"the step runs {100 * (slowdown - 1):.0f}% slower while the loader runs, "
             "though it seldom waits: the workers compete with it for the CPU; try fewer "
             "workers, or move decoding and augmentation to the GPU"
         )
