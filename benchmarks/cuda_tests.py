@@ -43,7 +43,7 @@ DESELECT = ["tests/benchmarks/test_gpu_suite.py", "tests/benchmarks/test_gpu_che
 #: The test files of the paths that had never run on CUDA: the decode producer thread,
 #: nvImageCodec (hardware decoder, CUDA decoder, CPU fallback, region decode), the fused
 #: kernel against the torch reference, the decoder, masks and boxes following their image,
-#: the policies, the prefetcher, resume through it.
+#: the policies, the prefetcher, resume through it, the step events' timeline.
 NEW_ON_CUDA = [
     "tests/test_producer.py",
     "tests/decode/test_nvimgcodec.py",
@@ -53,6 +53,7 @@ NEW_ON_CUDA = [
     "tests/gpu/test_policies.py",
     "tests/test_prefetch.py",
     "tests/loader/test_resume.py",
+    "tests/tools/test_gpu_idle.py",
 ]
 
 

@@ -23,7 +23,11 @@ warm-up; the table holds the median over the timed epochs.
 
 Columns: images/s over whole epochs, data wait (on a GPU: its idle time between steps,
 from CUDA events, nothing synchronised inside the loop; on a CPU: the loop's wait for
-each batch), CPU ms per image and CPU cores busy (this process and workers).
+each batch), CPU ms per image and CPU cores busy (this process and workers). With a model
+on a GPU, also: the rate as a share of the step alone's, the steady rate (the steps after
+each epoch's first tenth) and the fill (the wait for each epoch's first batch) apart, and
+the CPU ms per image of the main process's threads: the loop, and fastload's producer
+(its reading thread and its device thread).
 
 Usage:
     python benchmarks/end_to_end.py [--images 1000] [--epochs 4] [--rounds 1]
@@ -190,8 +194,37 @@ def main() -> None:
         plot(result)
 
 
+THREADS = {"MainThread": "loop", "fastload-producer": "read", "fastload-producer-device": "device"}
+
+
+def by_thread(measured: list[dict]) -> str:
+    """Median CPU ms per image of the loop's and the producer's threads, the rest as other."""
+    shares: dict[str, list[float]] = {}
+    for epoch in measured:
+        named: dict[str, float] = {}
+        for thread, ms in epoch.get("thread_cpu_ms_per_image", {}).items():
+            label = THREADS.get(thread, "other")
+            named[label] = named.get(label, 0.0) + ms
+        for label, ms in named.items():
+            shares.setdefault(label, []).append(ms)
+    order = [*THREADS.values(), "other"]
+    return (
+        ", ".join(
+            f"{label} {statistics.median(shares[label]):.2f}" for label in order if label in shares
+        )
+        or "-"
+    )
+
+
+def median_of(measured: list[dict], key: str) -> float | None:
+    values = [epoch[key] for epoch in measured if epoch.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
 def write_report(args, found: dict, epochs: dict[str, list[dict] | str], budget: Budget) -> Path:
     reference = next(name for name in found if name.startswith("baseline") and " 0 " not in name)
+    alone = epochs.get("the step alone: one cached batch")
+    ceiling = median_of(alone, "images_per_second") if isinstance(alone, list) else None
     rows = []
     for name, measured in epochs.items():
         if isinstance(measured, str) or not measured:
@@ -207,6 +240,16 @@ def write_report(args, found: dict, epochs: dict[str, list[dict] | str], budget:
             "CPU cores busy": f"{cpu * rate:.1f}",
             "data wait": f"{100 * statistics.median(waits):.1f}%" if waits else "-",
         }
+        steady, fill = (
+            median_of(measured, "steady_images_per_second"),
+            median_of(measured, "fill_seconds"),
+        )
+        if ceiling is not None:
+            extra["of the step alone"] = f"{100 * rate / ceiling:.0f}%"
+        if steady is not None and fill is not None:
+            extra["steady images/s"] = f"{steady:,.0f}"
+            extra["epoch fill ms"] = f"{1000 * fill:.0f}"
+        extra["CPU ms/image by thread"] = by_thread(measured)
         rows.append(Row(name, Measurement(seconds), 1, extra))
     cuda = torch.cuda.is_available()
     print(f"device: {device_name()}" + ("" if cuda else ": no GPU, the pipeline runs on the CPU"))

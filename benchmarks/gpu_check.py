@@ -1,17 +1,19 @@
 """What a short GPU window measures first: `make gpu-check`, one command of at most 540 s
 (a device call of this project's lent windows runs at most 600), the parts in order, each
-within its own budget.
+within its own budget: the end-to-end comparison with DALI first (what a window is for),
+then the decoders alone, memory and the CUDA tests.
 
-  cuda_new        the CUDA tests of the paths that had never run on a GPU (70 s):
-                  cuda_tests.py --select new
+  end_to_end_r18  ResNet-18, bf16, channels_last, batch 256: fastload with GPU decode and
+                  with CPU decode, torchvision ImageFolder + DataLoader, DALI when
+                  installed, the step alone; interleaved rounds of 30-step epochs; the
+                  steady rate and each epoch's fill apart, CPU per thread (200 s)
+  end_to_end_r50  the same with ResNet-50 (170 s)
   decode          GPUDecoder per backend vs torchvision's nvJPEG call, decode only and
                   decode + random resized crop + flip + normalise to bf16 channels_last;
                   DALI's mixed decode + crop + resize + normalise when installed (50 s)
-  end_to_end_r18  ResNet-18, bf16, channels_last, batch 256: fastload with GPU decode and
-                  with CPU decode, torchvision ImageFolder + DataLoader, DALI when
-                  installed, the step alone; interleaved rounds of short epochs (190 s)
-  end_to_end_r50  the same with ResNet-50 (190 s)
-  memory          reserved CUDA memory over several epochs (40 s)
+  memory          reserved CUDA memory over 20 epochs (40 s)
+  cuda_new        the CUDA tests of the paths that had never run on a GPU (70 s):
+                  cuda_tests.py --select new
   cuda_rest       the other CUDA tests, with whatever time is left
 
 Each part writes its JSON (and PNG) when it ends; one cut short by its budget keeps what it
@@ -64,9 +66,10 @@ PEERS = ("nvidia.dali", "nvidia.nvimgcodec")
 
 
 def end_to_end(model: str, name: str) -> list[str]:
-    """Short epochs (2,560 photos, 10 batches) so that rounds interleave within 2 minutes."""
+    """Epochs of 30 steps (7,680 photos), two timed per process after a warm-up: long enough
+    to tell the steady rate from the fill, short enough that rounds interleave."""
     workers = str(available_cpus())
-    return ["--source", "photos", "--images", "2560", "--epochs", "3", "--rounds", "3",
+    return ["--source", "photos", "--images", "7680", "--epochs", "3", "--rounds", "3",
             "--model", model, "--batch-size", "256", "--image-size", "224",
             "--workers", workers, "--baseline-workers", workers,
             "--decodes", "cpu,gpu-fused", "--storages", "lmdb", "--augment", "gpu",
@@ -80,14 +83,14 @@ def cuda_tests(select: str) -> list[str]:
 WORKERS = ["--workers", str(max(1, available_cpus() // 2))]
 
 PLAN = [
+    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18"), 200,
+         ["--name", "end_to_end_resnet18"], "end_to_end_resnet18"),
+    Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end"), 170,
+         ["--name", "end_to_end"], "end_to_end"),
+    Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 50),
+    Part("memory", "gpu_memory.py", ["--epochs", "20", "--batches", "5"], 40),
     Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 70,
          cuda_tests("new"), "cuda_tests_new"),
-    Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 50),
-    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18"), 190,
-         ["--name", "end_to_end_resnet18"], "end_to_end_resnet18"),
-    Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end"), 190,
-         ["--name", "end_to_end"], "end_to_end"),
-    Part("memory", "gpu_memory.py", ["--epochs", "5", "--batches", "10"], 40),
     Part("cuda_rest", "cuda_tests.py", [*cuda_tests("rest"), *WORKERS], None,
          cuda_tests("rest"), "cuda_tests_rest"),
 ]  # fmt: skip

@@ -20,7 +20,10 @@ DALI: file reader, ``decoders.image_random_crop`` (mixed on a GPU), resize,
 ``crop_mirror_normalize`` with a coin flip: the ``gpu-fused`` recipe.
 --model none times the input pipeline alone. --json prints one line of metrics. On a
 GPU, the data wait is the GPU's idle time between steps, from CUDA events (nothing
-synchronises inside the loop); on a CPU, the loop's wait for each batch.
+synchronises inside the loop); on a CPU, the loop's wait for each batch. On a GPU the
+epoch is also split into its fill (the wait for the first batch) and its steady state (the
+rate over the steps after the first tenth), and the CPU time of each of this process's
+threads (the prefetcher's reading and device threads, the loop) is reported per image.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -41,7 +46,7 @@ from fastload import DataPrefetcher, FastLoader, ImageFolder, LMDBDataset, gpu, 
 from fastload.decode import GPUDecoder
 from fastload.system import available_cpus
 from fastload.tools.diagnostics.gpu_idle import StepEvents
-from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
+from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers, process_cpu
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -199,6 +204,29 @@ class CachedBatch:
         return self.steps
 
 
+def thread_cpu() -> Counter[str]:
+    """CPU seconds of each live thread of this process so far, by thread name (Linux)."""
+    threads = {thread.native_id: thread.name for thread in threading.enumerate()}
+    found: Counter[str] = Counter()
+    for native_id, cpu in process_cpu([tid for tid in threads if tid is not None]).items():
+        found[threads[native_id]] += cpu
+    return found
+
+
+def timeline(events: StepEvents, sizes: list[int]) -> dict[str, float | None]:
+    """The epoch's fill (seconds until the GPU reached the first step) and its steady rate:
+    images/s over the steps after the first tenth (at least the first one)."""
+    times = events.step_seconds()
+    skip = max(1, len(times) // 10)
+    if len(times) <= skip:
+        return {"fill_seconds": times[0][0] if times else None, "steady_images_per_second": None}
+    steady = times[-1][1] - times[skip - 1][1]
+    return {
+        "fill_seconds": times[0][0],
+        "steady_images_per_second": sum(sizes[skip:]) / steady if steady > 0 else None,
+    }
+
+
 def describe(metrics: dict) -> str:
     """One epoch's metrics as a line for people."""
     wait = metrics["data_wait_fraction"]
@@ -300,10 +328,11 @@ def main() -> None:
     for epoch in range(args.epochs):
         # On a GPU: events around each step, read after the epoch (the host runs ahead);
         # on a CPU: the loop's own wait for each batch.
+        threads_start = thread_cpu()
         events = StepEvents(device) if cuda and step is not None else None
         loop = timed(batches) if not cuda else batches
         start, cpu_start, images = time.perf_counter(), cpu_seconds_with_workers(), 0
-        loss = None
+        loss, sizes = None, []
         for index, (x, y) in enumerate(loop):
             if step is not None:
                 if events is not None:
@@ -312,6 +341,7 @@ def main() -> None:
                 if events is not None:
                     events.ended()
             images += len(y)
+            sizes.append(len(y))
             if args.steps is not None and index + 1 >= args.steps:
                 break
         if cuda:
@@ -332,7 +362,12 @@ def main() -> None:
             "cpu_seconds_per_image": (cpu_seconds_with_workers() - cpu_start) / images,
             "loss": None if loss is None else float(loss.detach()),
             "device": str(device),
+            "thread_cpu_ms_per_image": {
+                name: 1000 * cpu / images for name, cpu in (thread_cpu() - threads_start).items()
+            },
         }
+        if events is not None:
+            metrics |= timeline(events, sizes)
         if rank == 0:
             print(json.dumps(metrics) if args.json else describe(metrics), flush=True)
     if hasattr(batches, "close"):  # the baseline's DataLoader (FastLoader ends its own)

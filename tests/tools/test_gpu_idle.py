@@ -41,3 +41,19 @@ def test_a_host_that_keeps_the_gpu_waiting_shows_as_idle():
         time.sleep(0.02)
     idle = events.idle_fraction()
     assert events.steps == 4 and 0.5 < idle <= 1.0  # 3 gaps of 20 ms around microsecond steps
+
+
+@pytest.mark.needs_cuda
+def test_step_seconds_count_from_the_events_making_in_order():
+    events = StepEvents("cuda")
+    assert events.step_seconds() == []
+    time.sleep(0.05)  # the first batch comes late: the GPU reaches the first start after it
+    x = torch.randn(64, 64, device="cuda")
+    for _ in range(3):
+        events.started()
+        x = x @ x / 64
+        events.ended()
+    times = events.step_seconds()
+    assert len(times) == 3 and times[0][0] >= 0.05
+    flat = [moment for step in times for moment in step]
+    assert flat == sorted(flat)
