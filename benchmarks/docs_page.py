@@ -171,8 +171,13 @@ that is missing instead of failing. The smoke run is part of the test suite
         "End to end, ResNet-18",
         "The GPU-starved case. Goal: at least 90 % of the step alone, ahead of DALI.",
     ),
+    "gpu/end_to_end_resnet18_round2": Notes(
+        "End to end, ResNet-18, a second round",
+        "The same variants once more, in a call of their own on the same machine right after "
+        "`make gpu-check` (whose ResNet-18 part had time for one round).",
+    ),
     "gpu/gpu_memory": Notes(
-        "Memory over epochs", "Reserved CUDA memory after each of 5 epochs. Goal: flat."
+        "Memory over epochs", "Reserved CUDA memory after each epoch. Goal: flat."
     ),
     "cpu/end_to_end": Notes(
         "End to end on the CPU",

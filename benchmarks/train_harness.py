@@ -46,7 +46,8 @@ from fastload import DataPrefetcher, FastLoader, ImageFolder, LMDBDataset, gpu, 
 from fastload.decode import GPUDecoder
 from fastload.system import available_cpus
 from fastload.tools.diagnostics.gpu_idle import StepEvents
-from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers, process_cpu
+from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
+from fastload.tools.diagnostics.procstats import thread_cpu as cpu_by_thread
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -208,7 +209,7 @@ def thread_cpu() -> Counter[str]:
     """CPU seconds of each live thread of this process so far, by thread name (Linux)."""
     threads = {thread.native_id: thread.name for thread in threading.enumerate()}
     found: Counter[str] = Counter()
-    for native_id, cpu in process_cpu([tid for tid in threads if tid is not None]).items():
+    for native_id, cpu in cpu_by_thread([tid for tid in threads if tid]).items():
         found[threads[native_id]] += cpu
     return found
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["children", "cpu_seconds_with_workers", "process_cpu", "rss_bytes"]
+__all__ = ["children", "cpu_seconds_with_workers", "process_cpu", "rss_bytes", "thread_cpu"]
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -23,9 +23,9 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def _cpu_seconds(pid: int) -> float | None:
+def _cpu_seconds(pid: int, folder: str = "/proc") -> float | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"{folder}/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
@@ -36,6 +36,15 @@ def rss_bytes(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         return None
+
+
+def thread_cpu(native_ids: Sequence[int]) -> dict[int, float]:
+    """CPU seconds used so far by each of this process's threads ``native_ids`` (Linux;
+    empty elsewhere). ``/proc/<id>/stat`` of a thread counts its whole process: each
+    thread's own are under ``/proc/self/task``."""
+    return {
+        tid: cpu for tid in native_ids if (cpu := _cpu_seconds(tid, "/proc/self/task")) is not None
+    }
 
 
 def process_cpu(pids: Sequence[int]) -> dict[int, float]:
