@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from fastload._checks import check_int
+from fastload.loader.accelerate_state import EpochEnd, epoch_end
 from fastload.loader.contracts import ResumableLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.loader.resume import samplers_with_epochs
@@ -123,6 +124,7 @@ class DataPrefetcher(LoaderProxy):
         self._length: int | None = None  # the batches of the pass's epoch, where known
         self._ahead: _Ahead | None = None  # the next epoch, begun as this one ended
         self._beginning = False  # in iter() of the loader
+        self._end: EpochEnd | None = None  # the pass's epoch, as Accelerate sees it
 
     # --- per batch ---------------------------------------------------------------------------
 
@@ -168,6 +170,7 @@ class DataPrefetcher(LoaderProxy):
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.holds(self.loader):
             self._iterator, self._length, self._handed = ahead.batches, ahead.length, 0
+            self._tell_accelerate()
             return
         self._close()  # an epoch begun ahead that no longer holds goes with its thread
         try:
@@ -182,9 +185,17 @@ class DataPrefetcher(LoaderProxy):
             else:
                 for _ in range(self.depth):
                     self._preload()
+            self._tell_accelerate()
         except BaseException:  # KeyboardInterrupt: leave no half-started epoch behind
             self._close()
             raise
+
+    def _tell_accelerate(self) -> None:
+        """Accelerate's ``GradientState`` follows this pass, not the loader's iterator
+        (ahead by ``depth`` batches, and into the next epoch as this one ends): the
+        FastLoader handed its epoch to this prefetcher (``count_batches_by``)."""
+        if self._length is not None:
+            self._end = epoch_end(self.loader)  # type: ignore[arg-type]
 
     def _begin_epoch(self) -> Iterator[Any]:
         """A new epoch's iterator of the loader; the batches of it are counted from here
@@ -231,6 +242,7 @@ class DataPrefetcher(LoaderProxy):
         slot = self._producer.get() if self._producer is not None else self._pending.popleft()
         if slot.end:
             self._iterator = None
+            self._end_epoch()
             if self._ahead is None:
                 self._close()
             raise StopIteration
@@ -240,6 +252,8 @@ class DataPrefetcher(LoaderProxy):
         try:
             batch = self._preparer.hand_out(slot)
             self._handed += 1
+            if self._end is not None and self._handed == self._length:
+                self._end.end_of_dataloader = True
             if self._producer is None:
                 self._preload()
             elif self._handed == self._length and self._producer.ended_after(self._handed):
@@ -287,8 +301,14 @@ class DataPrefetcher(LoaderProxy):
         except StopIteration:
             return None
 
+    def _end_epoch(self) -> None:
+        if self._end is not None:
+            self._end.close()
+            self._end = None
+
     def _close(self) -> None:
         self._starting = False
+        self._end_epoch()
         self._ahead = None
         if self._producer is not None:
             self._producer.close()  # before the iterator goes: the thread reads from it

@@ -2,14 +2,20 @@
 launched by torchrun (gloo, CPU), it trains two epochs from a FastLoader given to
 ``accelerator.prepare`` (``--feed prepare``) or through a DataPrefetcher on
 ``accelerator.device`` (``--feed prefetcher``), and can save its state mid-epoch with
-``accelerator.save_state`` and stop, or start from such a state (``load_state``).
+``accelerator.save_state`` and stop, or start from such a state (``load_state``): with
+``--register none`` the loader is prepared in both feeds and only Accelerate's own
+checkpointing (``use_stateful_dataloader=True``) keeps its place.
+
+``--evaluate`` instead reads ``EVALUATED`` samples once, from a prepared FastLoader and
+through a DataPrefetcher over it, and writes each rank's indices read and what
+``gather_for_metrics`` gathered of them to ``evaluate-RANK.json``.
 
 Each rank appends one JSON line per step: ``[epoch, step in the epoch, [sample indices],
 [each sample's [left, right] pixel]]``: its random draw, where a random flip put it; with
 ``seed``, both depend on the sample and the epoch alone.
 
 Usage: torchrun --nproc-per-node N accelerate_train.py WORKDIR --feed prepare|prefetcher
-    [--save-at STEP] [--resume] [--register fed|loader|both]
+    [--save-at STEP] [--resume] [--register fed|loader|both|none] | --evaluate
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ import json
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 from drawn import BATCH, EPOCHS, Drawn
 from torch import nn
+from torch.utils.data import TensorDataset
 
 from fastload import DataPrefetcher, FastLoader, gpu
+
+EVALUATED = 101  # not a multiple of 2 ranks x 4: DistributedSampler pads one sample
 
 
 class Progress:
@@ -46,25 +55,32 @@ def main() -> None:
     parser.add_argument("--save-at", type=int, default=None, help="step of the first epoch")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument(
-        "--register", choices=["fed", "loader", "both"], default="fed",
+        "--register", choices=["fed", "loader", "both", "none"], default="fed",
         help="what register_for_checkpointing gets: what the loop iterates, the FastLoader "
-        "behind a prefetcher, or both",
+        "behind a prefetcher, both, or none (Accelerate's use_stateful_dataloader)",
     )  # fmt: skip
+    parser.add_argument("--evaluate", action="store_true")
     args = parser.parse_args()
 
-    accelerator = Accelerator(cpu=True)
+    stateful = DataLoaderConfiguration(use_stateful_dataloader=args.register == "none")
+    accelerator = Accelerator(cpu=True, dataloader_config=stateful)
+    if args.evaluate:
+        evaluate(accelerator, args.workdir)
+        return
     model = nn.Linear(3 * 8 * 8, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = FastLoader(Drawn(), batch_size=BATCH, shuffle=True, seed=7, num_workers=2)
-    if args.feed == "prepare":
-        model, optimizer, batches = accelerator.prepare(model, optimizer, loader)
-        assert type(batches) is FastLoader, type(batches)
+    if args.feed == "prepare" or args.register == "none":
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        assert type(loader) is FastLoader, type(loader)
     else:
         model, optimizer = accelerator.prepare(model, optimizer)
+    batches = loader
+    if args.feed == "prefetcher":
         flip = gpu.RandomHorizontalFlip()  # keyed by the loader's seed through the prefetcher
         batches = DataPrefetcher(loader, accelerator.device, dtype=None, transform=flip)
     progress = Progress()
-    registered = {"fed": [batches], "loader": [loader], "both": [loader, batches]}
+    registered = {"fed": [batches], "loader": [loader], "both": [loader, batches], "none": []}
     accelerator.register_for_checkpointing(*registered[args.register], progress)
     checkpoint = args.workdir / "checkpoint"
     if args.resume:
@@ -89,6 +105,21 @@ def main() -> None:
         progress.epoch += 1
     log.close()
     accelerator.wait_for_everyone()
+
+
+def evaluate(accelerator: Accelerator, workdir: Path) -> None:
+    """One pass over ``EVALUATED`` samples from a prepared FastLoader, then one through
+    a DataPrefetcher over it: the indices this rank read, and the gathered ones."""
+    data = TensorDataset(torch.arange(EVALUATED))
+    loader = accelerator.prepare(FastLoader(data, batch_size=BATCH, shuffle=True, seed=7))
+    found = {}
+    for name, feed in (("prepare", loader), ("prefetcher", DataPrefetcher(loader, dtype=None))):
+        read, gathered = [], []
+        for (indices,) in feed:
+            read += indices.tolist()
+            gathered += accelerator.gather_for_metrics(indices).tolist()
+        found[name] = {"read": read, "gathered": gathered}
+    (workdir / f"evaluate-{accelerator.process_index}.json").write_text(json.dumps(found))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from fastload._checks import check_int
+from fastload.loader.accelerate_state import PreparedByItself
 from fastload.loader.contracts import BatchConsumer
 from fastload.loader.defaults import (
     AUTO,
@@ -52,7 +53,7 @@ T_co = TypeVar("T_co", covariant=True)
 logger = logging.getLogger(__name__)
 
 
-class FastLoader(DataLoader[T_co]):
+class FastLoader(PreparedByItself, DataLoader[T_co]):
     """A drop-in :class:`~torch.utils.data.DataLoader` with fast defaults.
 
     Arguments are DataLoader's, with the same meanings; the ones left as ``None`` (or
@@ -97,11 +98,6 @@ class FastLoader(DataLoader[T_co]):
         >>> [y.tolist() for _, y in loader]
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
-
-    # Accelerate's prepare() would re-create it as a DataLoader of its own over a second
-    # shard of the batches (1/world_size of an epoch, the seed and state lost); one that
-    # reads as prepared is handed back as it is: FastLoader shards and resumes by itself.
-    _is_accelerate_prepared = True
 
     def __init__(
         self,
@@ -285,6 +281,8 @@ class FastLoader(DataLoader[T_co]):
         return self._iterator is None or not (self.persistent_workers and self.num_workers > 0)
 
     def _start_epoch(self) -> None:
+        if self._progress is not None:
+            self._progress.close()  # an epoch left part-way: Accelerate no longer sees it
         fresh = self._next_iterator_is_fresh()
         self._progress = begin_epoch(
             self, self._resume, epoch=self._epochs_started, fresh_iterator=fresh
@@ -355,6 +353,7 @@ class FastLoader(DataLoader[T_co]):
         ``consumer`` handed to the training loop (DataPrefetcher calls it)."""
         if self._progress is not None:
             self._progress.consumer = weakref.ref(consumer)
+            self._progress.close()  # the consumer tells Accelerate where the epoch ends
 
     def _release_consumer(self, *, replay: bool) -> None:
         """Tell the consumer of the epoch under way that the loader starts over: it drops

@@ -18,13 +18,19 @@ __all__ = ["CountingMultiProcessIter", "CountingSingleProcessIter"]
 
 
 class _Counting(_BaseDataLoaderIter):
-    """Records on the epoch under way how many batches this iterator has handed out.
-    It holds no reference to the loader, as DataLoader's iterators do not: the count
-    goes to the ``ResumableBatches`` it draws indices from."""
+    """Records on the epoch under way how many batches this iterator has handed out
+    (and, at the last, tells Accelerate the epoch ends there). It holds no reference to
+    the loader, as DataLoader's iterators do not: the count goes to the
+    ``ResumableBatches`` it draws indices from."""
 
     def __next__(self) -> Any:
-        data = super().__next__()
-        self._index_sampler.progress.yielded = self._num_yielded
+        progress = self._index_sampler.progress
+        try:
+            data = super().__next__()
+        except StopIteration:
+            progress.close()
+            raise
+        progress.counted(self._num_yielded, len(self._index_sampler))
         return data
 
 

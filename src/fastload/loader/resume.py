@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from fastload.loader.accelerate_state import EpochEnd, epoch_end
 from fastload.loader.contracts import BatchConsumer
 
 __all__ = [
@@ -90,7 +91,9 @@ class EpochProgress:
     ``key_epoch``, the epoch in the samples' keys (the sampler's, where it has one), and
     the generators the order is drawn from (``base`` draws the workers' base seed).
     ``yielded``: the batches the loader's iterator has handed out since; ``consumer``: what
-    holds some of them in flight (a weak reference), which counts the ones trained on."""
+    holds some of them in flight (a weak reference), which counts the ones trained on;
+    ``end``: the epoch as Accelerate's ``GradientState`` sees it, while the loader's
+    iterator hands its batches to the training loop (no consumer)."""
 
     epoch: int
     snapshot: RNGSnapshot
@@ -102,6 +105,21 @@ class EpochProgress:
     generators: dict[str, torch.Generator] = field(default_factory=dict)
     base: torch.Generator | None = None
     consumer: weakref.ref[BatchConsumer] | None = None
+    end: EpochEnd | None = None
+
+    def counted(self, yielded: int, length: int) -> None:
+        """The loader's iterator has handed out ``yielded`` batches of ``length``: the
+        last one raises Accelerate's ``end_of_dataloader``."""
+        self.yielded = yielded
+        if self.end is not None and self.skip + yielded >= length:
+            self.end.end_of_dataloader = True
+
+    def close(self) -> None:
+        """The loader's iterator is done with this epoch (ended, left, or handed to a
+        consumer, which tells Accelerate itself)."""
+        if self.end is not None:
+            self.end.close()
+            self.end = None
 
     def trained(self) -> int | None:
         """The batches of this epoch its consumer has had; None without one."""
@@ -115,7 +133,8 @@ def begin_epoch(
     """The epoch an ``iter()`` of ``loader`` begins: ``resume`` (a state loaded), or else
     ``epoch`` from the generators as they are now (``fresh_iterator``: a new DataLoader
     iterator, which draws the workers' base seed first), filled in with what its order is
-    drawn from and the epoch its samples are keyed with."""
+    drawn from and the epoch its samples are keyed with, registered with Accelerate's
+    ``GradientState`` where an ``Accelerator`` was made."""
     progress = resume
     if progress is None:
         snapshot = RNGSnapshot.take(order_generators(loader), base_draw=fresh_iterator)
@@ -123,6 +142,7 @@ def begin_epoch(
     progress.key_epoch = key_epoch(loader, progress.epoch)
     progress.generators = order_generators(loader)
     progress.base = loader.generator
+    progress.end = epoch_end(loader)
     return progress
 
 
