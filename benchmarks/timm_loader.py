@@ -1,24 +1,32 @@
 """timm's create_loader against fastload.integrations.timm.create_loader, on the CPU.
 
-The same folder of 500x375 photo-like JPEGs, the same train.py configuration: RandAugment
-``rand-m9-mstd0.5`` (with ``inc1`` timm posterizes to 0 bits, which Pillow 11 refuses), random
-erasing 0.25 in pixel mode, mixup 0.8 / cutmix 1.0
-(``FastCollateMixup`` as ``collate_fn``), 224 px, batch 64, 2 workers, both with
-``use_prefetcher=True`` on device "cpu". timm reads with ``create_dataset`` (PIL);
-fastload with its ``ImageFolder`` (OpenCV, crop-aware decode in the workers) and the
-policies, mixing and erasing on the batch. Workers are not persistent, so that each
-epoch's worker processes are reaped and their CPU time counted. One epoch is one timed
-run: a warm-up epoch each, then the loaders take turns (interleaved); medians; CPU ms
-per image (this process and its workers).
+The same folder of 500x375 photo-like JPEGs, timm's own train.py recipe: RandAugment
+``rand-m9-mstd0.5-inc1``, random erasing 0.25 in pixel mode, mixup 0.8 / cutmix 1.0
+(``FastCollateMixup`` as ``collate_fn``), 2 workers, both with ``use_prefetcher=True`` on
+device "cpu", in two configurations (``--configs``): 64 px batch 32 and 224 px batch 64.
+timm reads with ``create_dataset`` (PIL); fastload with its ``ImageFolder`` (OpenCV,
+crop-aware decode in the workers), its batch modules in the workers too. With ``inc1``
+timm posterizes to 0 bits at high magnitudes, which Pillow (since 11) refuses: its row
+says so, and the rows without ``inc1`` (``rand-m9-mstd0.5``) are the comparison.
+
+Workers are not persistent, so that each epoch's worker processes are reaped and their
+CPU time counted. One epoch is one timed run: a warm-up epoch each, then the loaders take
+turns (interleaved); medians; CPU ms per image (this process and its workers). Then the
+per-op table: each operation of the recipe, fastload's and timm's, on the same images,
+in one thread, in ms per batch (median of the repeats).
 
 Usage:
-    python benchmarks/timm_loader.py [--images 512] [--rounds 3] [--plot] [--smoke]
+    python benchmarks/timm_loader.py [--configs 64px 224px] [--images 512] [--rounds 5]
+                                     [--plot] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,81 +39,216 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
 from benchmarks.lib.common import Row, interleaved, plot, report, results_folder
 from benchmarks.lib.data import photo_folder
 from fastload.datasets.folder import ImageFolder
+from fastload.finishing import ImageFinisher
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
-from fastload.tools.measure import Measurement
+from fastload.tools.measure import Measurement, format_table
+
+#: name: (image size, batch size), train.py's small and usual sizes.
+CONFIGS = {"64px": (64, 32), "224px": (224, 64)}
+#: row suffix: the RandAugment string.
+POLICIES = {", inc1": "rand-m9-mstd0.5-inc1", "": "rand-m9-mstd0.5"}
+CLASSES = 10
 
 
-def loaders(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+def settings(size: int, batch: int, policy: str, workers: int, mixup: Any) -> dict[str, Any]:
+    """create_loader's arguments for train.py's recipe (both libraries take the same)."""
+    return {
+        "input_size": (3, size, size),
+        "batch_size": batch,
+        "is_training": True,
+        "auto_augment": policy,
+        "re_prob": 0.25,
+        "re_mode": "pixel",
+        "num_workers": workers,
+        "collate_fn": mixup,
+        "device": torch.device("cpu"),
+        "persistent_workers": False,
+    }
+
+
+def timm_mixup() -> Any:
+    import timm.data
+
+    return timm.data.FastCollateMixup(
+        mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=CLASSES
+    )
+
+
+def loaders(root: Path, config: str, workers: int) -> dict[str, Any]:
+    """Both libraries' loaders for ``config``, with and without ``inc1``."""
     import timm.data
 
     from fastload.integrations.timm import create_loader
 
-    def settings(mixup: Any) -> dict[str, Any]:
-        return {
-            "input_size": (3, args.image_size, args.image_size),
-            "batch_size": args.batch_size,
-            "is_training": True,
-            "auto_augment": "rand-m9-mstd0.5",  # not inc1: see the docstring
-            "re_prob": 0.25,
-            "re_mode": "pixel",
-            "num_workers": args.workers,
-            "collate_fn": mixup,
-            "device": torch.device("cpu"),
-            "persistent_workers": False,
-        }
-
-    def mixup() -> Any:
-        return timm.data.FastCollateMixup(
-            mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=10
-        )
-
-    return {
-        "timm create_loader": timm.data.create_loader(
-            timm.data.create_dataset("", root=str(root)), **settings(mixup())
-        ),
-        "fastload create_loader": create_loader(ImageFolder(root), **settings(mixup())),
-    }
+    size, batch = CONFIGS[config]
+    made: dict[str, Any] = {}
+    for library in ("timm", "fastload"):
+        for suffix, policy in POLICIES.items():
+            given = settings(size, batch, policy, workers, timm_mixup())
+            made[f"{library} create_loader, {config}{suffix}"] = (
+                timm.data.create_loader(timm.data.create_dataset("", root=str(root)), **given)
+                if library == "timm"
+                else create_loader(ImageFolder(root), **given)
+            )
+    return made
 
 
 def epoch(loader: Any) -> tuple[float, float, int]:
     started, cpu, images = time.perf_counter(), cpu_seconds_with_workers(), 0
-    for batch, _ in loader:
-        images += len(batch)
+    failure = None
+    try:
+        for batch, _ in loader:
+            images += len(batch)
+    except Exception as error:  # a worker's error: its first line and its cause's
+        lines = str(error).strip().splitlines()
+        failure = f"{lines[0]} {lines[-1]}" if len(lines) > 1 else lines[0]
+    if failure is not None:
+        # the failed epoch's workers shut down here, not in the next loader's forks
+        gc.collect()
+        raise RuntimeError(failure)
     return time.perf_counter() - started, cpu_seconds_with_workers() - cpu, images
+
+
+def milliseconds(run: Callable[[], object], repeats: int, prepare: Callable[[], Any]) -> float:
+    """Median ms of ``run(prepare())`` over ``repeats``, ``prepare`` and a first run
+    (the warm-up) untimed."""
+    run(prepare())  # type: ignore[call-arg]
+    times = []
+    for _ in range(repeats):
+        given = prepare()
+        started = time.perf_counter()
+        run(given)  # type: ignore[call-arg]
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def per_op_costs(root: Path, config: str, repeats: int) -> dict[str, dict[str, float]]:
+    """Each op of the recipe (without inc1, which timm cannot run), timm's and
+    fastload's, on the same files, in one thread: ms per batch."""
+    import timm.data
+    from torch.utils.data import default_collate
+
+    from fastload.integrations.timm import create_loader
+
+    size, batch = CONFIGS[config]
+    policy = POLICIES[""]
+    theirs = timm.data.create_dataset("", root=str(root))
+    primary, secondary, final = timm.data.create_transform(
+        (3, size, size), is_training=True, auto_augment=policy, use_prefetcher=True,
+        separate=True,
+    )  # fmt: skip
+    ours = create_loader(ImageFolder(root), **settings(size, batch, policy, 2, timm_mixup()))
+    augment = ours.loader.collate_fn.transform  # the workers' batch modules (flip, policy)
+    mixup, eraser = ours.mixup, ours.random_erasing
+    finisher = ImageFinisher(torch.float32, mean=timm.data.IMAGENET_DEFAULT_MEAN,
+                             std=timm.data.IMAGENET_DEFAULT_STD)  # fmt: skip
+    mean = torch.tensor([255 * m for m in timm.data.IMAGENET_DEFAULT_MEAN]).view(1, 3, 1, 1)
+    std = torch.tensor([255 * s for s in timm.data.IMAGENET_DEFAULT_STD]).view(1, 3, 1, 1)
+    their_eraser = timm.data.random_erasing.RandomErasing(0.25, mode="pixel", device="cpu")
+    their_mixup = timm_mixup()
+    indices = range(batch)
+
+    def mix(samples: list[Any]) -> Any:
+        return mixup(*default_collate(samples))
+
+    def their_normalise(images: torch.Tensor) -> torch.Tensor:
+        return images.to(torch.float32).sub_(mean).div_(std)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        theirs.transform = primary
+        crops = [theirs[i][0] for i in indices]
+        their_samples = [(final(secondary(crop)), label) for crop, (_, label) in
+                         zip(crops, (theirs[i] for i in indices), strict=True)]  # fmt: skip
+        our_samples = [ours.dataset[i] for i in indices]
+        our_batch = default_collate(our_samples)
+        floats = finisher(our_batch[0])
+        costs = {
+            "decode + crop (timm: + flip)": (
+                milliseconds(lambda _: [theirs[i] for i in indices], repeats, lambda: None),
+                milliseconds(lambda _: [ours.dataset[i] for i in indices], repeats, lambda: None),
+            ),
+            "RandAugment (fastload: + flip)": (
+                milliseconds(lambda _: [secondary(c) for c in crops], repeats, lambda: None),
+                milliseconds(augment, repeats, lambda: our_batch[0]),
+            ),
+            "collate + mixup/cutmix": (
+                milliseconds(their_mixup, 4 * repeats, lambda: their_samples),
+                milliseconds(mix, 4 * repeats, lambda: our_samples),
+            ),
+            "normalise": (
+                milliseconds(their_normalise, 4 * repeats, lambda: our_batch[0]),
+                milliseconds(finisher, 4 * repeats, lambda: our_batch[0]),
+            ),
+            "random erasing (pixel)": (
+                milliseconds(their_eraser, 4 * repeats, floats.clone),
+                milliseconds(eraser, 4 * repeats, floats.clone),
+            ),
+        }
+    finally:
+        torch.set_num_threads(threads)
+        theirs.transform = None
+    return {op: {"timm": t, "fastload": f} for op, (t, f) in costs.items()}
+
+
+def per_op_table(costs: dict[str, dict[str, dict[str, float]]]) -> str:
+    rows = []
+    for config, ops in costs.items():
+        for op, cost in ops.items():
+            rows.append([config, op, f"{cost['timm']:.2f}", f"{cost['fastload']:.2f}",
+                         f"{cost['fastload'] / cost['timm']:.2f}x"])  # fmt: skip
+    return format_table(
+        ["config", "op (one thread)", "timm ms/batch", "fastload ms/batch", "fastload/timm"],
+        rows,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--images", type=int, default=512)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--op-repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check it runs")
     args = parser.parse_args()
     if args.smoke:
-        args.images, args.batch_size, args.image_size, args.rounds = 40, 8, 64, 1
+        CONFIGS.update({name: (32, 8) for name in CONFIGS})
+        args.images, args.rounds, args.op_repeats = 32, 1, 1
     torch.manual_seed(0)
     root = photo_folder(args.out.parent / ".timm_loader_data" if args.smoke else
                         Path(__file__).parent / ".data" / "timm_loader", args.images)  # fmt: skip
-    runs = loaders(root, args)
+    runs = {name: lo for config in args.configs for name, lo in
+            loaders(root, config, args.workers).items()}  # fmt: skip
     results = interleaved({name: (lambda lo=lo: epoch(lo)) for name, lo in runs.items()},
                           rounds=args.rounds)  # fmt: skip
     rows = []
     for name, measured in results.items():
+        versus = name.split(",")[1].strip()  # the config's timm row, without inc1
+        versus = f"timm create_loader, {versus}"
         if isinstance(measured, str):
-            rows.append(Row(name, None, 0, note=measured))
+            rows.append(Row(name, None, 0, note=f"failed: {measured}", versus=versus))
             continue
         images = measured[0][2]
         cpu = float(np.median([c for _, c, _ in measured])) / images
         rows.append(Row(name, Measurement(tuple(w for w, _, _ in measured)), images,
-                        {"CPU ms/image": f"{1000 * cpu:.2f}"}))  # fmt: skip
-    settings = {k: v for k, v in vars(args).items() if k != "out"}
-    versions = {"timm": __import__("timm").__version__, "image": "JPEG 500x375"}
-    result = report("timm_loader", rows, baseline="timm create_loader", unit="images",
-                    settings=settings | versions, out=args.out)  # fmt: skip
+                        {"CPU ms/image": f"{1000 * cpu:.2f}"}, versus=versus))  # fmt: skip
+    costs = {config: per_op_costs(root, config, args.op_repeats) for config in args.configs}
+    table = per_op_table(costs)
+    print(table, end="\n\n")
+    settings_used = {k: v for k, v in vars(args).items() if k != "out"}
+    settings_used["configs"] = {name: CONFIGS[name] for name in args.configs}
+    versions = {
+        "timm": __import__("timm").__version__,
+        "Pillow": __import__("PIL").__version__,
+        "image": "JPEG 500x375",
+    }
+    result = report("timm_loader", rows, baseline=f"timm create_loader, {args.configs[0]}",
+                    unit="images", settings=settings_used | versions, out=args.out,
+                    summary={"per_op_ms_per_batch": costs, "per_op_table": table})  # fmt: skip
     if args.plot:
         plot(result)
 

@@ -109,13 +109,30 @@ def test_eval_crop_modes_give_timms_pixels(folder, mode):
     assert (got.float() - expected).abs().mean() < 8
 
 
+@pytest.mark.parametrize("input_size", [(3, 40, 40), 40])
+def test_no_aug_training_crops_as_timm_given_a_tuple_or_an_int(folder, input_size):
+    """timm's no-aug train transform: torchvision's Resize squashes to a tuple (what
+    train.py passes) and resizes the shorter side to an int; then the centre crop."""
+    from PIL import Image
+
+    image = Image.open(next(folder.rglob("*.jpg"))).convert("RGB")  # 80x60: not square
+    size = input_size[-2:] if isinstance(input_size, tuple) else input_size
+    timm_tf = timm_data.transforms_factory.transforms_noaug_train(size, use_prefetcher=True)
+    expected = torch.as_tensor(np.asarray(timm_tf(image))).float()
+    loader = create_loader(
+        fastload.ImageFolder(folder), input_size, batch_size=2, is_training=True, no_aug=True,
+        num_workers=0, device="cpu",
+    )  # fmt: skip
+    got = loader.loader.dataset.transform(image).float()
+    assert got.shape == expected.shape == (3, 40, 40)
+    # the same box: PIL and torch antialias differently (a few levels of 255 here)
+    assert (got - expected).abs().mean() < 8
+
+
 def test_refusals_name_the_argument(folder):
     dataset = fastload.ImageFolder(folder)
     for kwargs, name in [
         ({"tf_preprocessing": True}, "tf_preprocessing"),
-        ({"num_aug_splits": 2}, "num_aug_splits"),
-        ({"train_crop_mode": "rkrc"}, "train_crop_mode"),
-        ({"input_size_choices": [32]}, "input_size_choices"),
         ({"num_aug_repeats": 3}, "num_aug_repeats"),
     ]:
         with pytest.raises(NotImplementedError, match=name):

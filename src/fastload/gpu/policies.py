@@ -38,6 +38,7 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
+from fastload.gpu.rows import put_rows, take_rows
 
 __all__ = [
     "AutoAugment",
@@ -169,11 +170,11 @@ class Policy(BatchTransform):
                     continue
                 chosen = (step_ops == index).nonzero().squeeze(1)
                 changed = apply_op(
-                    out[chosen], self.op_names[index], magnitudes[chosen, step],
+                    take_rows(out, chosen), self.op_names[index], magnitudes[chosen, step],
                     self.interpolation, self.fill,
                 )  # fmt: skip
                 result = out.clone() if result is None else result
-                result[chosen] = changed.to(out.dtype)
+                put_rows(result, chosen, changed.to(out.dtype))
             out = out if result is None else result
         return out
 

@@ -1,7 +1,9 @@
 """timm's ``auto_augment`` strings read into fastload batch modules.
 
-``rand-m9-mstd0.5-inc1`` (RandAugment), ``original``/``originalr``/``v0``/``v0r``
-(AutoAugment, optionally ``-mstd0.5``) and ``augmix-m5-w4-d2`` (AugMix). The sections
+``rand-m9-mstd0.5-inc1`` (RandAugment, with timm's operation sets ``t3a``/``t3aw``/
+``tweights``), ``original``/``originalr``/``v0``/``v0r`` (AutoAugment, optionally
+``-mstd0.5``), ``3a`` (DeiT-III's 3-augment: one of solarize, desaturate, blur per
+image) and ``augmix-m5-w4-d2`` (AugMix). The sections
 and their defaults are timm's; a section timm does not know, or a value that is not a
 number, is a ``ValueError`` naming it.
 """
@@ -29,7 +31,7 @@ RAND_OPERATIONS = (
     "TranslateYRel",
 )  # fmt: skip
 INCREASING = ("Posterize", "Solarize", "Color", "Contrast", "Brightness", "Sharpness")
-AUTO_POLICIES = ("original", "originalr", "v0", "v0r")
+AUTO_POLICIES = ("original", "originalr", "v0", "v0r", "3a")
 
 
 def sections(config: str, allowed: dict[str, type]) -> dict[str, Any]:
@@ -84,7 +86,7 @@ def augment_from_string(
 
     Raises:
         ValueError: An unknown policy or section, or a value that is not a number.
-        NotImplementedError: timm's ``3a`` policies, ``augmix`` with ``b1`` or ``mstd``.
+        NotImplementedError: ``augmix`` with ``b1`` or ``mstd``.
 
     Example:
         >>> augment = augment_from_string("rand-m9-n3-mstd0.5", image_size=224, mean=[0.5] * 3)
@@ -111,8 +113,6 @@ def augment_from_string(
             sub_policies, magnitude_std=found.get("mstd", 0.0),
             translate_const=hparams["translate_const"], **shared,
         )  # fmt: skip
-    if name == "3a":
-        raise NotImplementedError(f"auto_augment {config!r}: timm's 3a policy is not supported")
     raise ValueError(
         f"auto_augment {config!r} is not a timm policy: rand-..., augmix-..., or one of "
         f"{AUTO_POLICIES}"

@@ -4,6 +4,7 @@ DataPrefetcher and ``fastload.gpu``; what it returns keeps the contract of timm'
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 from collections.abc import Callable, Iterator, Sequence
@@ -23,10 +24,12 @@ from fastload._checks import check_int
 from fastload.integrations.timm.mixup import TIMM_ATTRIBUTES, Mixup
 from fastload.integrations.timm.pipeline import device_augment, erasing, sample_transform
 from fastload.integrations.timm.samplers import OrderedDistributedSampler, RepeatAugSampler
+from fastload.integrations.timm.scheduled import scheduled_batches, scheduled_sizes
+from fastload.integrations.timm.splits import split_batches, split_source
 from fastload.loader.core import FastLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.prefetch import DataPrefetcher
-from fastload.system import default_device
+from fastload.system import default_device, one_thread
 
 __all__ = ["AugmentedCollate", "PrefetchLoader", "create_loader"]
 
@@ -54,11 +57,13 @@ class PrefetchLoader(LoaderProxy):
         mixup_source: Any = None,
         random_erasing: nn.Module | None = None,
         channels_last: bool = False,
+        mixup_in_workers: bool = False,
     ) -> None:
         self.loader = loader
         self.prefetcher = prefetcher
         self._dataset = dataset
         self.mixup = mixup
+        self.mixup_in_workers = mixup_in_workers  # mixup is the workers' (in the collate)
         self.mixup_source = mixup_source
         self.random_erasing = random_erasing
         self.channels_last = channels_last
@@ -83,21 +88,33 @@ class PrefetchLoader(LoaderProxy):
                 self.mixup_source.mixup_enabled = bool(enabled)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # On the CPU with workers, the workers have the cores: torch's intra-op threads
+        # here would spin against them, so this batch work runs on one thread (as the
+        # prefetcher's normalisation does), the training step on all of them.
+        workers = getattr(self.loader, "num_workers", 0) > 0 and self.device.type == "cpu"
         for images, target in self.prefetcher:
-            # mixing commutes with the per-channel normalisation, so mixing the
-            # normalised batch gives what timm's collate-then-normalise gives
-            if self.mixup is not None:
-                images, target = self.mixup(images, target)
-            if self.random_erasing is not None:
-                images = self.random_erasing(images)
-            if self.channels_last and images.dim() == 4:
-                images = images.contiguous(memory_format=torch.channels_last)
+            with one_thread() if workers else contextlib.nullcontext():
+                images, target = self._finish(images, target)
             yield images, target
+
+    def _finish(
+        self, images: torch.Tensor, target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # mixing commutes with the per-channel normalisation, so mixing the
+        # normalised batch gives what timm's collate-then-normalise gives
+        if self.mixup is not None and not self.mixup_in_workers:
+            images, target = self.mixup(images, target)
+        if self.random_erasing is not None:
+            images = self.random_erasing(images)
+        if self.channels_last and images.dim() == 4:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images, target
 
 
 class AugmentedCollate:
-    """``collate``, then ``transform`` on the collated images, in the worker that made the
-    batch: the batch modules of a loader on the CPU.
+    """``collate``, then ``transform`` on the collated images and ``mixup`` on the batch,
+    in the worker that made it: the batch modules of a loader on the CPU (mixing on
+    uint8, where timm's ``FastCollateMixup`` mixes).
 
     Example:
         >>> from torch.utils.data import default_collate
@@ -108,13 +125,20 @@ class AugmentedCollate:
     """
 
     def __init__(
-        self, collate: Callable[[list[Any]], Any], transform: Callable[[torch.Tensor], Any]
+        self,
+        collate: Callable[[list[Any]], Any],
+        transform: Callable[[torch.Tensor], Any] | None,
+        mixup: Mixup | None = None,
     ) -> None:
-        self.collate, self.transform = collate, transform
+        self.collate, self.transform, self.mixup = collate, transform, mixup
 
     def __call__(self, samples: list[Any]) -> tuple[Any, Any]:
         images, target = self.collate(samples)
-        return self.transform(images), target
+        if self.transform is not None:
+            images = self.transform(images)
+        if self.mixup is not None:
+            images, target = self.mixup(images, target)
+        return images, target
 
 
 def _seed_worker(worker_id: int, worker_seeding: str | Callable[[Any], int] = "all") -> None:
@@ -202,13 +226,16 @@ def create_loader(
     ``FastCollateMixup`` given as ``collate_fn``) and random erasing, as in timm.
     ``use_prefetcher=False`` runs the same on the CPU. ``device`` None is the current
     CUDA device, else the CPU; ``channels_last`` (not timm's) sets the memory format.
-    ``use_multi_epochs_loader`` is honoured by persistent workers.
+    ``use_multi_epochs_loader`` is honoured by persistent workers. ``num_aug_splits``
+    (or timm's ``AugMixDataset``) makes timm's split batches on the device;
+    ``input_size_choices`` draws each batch's size by timm's ``ScheduledBatchSampler``.
 
     Raises:
-        NotImplementedError: ``tf_preprocessing``, ``num_aug_splits``, scheduled input
-            sizes (``input_size_choices``), ``train_crop_mode`` other than ``"rrc"``, or
-            ``num_aug_repeats`` without ``distributed`` (timm refuses it too).
-        ValueError: An unknown ``auto_augment``, ``re_mode`` or ``crop_mode``, or
+        NotImplementedError: ``tf_preprocessing``, or ``num_aug_repeats`` without
+            ``distributed`` (timm refuses it too).
+        ValueError: An unknown ``auto_augment``, ``re_mode``, ``crop_mode`` or
+            ``train_crop_mode``, ``num_aug_splits`` with a ``FastCollateMixup``,
+            ``input_size_choices`` outside training or with ``num_aug_splits``, or
             another argument out of its range (named in the message).
 
     Example:
@@ -223,51 +250,79 @@ def create_loader(
     """
     _refuse(
         tf_preprocessing=tf_preprocessing,
-        num_aug_splits=num_aug_splits > 0,
-        input_size_choices=input_size_choices is not None,
-        train_crop_mode=train_crop_mode not in (None, "rrc"),
         num_aug_repeats_without_distributed=bool(num_aug_repeats) and not distributed,
     )
-    del batch_size_choices, batch_choice_weights, batch_choice_seed, batch_choice_schedule
-    del batch_schedule_epochs, batch_schedule_spread, batch_schedule_random_mix, num_batches
-    del use_multi_epochs_loader  # persistent workers already keep them across epochs
     size = _size(input_size)
     if crop_border_pixels is not None:
         check_int(crop_border_pixels, "crop_border_pixels", low=0)
     augmenting = is_training and not no_aug
-    dataset.transform = sample_transform(
-        size, augmenting=augmenting, is_training=is_training, scale=scale, ratio=ratio,
-        interpolation=interpolation, crop_pct=crop_pct, crop_mode=crop_mode,
-        crop_border_pixels=crop_border_pixels, mean=mean,
+    given = dataset  # timm's AugMixDataset is read through: its split runs on the batch
+    dataset, splits = split_source(dataset, num_aug_splits)
+    crop = functools.partial(
+        sample_transform, augmenting=augmenting, is_training=is_training, scale=scale,
+        ratio=ratio, interpolation=interpolation, crop_pct=crop_pct, crop_mode=crop_mode,
+        crop_border_pixels=crop_border_pixels, mean=mean, train_crop_mode=train_crop_mode,
+        squash=not isinstance(input_size, int),
     )  # fmt: skip
+    dataset.transform = crop(size)
     iterable = isinstance(dataset, IterableDataset)
     sampler = _sampler(dataset, distributed and not iterable, is_training, num_aug_repeats)
     mixup, mixup_source = None, None
     if collate_fn is not None and all(hasattr(collate_fn, a) for a in TIMM_ATTRIBUTES):
-        mixup, mixup_source, collate_fn = Mixup.from_timm(collate_fn), collate_fn, None
-    transform = device_augment(
-        size, augmenting=augmenting, hflip=hflip, vflip=vflip, color_jitter=color_jitter,
-        color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
-        gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
+        mixup, mixup_source, collate_fn = (
+            Mixup.from_timm(collate_fn, inplace=True),
+            collate_fn,
+            None,
+        )
+    augment = functools.partial(
+        device_augment, augmenting=augmenting, hflip=hflip, vflip=vflip,
+        color_jitter=color_jitter, color_jitter_prob=color_jitter_prob,
+        grayscale_prob=grayscale_prob, gaussian_blur_prob=gaussian_blur_prob,
+        auto_augment=auto_augment,
         interpolation=interpolation, mean=mean,
     )  # fmt: skip
+    transform = augment(size)
+    if splits and is_training:
+        if mixup is not None:  # timm's train.py asserts it too: mixing would cross splits
+            raise ValueError(
+                "create_loader: num_aug_splits with a FastCollateMixup collate_fn; "
+                "mix in the training loop (timm's Mixup) instead"
+            )
+        transform, collate_fn = split_batches(transform, collate_fn or default_collate, splits)
+    batching: dict[str, Any] = {
+        "batch_size": batch_size, "sampler": sampler, "drop_last": is_training,
+        "shuffle": is_training and sampler is None and not iterable,
+    }  # fmt: skip
+    if input_size_choices is not None:  # train.py's --train-img-sizes
+        sizes = scheduled_sizes(
+            input_size_choices, input_size, mean, is_training=is_training, iterable=iterable,
+            num_aug_splits=splits, use_multi_epochs_loader=use_multi_epochs_loader,
+        )  # fmt: skip
+        dataset, transform, batching = scheduled_batches(
+            dataset, sampler, sizes, crop, augment, batch_size=batch_size,
+            batch_size_choices=batch_size_choices, choice_weights=batch_choice_weights,
+            seed=batch_choice_seed, num_batches=num_batches,
+            choice_schedule=batch_choice_schedule, schedule_epochs=batch_schedule_epochs,
+            schedule_spread=batch_schedule_spread, schedule_random_mix=batch_schedule_random_mix,
+        )  # fmt: skip
     target = torch.device(device) if device is not None else default_device()
     if not use_prefetcher:
         target = torch.device("cpu")
-    if target.type == "cpu" and transform is not None and num_workers > 0:
-        # no GPU to run the batch modules on: each worker augments the batches it makes,
-        # so the augmentation runs on every core, as timm's does, not in the training loop
-        collate_fn = AugmentedCollate(collate_fn or default_collate, transform)
+    mixup_in_workers = target.type == "cpu" and num_workers > 0 and mixup is not None
+    if target.type == "cpu" and num_workers > 0 and (transform is not None or mixup_in_workers):
+        # no GPU to run the batch modules on: each worker augments and mixes the batches
+        # it makes (on uint8, as timm's FastCollateMixup), so that work runs on every
+        # core, as timm's does, not in the training loop
+        collate_fn = AugmentedCollate(
+            collate_fn or default_collate, transform, mixup if mixup_in_workers else None
+        )
         transform = None
     loader: FastLoader[Any] = FastLoader(
         dataset,
-        batch_size=batch_size,
-        shuffle=is_training and sampler is None and not iterable,
-        sampler=sampler,
+        **batching,
         num_workers=num_workers,
         collate_fn=collate_fn,
         pin_memory=pin_memory,
-        drop_last=is_training,
         worker_init_fn=functools.partial(_seed_worker, worker_seeding=worker_seeding),
         persistent_workers=persistent_workers and num_workers > 0,
     )
@@ -280,10 +335,10 @@ def create_loader(
         channels_last=channels_last,
         transform=transform,
     )
-    eraser = erasing(re_prob if augmenting else 0.0, re_mode, re_count, re_split)
+    eraser = erasing(re_prob if augmenting else 0.0, re_mode, re_count, re_split, splits)
     return PrefetchLoader(
-        loader, prefetcher, dataset=dataset, mixup=mixup, mixup_source=mixup_source,
-        random_erasing=eraser, channels_last=channels_last,
+        loader, prefetcher, dataset=given, mixup=mixup, mixup_source=mixup_source,
+        random_erasing=eraser, channels_last=channels_last, mixup_in_workers=mixup_in_workers,
     )  # fmt: skip
 
 

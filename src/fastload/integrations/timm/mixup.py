@@ -45,6 +45,8 @@ class Mixup(BatchTransform):
         label_smoothing: timm's smoothing: ``smoothing / num_classes`` off, the rest on.
         num_classes: How many classes the labels have.
         multi_label: Labels are dense (N, ``num_classes``) targets, smoothed toward 0.5.
+        inplace: Mix the batch given (as timm does) rather than a copy, in timm's
+            default ``mode="batch"``.
         generator: A ``torch.Generator`` on the batch's device, for reproducible draws.
 
     Raises:
@@ -74,9 +76,11 @@ class Mixup(BatchTransform):
         num_classes: int = 1000,
         multi_label: bool = False,
         *,
+        inplace: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(p=prob, generator=generator)
+        self.inplace = bool(inplace)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.cutmix_minmax = None if cutmix_minmax is None else pair(cutmix_minmax, "cutmix_minmax")
@@ -100,15 +104,25 @@ class Mixup(BatchTransform):
         self.label_smoothing = check_probability(label_smoothing, "label_smoothing")
         self.num_classes = check_int(num_classes, "num_classes", low=1)
         self.multi_label = bool(multi_label)
-        self.mixup_enabled = True  # train.py turns it off for the last epochs
+        # train.py turns it off for the last epochs: a flag in shared memory, so that a
+        # copy mixing in a loader's (persistent) worker processes sees it turned off too
+        self._enabled = torch.ones((), dtype=torch.bool).share_memory_()  # type: ignore[no-untyped-call, unused-ignore]
+
+    @property
+    def mixup_enabled(self) -> bool:
+        return bool(self._enabled)
+
+    @mixup_enabled.setter
+    def mixup_enabled(self, enabled: bool) -> None:
+        self._enabled.fill_(bool(enabled))
 
     @classmethod
-    def from_timm(cls, mixup: Any) -> Mixup:
+    def from_timm(cls, mixup: Any, *, inplace: bool = False) -> Mixup:
         """The same mixing as a timm ``Mixup`` or ``FastCollateMixup`` (read from its
         attributes: timm is not imported)."""
         values = {name: getattr(mixup, name) for name in TIMM_ATTRIBUTES}
         values["prob"] = values.pop("mix_prob")
-        made = cls(**values, multi_label=getattr(mixup, "multi_label", False))
+        made = cls(**values, multi_label=getattr(mixup, "multi_label", False), inplace=inplace)
         made.mixup_enabled = bool(getattr(mixup, "mixup_enabled", True))
         return made
 
@@ -192,7 +206,7 @@ class Mixup(BatchTransform):
         partner = images.flip(0)
         maths = images.dtype if images.is_floating_point() else torch.float32
         lam = params["lam"].to(maths).view(-1, 1, 1, 1)
-        blended = (images * lam + partner * (1 - lam)).to(images.dtype)
+        blended = _to_dtype(images * lam + partner * (1 - lam), images.dtype)
         mixed = torch.where(params["cut"].view(-1, 1, 1, 1), images, blended)
         size = (images.shape[-2], images.shape[-1])
         box = box_mask(params["top"], params["left"], params["height"], params["width"], size)
@@ -204,16 +218,14 @@ class Mixup(BatchTransform):
         lam, cut = float(params["lam"][0]), bool(params["cut"][0])
         if lam == 1:
             return images
-        partner = images.flip(0)
+        mixed = images if self.inplace else images.clone()
         if cut:
             top, left = int(params["top"][0]), int(params["left"][0])
             bottom, right = top + int(params["height"][0]), left + int(params["width"][0])
-            mixed = images.clone()
-            mixed[..., top:bottom, left:right] = partner[..., top:bottom, left:right]
+            box = mixed[..., top:bottom, left:right]
+            box.copy_(box.flip(0))  # flip copies the box first: no row is read after its write
             return mixed
-        if images.is_floating_point():  # the flipped copy is ours: blended in place
-            return partner.mul_(1 - lam).add_(images, alpha=lam)
-        return (images.float() * lam + partner.float() * (1 - lam)).to(images.dtype)
+        return _blend_with_mirror(mixed, lam)
 
     def _soft(self, labels: Tensor, lam: Tensor) -> Tensor:
         smoothing = self.label_smoothing
@@ -227,3 +239,29 @@ class Mixup(BatchTransform):
             soft.scatter_(1, labels.long().view(-1, 1), 1 - smoothing + off)
         weight = lam.to(soft.dtype).view(-1, 1)
         return soft * weight + soft.flip(0) * (1 - weight)
+
+
+#: Elements of the images blended at a time: a few pairs that stay in the CPU's cache,
+#: where whole-batch passes each go through memory.
+BLEND_ELEMENTS = 1 << 18
+
+
+def _blend_with_mirror(images: Tensor, lam: float) -> Tensor:
+    """``images`` blended in place with their mirror (row ``i`` with row ``N - 1 - i``),
+    ``lam`` of their own: pair after pair, in the images' dtype (integers rounded)."""
+    n = len(images)
+    maths = images.dtype if images.is_floating_point() else torch.float32
+    step = max(1, BLEND_ELEMENTS // max(1, images[0].numel()))
+    for start in range(0, n // 2, step):
+        stop = min(start + step, n // 2)
+        mirror = torch.arange(n - 1 - start, n - 1 - stop, -1, device=images.device)
+        first, second = images[start:stop].to(maths, copy=True), images[mirror].to(maths)
+        images[start:stop] = _to_dtype(first * lam + second * (1 - lam), images.dtype)
+        images[mirror] = _to_dtype(second * lam + first * (1 - lam), images.dtype)
+    return images
+
+
+def _to_dtype(blended: Tensor, dtype: torch.dtype) -> Tensor:
+    """The blend in the images' dtype: integers rounded to nearest, as timm's
+    ``FastCollateMixup`` rounds its uint8 blend."""
+    return blended.to(dtype) if dtype.is_floating_point else blended.round_().to(dtype)

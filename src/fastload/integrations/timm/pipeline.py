@@ -13,7 +13,7 @@ from fastload.gpu.color import ColorJitter, RandomGrayscale
 from fastload.gpu.geometric import RandomHorizontalFlip, RandomVerticalFlip
 from fastload.integrations.timm.augment import augment_from_string
 from fastload.integrations.timm.erasing import RandomErasing
-from fastload.integrations.timm.transforms import EvalCrop, TrainCrop
+from fastload.integrations.timm.transforms import EvalCrop, KeepRatioCrop, TrainCrop, train_crop
 
 __all__ = ["device_augment", "erasing", "sample_transform"]
 
@@ -30,17 +30,19 @@ def sample_transform(
     crop_mode: str | None,
     crop_border_pixels: int | None,
     mean: Sequence[float],
-) -> TrainCrop | EvalCrop:
-    """The dataset's transform: timm's random resized crop in training; with
-    ``no_aug``, a resize and centre crop at ``crop_pct`` 1 (timm's no-aug train
-    transform); in evaluation, timm's eval crop."""
+    train_crop_mode: str | None = None,
+    squash: bool = False,
+) -> TrainCrop | KeepRatioCrop | EvalCrop:
+    """The dataset's transform: timm's ``train_crop_mode`` crop in training; with
+    ``no_aug``, timm's no-aug train transform: torchvision's ``Resize`` and centre crop,
+    which squash the image to the size when timm was given a tuple (``squash``, as
+    train.py does) and resize the shorter side when it was given an int; in evaluation,
+    timm's eval crop."""
     if augmenting:
-        return TrainCrop(
-            size, scale=scale or (0.08, 1.0), ratio=ratio or (3 / 4, 4 / 3),
-            interpolation=interpolation,
-        )  # fmt: skip
+        return train_crop(size, train_crop_mode, scale, ratio, interpolation)
     if is_training:
-        return EvalCrop(size, crop_pct=1.0, interpolation=interpolation)
+        mode = "squash" if squash else "center"
+        return EvalCrop(size, crop_pct=1.0, crop_mode=mode, interpolation=interpolation)
     return EvalCrop(
         size, crop_pct=crop_pct or 0.875, crop_mode=crop_mode or "center",
         interpolation=interpolation, fill=[round(255 * m) for m in mean],
@@ -99,11 +101,18 @@ def device_augment(
     return nn.Sequential(*modules) if modules else None
 
 
-def erasing(re_prob: float, re_mode: str, re_count: int, re_split: bool) -> RandomErasing | None:
+def erasing(
+    re_prob: float, re_mode: str, re_count: int, re_split: bool, num_aug_splits: int = 0
+) -> RandomErasing | None:
     """timm's erasing in its PrefetchLoader: 1 to ``re_count`` boxes; ``re_split``
-    leaves the first half of the batch clean."""
+    leaves the first half of the batch clean (the clean split of ``num_aug_splits``).
+    In place, as timm's: the batch is the loader's own, fresh from normalisation."""
     if re_prob <= 0:
         return None
     return RandomErasing(
-        p=re_prob, mode=re_mode, max_count=re_count, num_splits=2 if re_split else 0
+        p=re_prob,
+        mode=re_mode,
+        max_count=re_count,
+        num_splits=(num_aug_splits or 2) if re_split else 0,
+        inplace=True,
     )

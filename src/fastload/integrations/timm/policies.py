@@ -3,12 +3,14 @@ and magnitude noise, each sample drawing its own operations.
 
 An operation's level (0 to 10, timm's ``m``) becomes its argument as timm's
 ``auto_augment.py`` computes it, then runs as the matching torchvision operation
-(:func:`fastload.gpu.policies.apply_op`); ``SolarizeAdd``, which torchvision lacks,
-runs here. Samples that drew the same operation at a step are transformed together.
+(:func:`fastload.gpu.policies.apply_op`); ``SolarizeAdd`` and the blurs of DeiT-III's
+3-augment, which torchvision's policies lack, run here. Samples that drew the same
+operation at a step are transformed together.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -16,8 +18,9 @@ from torch import Tensor
 
 from fastload._checks import check_int, check_probability
 from fastload.gpu.base import BatchTransform, Params
-from fastload.gpu.functional import Fill, max_value
+from fastload.gpu.functional import Fill, gaussian_blur, max_value
 from fastload.gpu.policies import apply_op
+from fastload.gpu.rows import put_rows, take_rows
 
 __all__ = ["OPERATIONS", "TimmAutoAugment", "TimmRandAugment"]
 
@@ -35,6 +38,18 @@ def _enhance_increasing(level: Tensor, *_: float) -> Tensor:
 
 def _solarize(level: Tensor, *_: float) -> Tensor:
     return torch.floor(level * 25.6).clamp(max=256)  # threshold on 0..255
+
+
+def _desaturate(level: Tensor, *_: float) -> Tensor:
+    return -(0.5 + level * 0.05).clamp(0.5, 1.0)  # a colour factor in [0, 0.5], as 1 + this
+
+
+def _blur_radius(level: Tensor, *_: float) -> Tensor:
+    return (0.1 + level * 0.19).clamp(0.1, 2.0)  # PIL's radius, the Gaussian's sigma
+
+
+def _blur_scale(level: Tensor, *_: float) -> Tensor:
+    return (level / 10).clamp(0.0, 1.0)  # the top of the radius range, as a fraction of 2
 
 
 #: timm's name -> (the operation that runs it, its argument from the level, signed)
@@ -63,7 +78,13 @@ OPERATIONS: dict[str, tuple[str, Argument | None, bool]] = {
     "TranslateY": ("TranslateY", lambda level, w, h, const, pct: level / 10 * const, True),
     "TranslateXRel": ("TranslateX", lambda level, w, h, const, pct: level / 10 * pct * w, True),
     "TranslateYRel": ("TranslateY", lambda level, w, h, const, pct: level / 10 * pct * h, True),
+    # DeiT-III's 3-augment ("3a") and its RandAugment sets ("t3a", "t3aw")
+    "Desaturate": ("Color", _desaturate, False),
+    "GaussianBlur": ("GaussianBlur", _blur_radius, False),
+    "GaussianBlurRand": ("GaussianBlur", _blur_scale, False),
 }
+#: the largest blur radius: timm's radius_max and GaussianBlur's top level
+_MAX_RADIUS = 2.0
 
 
 def check_operations(names: Sequence[str]) -> tuple[str, ...]:
@@ -146,14 +167,31 @@ class _TimmOps(BatchTransform):
                     )  # fmt: skip
                 if signed:
                     magnitude = magnitude * params["signs"][chosen, step]
-                changed = self._run(out[chosen], name, op, magnitude)
+                if name == "GaussianBlurRand":  # timm: a radius uniform in [0.1, 2 * level]
+                    radius_max = _MAX_RADIUS * magnitude
+                    magnitude = 0.1 + params["radii"][chosen, step] * (radius_max - 0.1)
+                changed = self._run(take_rows(out, chosen), name, op, magnitude)
                 result = out.clone() if result is None else result
-                result[chosen] = changed.to(out.dtype)
+                put_rows(result, chosen, changed.to(out.dtype))
             out = out if result is None else result
         return out
 
+    def _with_radii(
+        self, params: Params, device: torch.device, generator: torch.Generator | None
+    ) -> Params:
+        """``radii`` (N, steps), the draws of ``GaussianBlurRand``, only where it can run
+        (the other policies' streams stay as they were)."""
+        if "GaussianBlurRand" in self.op_names:
+            params["radii"] = self._rand(*params["ops"].shape, device=device, generator=generator)
+        return params
+
     def _run(self, images: Tensor, name: str, op: str, magnitude: Tensor) -> Tensor:
         top = max_value(images.dtype)
+        if op == "GaussianBlur":  # PIL's radius is the sigma; the kernel covers 3 sigmas
+            height, width = images.shape[-2:]
+            half = min(math.ceil(3 * _MAX_RADIUS), height - 1, width - 1)
+            sigma = magnitude.clamp(min=1e-3)  # a radius of 0 leaves the image as it is
+            return gaussian_blur(images, sigma, (2 * half + 1, 2 * half + 1))
         if op == "SolarizeAdd":  # pixels below the middle brightened by ``magnitude``
             added = (images.float() + magnitude.view(-1, 1, 1, 1) * top / 255).clamp(max=top)
             return torch.where(images < 128 * top / 255, added.to(images.dtype), images)
@@ -226,11 +264,12 @@ class TimmRandAugment(_TimmOps):
         levels = self._levels(
             torch.full((n, steps), self.magnitude, device=device), device, generator
         )
-        return {
+        params = {
             "ops": torch.where(applied, ops, -1),
             "levels": levels,
             "signs": self._signs((n, steps), device, generator),
         }
+        return self._with_radii(params, device, generator)
 
 
 class TimmAutoAugment(_TimmOps):
@@ -290,9 +329,10 @@ class TimmAutoAugment(_TimmOps):
         steps = ops.shape[1]
         applied = self._rand(n, steps, device=device, generator=generator) < probs
         levels = self._levels(table_magnitudes[chosen], device, generator)
-        return {
+        params = {
             "policy": chosen,
             "ops": torch.where(applied, ops, -1),
             "levels": levels,
             "signs": self._signs((n, steps), device, generator),
         }
+        return self._with_radii(params, device, generator)

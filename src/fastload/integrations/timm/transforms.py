@@ -19,9 +19,10 @@ from fastload.collate import chw
 from fastload.decode.opencv import decode_image
 from fastload.transforms import DecodeRandomResizedCrop
 
-__all__ = ["EvalCrop", "TrainCrop", "interpolation_modes"]
+__all__ = ["EvalCrop", "KeepRatioCrop", "TrainCrop", "interpolation_modes", "train_crop"]
 
 CROP_MODES = ("center", "squash", "border")
+TRAIN_CROP_MODES = ("rrc", "rkrc", "rkrr")
 _MODES = {
     "nearest": InterpolationMode.NEAREST,
     "bilinear": InterpolationMode.BILINEAR,
@@ -92,6 +93,109 @@ class TrainCrop:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.crops[0]!r})"
+
+
+def train_crop(
+    size: tuple[int, int],
+    train_crop_mode: str | None,
+    scale: Sequence[float] | None,
+    ratio: Sequence[float] | None,
+    interpolation: str,
+) -> TrainCrop | KeepRatioCrop:
+    """timm's training crop for ``train_crop_mode`` (None is ``"rrc"``), with timm's
+    default ``scale`` and ``ratio`` for each mode."""
+    mode = train_crop_mode or "rrc"
+    if mode not in TRAIN_CROP_MODES:
+        raise ValueError(f"train_crop_mode must be one of {TRAIN_CROP_MODES}, got {mode!r}")
+    if mode == "rrc":
+        return TrainCrop(
+            size, scale=scale or (0.08, 1.0), ratio=ratio or (3 / 4, 4 / 3),
+            interpolation=interpolation,
+        )  # fmt: skip
+    return KeepRatioCrop(
+        size, scale=scale or (0.8, 1.0), ratio=ratio or (0.9, 1 / 0.9),
+        interpolation=interpolation, random=mode == "rkrr",
+    )  # fmt: skip
+
+
+class KeepRatioCrop:
+    """timm's ``rkrc``/``rkrr`` train crops, to a uint8 CHW tensor: ``ResizeKeepRatio``
+    (the shorter side to the target, with probability 1/2 an area ``scale`` and with
+    probability 1/2 an aspect ``ratio`` drawn), then the centre (``random=False``,
+    ``rkrc``) or a random window (``rkrr``), reflect-padded where the image is smaller.
+
+    The draws are timm's, from Python's ``random`` in timm's order, so a seeded run picks
+    timm's sizes and windows.
+
+    Example:
+        >>> KeepRatioCrop((32, 32), random=True)(Image.new("RGB", (64, 48))).shape
+        torch.Size([3, 32, 32])
+    """
+
+    def __init__(
+        self,
+        size: tuple[int, int],
+        scale: Sequence[float] = (0.8, 1.0),
+        ratio: Sequence[float] = (0.9, 1 / 0.9),
+        interpolation: str = "bilinear",
+        random: bool = False,
+    ) -> None:
+        if len(scale) != 2 or len(ratio) != 2 or min(*scale, *ratio) <= 0:
+            raise ValueError(
+                f"scale and ratio must be two positive numbers, got {scale!r}, {ratio!r}"
+            )
+        self.size, self.random = size, bool(random)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.modes = interpolation_modes(interpolation)
+
+    def resized(self, height: int, width: int) -> list[int]:
+        """timm's ``ResizeKeepRatio.get_params`` with ``random_scale_area``."""
+        ratio = min(height / self.size[0], width / self.size[1])
+        factors = (1.0, 1.0)
+        if random.random() < 0.5:
+            area = 1 / math.sqrt(random.uniform(*self.scale))  # an RRC-like area zoom
+            factors = (area, area)
+        if random.random() < 0.5:
+            low, high = math.log(self.ratio[0]), math.log(self.ratio[1])
+            aspect = math.sqrt(math.exp(random.uniform(low, high)))
+            factors = (factors[0] / aspect, factors[1] * aspect)
+        return [round(height * factors[0] / ratio), round(width * factors[1] / ratio)]
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        pil = isinstance(image, Image.Image)
+        pixels = image.convert("RGB") if pil else _tensor(image)
+        height, width = TF.get_size(pixels)
+        size = self.resized(height, width)
+        mode = random.choice(self.modes) if len(self.modes) > 1 else self.modes[0]
+        pixels = TF.resize(pixels, size, interpolation=mode, antialias=True)
+        tensor: torch.Tensor = TF.pil_to_tensor(pixels) if pil else pixels
+        return self._crop_or_pad(tensor)
+
+    def _crop_or_pad(self, pixels: torch.Tensor) -> torch.Tensor:
+        """timm's ``center_crop_or_pad`` / ``RandomCropOrPad`` with reflect padding."""
+        (height, width), (out_h, out_w) = pixels.shape[-2:], self.size
+        if self.random:  # a negative offset pads before the image
+            top = int(math.copysign(random.randint(0, abs(height - out_h)), height - out_h))
+            left = int(math.copysign(random.randint(0, abs(width - out_w)), width - out_w))
+        else:
+            pad_w, pad_h = max(out_w - width, 0), max(out_h - height, 0)
+            top = round((height + pad_h - out_h) / 2) - pad_h // 2
+            left = round((width + pad_w - out_w) / 2) - pad_w // 2
+        padding = [
+            max(-left, 0), max(-top, 0),
+            max(left + out_w - width, 0), max(top + out_h - height, 0),
+        ]  # fmt: skip
+        if any(padding):
+            pixels = TF.pad(pixels, padding, padding_mode="reflect")
+        cropped: torch.Tensor = TF.crop(pixels, max(top, 0), max(left, 0), out_h, out_w)
+        return cropped
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+            f"random={self.random})"
+        )
 
 
 class EvalCrop:
