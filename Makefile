@@ -62,6 +62,7 @@ lint: $(DEV_READY)
 
 bench: $(DEV_READY)
 	$(BIN)/python benchmarks/tensor_dataset.py --plot
+	$(BIN)/python benchmarks/small_batches.py --plot
 	$(BIN)/python benchmarks/loader_defaults.py --plot
 	$(BIN)/python benchmarks/lmdb_vs_files.py --plot
 	$(BIN)/python benchmarks/cpu_augment.py --plot

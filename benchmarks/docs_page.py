@@ -315,6 +315,21 @@ with `index_select`, so what is left is memory bandwidth: it is ahead of the
 BatchSampler fix and of indexing a tensor by hand (`x[perm[i:i + n]]`). The ratios move
 with the machine's load (this machine is shared).""",
     ),
+    "cpu/small_batches": Notes(
+        "Small batches",
+        """\
+`benchmarks/small_batches.py`: batch sizes 1, 4, 8, 16 and 64 over 2,000 generated
+96x96 JPEGs in an image folder, their LMDB copy, and 2,000 uint8 samples of 3x32x32 in
+memory (a `TensorDataset`). torchvision's way (`ImageFolder`, PIL, `PILToTensor`; the
+same dataset for LMDB and memory) under `DataLoader`, against `FastLoader` (OpenCV
+decode) and `FastLoader` + `DataPrefetcher` on the CPU (float32 out); 2 persistent
+workers each, shuffled. A timed run is the whole epochs that hand out at least 120
+batches; a source's variants take turns run by run after a warm-up run each; medians.
+CPU ms per image include the workers; "of batch-64 rate" is a variant's images/s over
+its own at batch size 64 on the same source. The summary holds the goals of the issue
+(batch 8 at 90 % of the batch-64 rate and 2.5x DataLoader's; batch 1 in memory at 3x
+DataLoader's batches/s), measured.""",
+    ),
     "cpu/hf_datasets": Notes(
         "Hugging Face datasets: the usual recipe vs from_hf",
         """\

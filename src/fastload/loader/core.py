@@ -41,6 +41,7 @@ from fastload.loader.resume import (
 )
 from fastload.loader.seeding import SeededSamples, keyed_seeds, seeded_order
 from fastload.loader.state import current_state, loader_identity, resume_point
+from fastload.loader.superbatch import plan_super_batches
 from fastload.loader.tuning import tune_loader
 from fastload.loader.workers import SendableBatch, WorkerInit, unsendable_reason
 
@@ -83,6 +84,8 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             sample's parameters from the same key. The same epoch is then the same,
             batch for batch, whatever ``num_workers``. Also seeds the order (the
             ``generator``, when none is given) and an automatic DistributedSampler.
+        super_batches: Load runs of small batches as one (the same batches, in order);
+            None: where it helps (docs/guides/loader.md, "Small batches").
         **kwargs: Any other DataLoader argument, passed through untouched.
 
     Checkpoints: ``state_dict()`` is small plain data (ints, bytes of generator states)
@@ -118,6 +121,7 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         prefetch_factor: int | None = None,
         persistent_workers: bool | None = None,
         seed: int | None = None,
+        super_batches: bool | None = None,
         **kwargs: Any,
     ) -> None:
         check_num_workers(num_workers)
@@ -211,17 +215,13 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             else None
         )
         self.seed = seed
+        self._grouping, why = plan_super_batches(super_batches, self, in_memory=in_memory)
+        self.super_batches, self.choices = self._grouping is not None, self.choices | why
         self._epochs_started = 0
         self._progress: EpochProgress | None = None  # the epoch under way, or the last
         self._resume: EpochProgress | None = None  # load_state_dict's, for the next epoch
-        self._resumable = (
-            None
-            if iterable
-            else ResumableBatches(
-                self._index_batches or DataLoader._index_sampler.fget(self),  # type: ignore[attr-defined]
-                keyed=keyed,
-            )
-        )
+        batches = self._index_batches or DataLoader._index_sampler.fget(self)  # type: ignore[attr-defined]
+        self._resumable = None if iterable else ResumableBatches(batches, keyed=keyed)
         if self.choices:
             logger.info("%s chose %s", type(self).__name__, describe_choices(self))
 
@@ -250,9 +250,9 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         if self._resumable is None:
             return end_workers_at_exit(super()._get_iterator())
         if self.num_workers == 0:
-            return CountingSingleProcessIter(self)
+            return CountingSingleProcessIter(self, self._grouping)
         self.check_worker_number_rationality()
-        return end_workers_at_exit(CountingMultiProcessIter(self))
+        return end_workers_at_exit(CountingMultiProcessIter(self, self._grouping))
 
     @property
     def _index_sampler(self) -> Any:

@@ -270,6 +270,7 @@ def describe_choices(loader: DataLoader[Any]) -> str:
         "prefetch_factor": loader.prefetch_factor,
         "sampler": type(loader.sampler).__name__,
         "fetch": "batched",
+        "super_batches": getattr(loader, "super_batches", False),
     }
     choices: dict[str, str] = getattr(loader, "choices", {})
     return ", ".join(f"{name}={values[name]} ({why})" for name, why in choices.items())
@@ -296,6 +297,7 @@ def describe_loader(loader: DataLoader[Any]) -> str:
         ),
         "drop_last": loader.drop_last,
         "batched_fetch": view is not None,
+        "super_batches": getattr(loader, "super_batches", False),
     }  # fmt: skip
     body = ", ".join(f"{key}={value}" for key, value in fields.items())
     why = f"\n  chosen: {describe_choices(loader)}" if getattr(loader, "choices", None) else ""

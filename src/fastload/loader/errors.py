@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
 from fastload.loader.proxy import DatasetProxy
+from fastload.loader.superbatch import Group, fetch_group
 
 __all__ = ["NamingFetcher", "describe_indices", "fetch_batch", "name_failures", "note_failure"]
 
@@ -95,15 +96,20 @@ class NamingFetcher(_MapDatasetFetcher):
     views FastLoader makes, which check their own, are trusted)."""
 
     def fetch(self, possibly_batched_index: Any) -> Any:
+        if isinstance(possibly_batched_index, Group):  # a run of batches, sent as one
+            return fetch_group(self, possibly_batched_index)
+        return self.collate_fn(self.load(possibly_batched_index))
+
+    def load(self, possibly_batched_index: Any) -> Any:
+        """The samples of a batch (or the one sample) of ``possibly_batched_index``,
+        not yet collated."""
         if not self.auto_collation:
-            data = self._load(possibly_batched_index)
-        elif isinstance(self.dataset, DatasetProxy):
-            data = self.dataset.__getitems__(possibly_batched_index)
-        elif getattr(self.dataset, "__getitems__", None):
-            data = fetch_batch(self.dataset, possibly_batched_index)
-        else:
-            data = [self._load(index) for index in possibly_batched_index]
-        return self.collate_fn(data)
+            return self._load(possibly_batched_index)
+        if isinstance(self.dataset, DatasetProxy):
+            return self.dataset.__getitems__(possibly_batched_index)
+        if getattr(self.dataset, "__getitems__", None):
+            return fetch_batch(self.dataset, possibly_batched_index)
+        return [self._load(index) for index in possibly_batched_index]
 
     def _load(self, index: Any) -> Any:
         try:
