@@ -543,6 +543,8 @@ HEADLINES = [
     Headline("cpu/timm_loader", "fastload create_loader, 224px",
              "timm's train.py recipe at 224 px on a CPU, vs timm's own create_loader"),
     Headline("cpu/tensor_dataset", "FastLoader", "an in-memory TensorDataset, vs DataLoader"),
+    Headline("cpu/small_batches", "image folder, batch 8: FastLoader",
+             "batches of 8 small JPEGs (96 px), vs ImageFolder + DataLoader at batch 8"),
     Headline("cpu/lmdb_vs_files", "LMDB, raw bytes, warm",
              "raw bytes from one LMDB file, vs a folder of files, warm page cache"),
     Headline("cpu/lmdb_vs_files", "LMDB, raw bytes, cold",
