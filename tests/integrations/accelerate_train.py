@@ -64,9 +64,19 @@ def main() -> None:
 
     stateful = DataLoaderConfiguration(use_stateful_dataloader=args.register == "none")
     accelerator = Accelerator(cpu=True, dataloader_config=stateful)
-    if args.evaluate:
-        evaluate(accelerator, args.workdir)
-        return
+    try:
+        if args.evaluate:
+            evaluate(accelerator, args.workdir)
+        else:
+            train(accelerator, args)
+    finally:
+        # A rank leaving while gloo still holds its peer's connections aborts the peer
+        # ("terminate called without an active exception"): meet, then close the group.
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
+
+
+def train(accelerator: Accelerator, args: argparse.Namespace) -> None:
     model = nn.Linear(3 * 8 * 8, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = FastLoader(Drawn(), batch_size=BATCH, shuffle=True, seed=7, num_workers=2)
@@ -100,11 +110,9 @@ def main() -> None:
             if progress.epoch == 0 and step == args.save_at:
                 log.close()
                 accelerator.save_state(str(checkpoint))
-                accelerator.wait_for_everyone()
                 return
         progress.epoch += 1
     log.close()
-    accelerator.wait_for_everyone()
 
 
 def evaluate(accelerator: Accelerator, workdir: Path) -> None:
