@@ -69,6 +69,7 @@ BASELINE = LOADERS[0]
 IMAGE_SIZE = 96  # the JPEGs' width and height
 SAMPLE_SHAPE = (3, 32, 32)  # an in-memory sample
 CLASSES = 10
+SOURCES = ("image folder", "LMDB", "in memory")
 
 
 @dataclass(frozen=True)
@@ -142,9 +143,11 @@ def timed(loader: Iterable[Any], epochs: int) -> Callable[[], tuple[float, float
     return run
 
 
-def epochs_per_run(samples: int, batch_size: int, min_batches: int) -> int:
-    """The whole epochs that hand out at least ``min_batches`` batches."""
-    return math.ceil(min_batches / math.ceil(samples / batch_size))
+def epochs_per_run(samples: int, batch_size: int, min_batches: int, min_images: int) -> int:
+    """The whole epochs that hand out at least ``min_batches`` batches and ``min_images``
+    images (a run long enough that the machine's jitter is a small part of it)."""
+    by_batches = math.ceil(min_batches / math.ceil(samples / batch_size))
+    return max(by_batches, math.ceil(min_images / samples))
 
 
 def measure_source(
@@ -155,7 +158,7 @@ def measure_source(
     samples = len(source.ours)  # type: ignore[arg-type]
     variants = {}
     for batch_size in BATCH_SIZES:
-        epochs = epochs_per_run(samples, batch_size, args.min_batches)
+        epochs = epochs_per_run(samples, batch_size, args.min_batches, args.min_images)
         for loader, iterable in loaders(source, batch_size, args).items():
             variants[name(source.name, batch_size, loader)] = timed(iterable, epochs)
     results = interleaved(variants, rounds=args.rounds, budget=budget)
@@ -199,7 +202,7 @@ def goals(rows: list[Row]) -> list[dict[str, object]]:
 
     found = []
     for loader in LOADERS[1:]:
-        for source in ("image folder", "LMDB", "in memory"):
+        for source in SOURCES:
             checks = [(f"batch 8 over its own batch {REFERENCE}", 0.9,
                        rate(source, 8, loader), rate(source, REFERENCE, loader)),
                       ("batch 8 over DataLoader's", 2.5,
@@ -244,22 +247,25 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000, help="samples of each source")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--min-batches", type=int, default=120, help="batches per timed run")
+    parser.add_argument("--min-images", type=int, default=8000, help="images per timed run")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="the DataPrefetcher's device")
     parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
+    parser.add_argument("--sources", nargs="+", choices=SOURCES, default=list(SOURCES),
+                        help="which kinds of data (default: all)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: does it run?")
     budget_argument(parser)
     args = parser.parse_args()
     if args.smoke:
-        args.images, args.min_batches, args.rounds = 40, 4, 1
+        args.images, args.min_batches, args.min_images, args.rounds = 40, 4, 40, 1
     if args.images < CLASSES:
         parser.error(f"--images must be at least {CLASSES} (one a class), got {args.images}")
 
     torch.manual_seed(0)
     budget = Budget(args.budget_s)
     results: dict[str, list[tuple[float, float, int, int]] | str] = {}
-    data = sources(args.images)
+    data = [source for source in sources(args.images) if source.name in args.sources]
     for source in data:
         results |= measure_source(source, args, budget)
     rows = rows_of(results)
@@ -267,7 +273,8 @@ def main() -> None:
     settings = vars(args) | {
         "samples": samples,
         "batch_sizes": list(BATCH_SIZES),
-        "epochs_per_run": {size: epochs_per_run(samples, size, args.min_batches)
+        "epochs_per_run": {size: epochs_per_run(samples, size, args.min_batches,
+                                                args.min_images)
                            for size in BATCH_SIZES},
         "image": f"JPEG {IMAGE_SIZE}x{IMAGE_SIZE}",
         "in_memory": "x".join(map(str, SAMPLE_SHAPE)) + " uint8",

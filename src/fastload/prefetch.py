@@ -20,9 +20,10 @@ from torch import nn
 
 from fastload._checks import check_int
 from fastload.loader.accelerate_state import EpochEnd, epoch_end
-from fastload.loader.contracts import ResumableLoader
+from fastload.loader.contracts import HandsOutRuns, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.loader.resume import samplers_with_epochs
+from fastload.loader.superbatch import RunPart
 from fastload.preparing import BatchPreparer, Planned
 from fastload.producer import Produced, Producer, produce_one, weak_method
 from fastload.system import default_device
@@ -134,12 +135,13 @@ class DataPrefetcher(LoaderProxy):
             raise RuntimeError("DataPrefetcher: no epoch started")
         self._pending.append(produce_one(self._iterator, self._produce))
 
-    def _produce(self, batch: Any) -> tuple[Any, torch.cuda.Event | None]:
-        """``batch`` prepared on the side stream (both parts, on one thread), and its event."""
-        return self._preparer.run(self._preparer.plan(batch, self._take_number()))
+    def _produce(self, taken: tuple[Any, RunPart | None]) -> tuple[Any, torch.cuda.Event | None]:
+        """A batch prepared on the side stream (both parts, on one thread), and its event."""
+        return self._preparer.run(self._plan(taken))
 
-    def _plan(self, batch: Any) -> Planned:
-        return self._preparer.plan(batch, self._take_number())
+    def _plan(self, taken: tuple[Any, RunPart | None]) -> Planned:
+        batch, run = taken
+        return self._preparer.plan(batch, self._take_number(), run)
 
     def _run(self, planned: Planned) -> tuple[Any, torch.cuda.Event | None]:
         return self._preparer.run(planned)
@@ -208,7 +210,7 @@ class DataPrefetcher(LoaderProxy):
         self._produced = 0
         if isinstance(self.loader, ResumableLoader):
             self.loader.count_batches_by(self)
-        return batches
+        return _WithRuns(batches)
 
     def _epoch_length(self) -> int | None:
         """The batches the epoch just begun hands out (fewer than ``len()`` when resumed),
@@ -343,6 +345,22 @@ class _Ahead:
 def sampler_epochs(loader: Any) -> dict[str, int]:
     """The epoch of each of ``loader``'s samplers that has one (``set_epoch``)."""
     return {name: int(owner.epoch) for name, owner in samplers_with_epochs(loader).items()}
+
+
+class _WithRuns:
+    """A loader's iterator giving each batch with the super-batch it was cut from, where
+    the loader says (:class:`HandsOutRuns`), read right after the batch was taken."""
+
+    def __init__(self, batches: Iterator[Any]) -> None:
+        self.batches = batches
+        self._says = isinstance(batches, HandsOutRuns)
+
+    def __iter__(self) -> _WithRuns:
+        return self
+
+    def __next__(self) -> tuple[Any, RunPart | None]:
+        batch = next(self.batches)
+        return batch, self.batches.handed_run if self._says else None  # type: ignore[attr-defined]
 
 
 class _Pass:

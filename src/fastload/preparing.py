@@ -26,6 +26,7 @@ from fastload.collate import EncodedBatch
 from fastload.decode.contracts import PlansDecode
 from fastload.finishing import FinishesImages, ImageFinisher
 from fastload.loader.contracts import KeyedSeedSource
+from fastload.loader.superbatch import RunPart
 from fastload.producer import Produced
 from fastload.system import one_thread
 
@@ -35,13 +36,14 @@ __all__ = ["BatchPreparer", "Planned"]
 @dataclasses.dataclass
 class Planned:
     """A batch taken from the loader and planned: its number in the pass, its keyed seed
-    draws, where its image is, and the decoder's plan."""
+    draws, where its image is, the decoder's plan, and the super-batch it was cut from."""
 
     batch: Any
     number: int
     draws: Any = None
     image_path: Path | None = None
     decode: Any = None
+    run: RunPart | None = None
 
 
 class BatchPreparer:
@@ -89,6 +91,7 @@ class BatchPreparer:
             else None
         )
         self._events: collections.deque[torch.cuda.Event] = collections.deque()
+        self._runs = RunCopy()
         # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
         # the transform draws each sample's parameters from that sample's seed.
         self._seeds: KeyedSeedSource | None = None
@@ -138,28 +141,41 @@ class BatchPreparer:
         # (fastload.gpu modules find the image and move the targets with it), and the
         # image is finished (dtype, normalisation) after it.
         whole = self.transform is not None and has_targets(batch)
+        if planned.run is None:
+            moved = self._move(batch, image_path, finish=not whole)
+        elif self.transform is None:  # nothing per batch: the run is finished once, then cut
+            return self._runs.part(planned.run, lambda run: self._move(run, image_path))
+        else:  # the run copied once; each batch transformed as if it had come alone
+            moved = self._runs.part(planned.run, lambda run: self._move(run, None))
+            if not whole:
+                return self._finish_at(moved, image_path, transform=True)
+        if not whole:
+            return moved
+        return self._finish_at(self.transform(moved), image_path, transform=False)  # type: ignore[misc]
+
+    def _move(self, batch: Any, image_path: Path | None, *, finish: bool = True) -> Any:
+        """Every tensor of ``batch`` on the device; with ``finish``, the image finished."""
 
         def move(path: Path, tensor: torch.Tensor) -> torch.Tensor:
             tensor = tensor.to(self.device, non_blocking=True)
-            return self._finish_image(tensor) if path == image_path and not whole else tensor
+            return self._finish_image(tensor) if finish and path == image_path else tensor
 
-        moved = map_tensors(batch, move)
-        if not whole:
-            return moved
-        transformed = self.transform(moved)  # type: ignore[misc]
+        return map_tensors(batch, move)
 
+    def _finish_at(self, batch: Any, image_path: Path | None, *, transform: bool) -> Any:
         def finish(path: Path, tensor: torch.Tensor) -> torch.Tensor:
-            return self._finish_image(tensor, transform=False) if path == image_path else tensor
+            return self._finish_image(tensor, transform=transform) if path == image_path else tensor
 
-        return map_tensors(transformed, finish)
+        return map_tensors(batch, finish)
 
-    def plan(self, batch: Any, number: int) -> Planned:
+    def plan(self, batch: Any, number: int, run: RunPart | None = None) -> Planned:
         """The host's part of preparing ``batch``, number ``number`` of the pass, in the
         order batches are taken: its seeds, where its image is, and the decoder's plan
-        (headers, boxes) where it plans; the device work waits for :meth:`run`."""
+        (headers, boxes) where it plans; the device work waits for :meth:`run`. ``run``:
+        the super-batch the loader cut ``batch`` from, copied once for all its batches."""
         seeds = self._seeds.pop_batch_seeds() if self._seeds is not None else None
         draws = None if seeds is None else self._seed_draws(seeds)
-        planned = Planned(batch, number, draws)
+        planned = Planned(batch, number, draws, run=run if self.decoder is None else None)
         try:
             planned.image_path = self._image_path(batch)
             if self.decoder is None:
@@ -245,3 +261,24 @@ class BatchPreparer:
             return tensor
 
         return map_tensors(slot.value, keep_alive)
+
+
+class RunCopy:
+    """The super-batch the batches in preparation were cut from (``RunPart``), copied to
+    the device once (one copy per field of the run, from the one pinned buffer the loader
+    pinned), and cut there as the loader cut it: a run of eight batches of 8 crosses as
+    one batch of 64 would. Held until its last batch is taken."""
+
+    def __init__(self) -> None:
+        self._run: Any = None
+        self._batches: list[Any] = []
+
+    def part(self, part: RunPart, copy: Callable[[Any], Any]) -> Any:
+        """Batch ``part.index`` of ``copy(part.run.whole)``, made at the run's first batch
+        taken."""
+        if part.run is not self._run:
+            self._run, self._batches = part.run, part.run.cut(copy(part.run.whole))
+        batch = self._batches[part.index]
+        if part.last:
+            self._run, self._batches = None, []
+        return batch

@@ -18,14 +18,16 @@ SOURCES = ("image folder", "LMDB", "in memory")
 
 
 @pytest.mark.parametrize(
-    "samples, batch_size, min_batches, epochs",
-    [(2000, 1, 120, 1), (2000, 16, 120, 1), (2000, 64, 120, 4), (2000, 16, 250, 2),
-     (2000, 64, 250, 8), (40, 64, 4, 4), (40, 16, 4, 2), (40, 4, 4, 1)],
+    "samples, batch_size, min_batches, min_images, epochs",
+    [(2000, 1, 120, 0, 1), (2000, 16, 120, 0, 1), (2000, 64, 120, 0, 4), (2000, 16, 250, 0, 2),
+     (2000, 64, 250, 0, 8), (40, 64, 4, 0, 4), (40, 16, 4, 0, 2), (40, 4, 4, 0, 1),
+     (2000, 1, 120, 8000, 4), (2000, 64, 120, 8000, 4), (2000, 64, 250, 8000, 8),
+     (2000, 8, 120, 8001, 5)],
 )  # fmt: skip
-def test_a_run_is_the_whole_epochs_that_hand_out_enough_batches(
-    samples: int, batch_size: int, min_batches: int, epochs: int
+def test_a_run_is_the_whole_epochs_that_hand_out_enough_batches_and_images(
+    samples: int, batch_size: int, min_batches: int, min_images: int, epochs: int
 ):
-    assert sb.epochs_per_run(samples, batch_size, min_batches) == epochs
+    assert sb.epochs_per_run(samples, batch_size, min_batches, min_images) == epochs
 
 
 def test_rows_compare_each_loader_with_dataloader_and_with_its_own_batch_64_rate():

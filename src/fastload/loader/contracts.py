@@ -15,7 +15,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["BatchConsumer", "GlobalBatchOrder", "KeyedSeedSource", "ResumableLoader"]
+__all__ = [
+    "BatchConsumer",
+    "GlobalBatchOrder",
+    "HandsOutRuns",
+    "KeyedSeedSource",
+    "ResumableLoader",
+]
 
 
 @runtime_checkable
@@ -29,6 +35,17 @@ class KeyedSeedSource(Protocol):
 
     def pop_batch_seeds(self) -> np.ndarray | None:
         """The oldest queued batch's seeds (int64), or None without a ``seed``."""
+
+
+@runtime_checkable
+class HandsOutRuns(Protocol):
+    """A loader's iterator that hands out super-batches one batch at a time (FastLoader's,
+    with ``super_batches``): right after each ``next()``, ``handed_run`` is the
+    ``fastload.loader.superbatch.RunPart`` that batch was cut from (None where it was
+    collated alone). A consumer may copy the run once and cut the copy, as DataPrefetcher
+    does."""
+
+    handed_run: Any
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ from torch.utils.data.dataloader import (
 )
 
 from fastload.loader.errors import NamingFetcher
-from fastload.loader.superbatch import Grouping, SuperBatch
+from fastload.loader.superbatch import Grouping, RunPart, SuperBatch
 
 __all__ = ["CountingMultiProcessIter", "CountingSingleProcessIter"]
 
@@ -42,17 +42,21 @@ class _Counting(_BaseDataLoaderIter):
     the loader, as DataLoader's iterators do not: the count goes to the
     ``ResumableBatches`` it draws indices from. With a ``grouping``, the batches of
     indices go out in groups (prefetching counts groups) and come back as super-batches,
-    handed out one batch at a time."""
+    handed out one batch at a time; ``handed_run`` says which super-batch collated at
+    once the batch just handed out is part of (:class:`fastload.loader.contracts.HandsOutRuns`).
+    """
 
     def __init__(self, loader: DataLoader[Any], grouping: Grouping | None = None) -> None:
         self._grouping = grouping
-        self._pending: collections.deque[Any] = collections.deque()
+        self._pending: collections.deque[tuple[Any, RunPart | None]] = collections.deque()
+        self.handed_run: RunPart | None = None
         self._handed = 0
         self._length = 0  # the epoch's batches
         super().__init__(loader)
 
     def _reset(self, loader: DataLoader[Any], first_iter: bool = False) -> None:
         self._pending.clear()
+        self.handed_run = None
         self._handed = 0
         super()._reset(loader, first_iter)
 
@@ -71,13 +75,18 @@ class _Counting(_BaseDataLoaderIter):
                 progress.close()
                 raise
             if isinstance(data, SuperBatch):
-                self._pending.extend(data.unpack())
+                batches = data.unpack()
+                whole = data.layout is not None
+                self._pending.extend(
+                    (batch, RunPart(data, index) if whole else None)
+                    for index, batch in enumerate(batches)
+                )
                 if data.error is not None:
-                    self._pending.append(_Failure(data.error))
+                    self._pending.append((_Failure(data.error), None))
             else:
-                self._pending.append(data)
+                self._pending.append((data, None))
             self._length = len(self._index_sampler)  # once a message, not once a batch
-        data = self._pending.popleft()
+        data, self.handed_run = self._pending.popleft()
         if isinstance(data, _Failure):
             data.raise_it()
         self._handed += 1

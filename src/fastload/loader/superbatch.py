@@ -32,6 +32,7 @@ __all__ = [
     "Group",
     "Grouping",
     "Mode",
+    "RunPart",
     "SuperBatch",
     "fetch_group",
     "plan_super_batches",
@@ -100,7 +101,12 @@ class SuperBatch:
         """The user's batches, in order (views of ``whole`` where it was collated once)."""
         if self.layout is None:
             return self.batches
-        return _split(self.whole, self.layout, self.sizes)
+        return self.cut(self.whole)
+
+    def cut(self, whole: Any) -> list[Any]:
+        """``whole`` (this super-batch's ``whole``, or a copy of it elsewhere, such as on
+        the GPU) cut into the user's batches as :meth:`unpack` cuts it."""
+        return _split(whole, self.layout, self.sizes)
 
     def pin_memory(self) -> SuperBatch:
         """A copy in pinned memory, one pinned buffer per field of ``whole``: what
@@ -108,6 +114,20 @@ class SuperBatch:
         batches = [pin_memory(batch) for batch in self.batches]  # type: ignore[no-untyped-call]
         whole = pin_memory(self.whole)  # type: ignore[no-untyped-call]
         return SuperBatch(batches, whole, self.sizes, self.layout, self.error)
+
+
+@dataclass(frozen=True)
+class RunPart:
+    """A batch the loader handed out as batch ``index`` of a super-batch collated at once
+    (``run.whole``): a consumer may copy the run once and cut it (:meth:`SuperBatch.cut`)."""
+
+    run: SuperBatch
+    index: int
+
+    @property
+    def last(self) -> bool:
+        """Whether it is the run's last batch."""
+        return self.index == len(self.run.sizes) - 1
 
 
 def _split(value: Any, layout: Any, sizes: tuple[int, ...]) -> list[Any]:
