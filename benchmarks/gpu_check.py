@@ -12,7 +12,9 @@ then the decoders alone, memory and the CUDA tests.
                   decode + random resized crop + flip + normalise to bf16 channels_last;
                   DALI's mixed decode + crop + resize + normalise when installed (50 s)
   memory          reserved CUDA memory over 20 epochs (40 s)
-  cuda_new        the CUDA tests of the paths that had never run on a GPU (70 s):
+  small_batches   an SRCNN step on 96 px patches at batch sizes 8 and 64: DataLoader,
+                  FastLoader, FastLoader + DataPrefetcher, the step alone (40 s)
+  cuda_new        the CUDA tests of the paths that had never run on a GPU (40 s):
                   cuda_tests.py --select new
   cuda_rest       the other CUDA tests, with whatever time is left
 
@@ -81,6 +83,7 @@ def cuda_tests(select: str) -> list[str]:
 
 
 WORKERS = ["--workers", str(max(1, available_cpus() // 2))]
+SMALL_BATCHES = ["--batch-sizes", "8", "64", "--step", "srcnn"]
 
 PLAN = [
     Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18"), 200,
@@ -89,7 +92,10 @@ PLAN = [
          ["--name", "end_to_end"], "end_to_end"),
     Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 50),
     Part("memory", "gpu_memory.py", ["--epochs", "20", "--batches", "5"], 40),
-    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 70,
+    Part("small_batches", "small_batches.py", [*SMALL_BATCHES, "--sources", "image folder",
+         "--device", "cuda", "--workers", str(available_cpus()), "--rounds", "3"], 40,
+         [*SMALL_BATCHES, "--sources", "in memory"]),
+    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 40,
          cuda_tests("new"), "cuda_tests_new"),
     Part("cuda_rest", "cuda_tests.py", [*cuda_tests("rest"), *WORKERS], None,
          cuda_tests("rest"), "cuda_tests_rest"),
