@@ -70,7 +70,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
             dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
             collate_fn=encoded_collate, drop_last=True,
         )  # fmt: skip
-        return DataPrefetcher(loader, device, decoder=decoder, dtype=None), len(dataset.classes)
+        return DataPrefetcher(loader, device, decoder=decoder), len(dataset.classes)
     if args.decode == "gpu":  # the workers read bytes; the GPU decodes and crops
         dataset = folder(args.data, decode=None)
         collate, decoder = encoded_collate, GPUDecoder(args.image_size, device=device)

@@ -204,7 +204,7 @@ def test_a_decoder_that_finishes_the_batch_is_not_normalised_twice():
     finishing = GPUDecoder(16, device="cpu", crop="center", mean=(0.5,) * 3, std=(0.25,) * 3,
                            dtype=torch.bfloat16, channels_last=True)  # fmt: skip
     plain = GPUDecoder(16, device="cpu", crop="center")
-    finished = list(DataPrefetcher(loader, "cpu", decoder=finishing, dtype=torch.float32))
+    finished = list(DataPrefetcher(loader, "cpu", decoder=finishing))
     reference = list(
         DataPrefetcher(
             loader,
@@ -221,6 +221,27 @@ def test_a_decoder_that_finishes_the_batch_is_not_normalised_twice():
         assert (a.float() - b.float()).abs().max() <= 1 / 255 / 0.25 + 2 * 2**-6  # a level, 2 ulps
     with pytest.raises(ValueError, match="already finishes the batch"):
         DataPrefetcher(loader, "cpu", decoder=finishing, mean=(0.5,) * 3, std=(0.25,) * 3)
+
+
+def test_a_finishing_decoder_owns_the_finish_and_the_prefetcher_says_so():
+    loader = FastLoader(EncodedPhotos(4), batch_size=4, collate_fn=encoded_collate, num_workers=0)
+    half = GPUDecoder(16, device="cpu", mean=(0.5,) * 3, std=(0.25,) * 3, dtype=torch.float16)
+    prefetcher = DataPrefetcher(loader, "cpu", decoder=half)
+    assert (prefetcher.dtype, prefetcher.channels_last) == (torch.float16, False)
+    assert "dtype=torch.float16" in repr(prefetcher) and "channels_last=False" in repr(prefetcher)
+    ((images, _),) = list(prefetcher)
+    assert images.dtype == torch.float16
+    assert DataPrefetcher(loader, "cpu", decoder=half, dtype=torch.float16).dtype == torch.float16
+    with pytest.raises(ValueError, match=r"dtype=torch.float32\) but its decoder finishes the "
+                       r"batch as torch.float16: give the dtype to the decoder alone"):  # fmt: skip
+        DataPrefetcher(loader, "cpu", decoder=half, dtype=torch.float32)
+    with pytest.raises(ValueError, match="channels_last=True\\) but its decoder finishes"):
+        DataPrefetcher(loader, "cpu", decoder=half, channels_last=True)
+    # a decoder that does not finish (uint8 out) leaves the finish to the prefetcher
+    plain = DataPrefetcher(loader, "cpu", decoder=GPUDecoder(16, device="cpu"))
+    ((images, _),) = list(plain)
+    assert plain.dtype == torch.float32 and images.dtype == torch.float32
+    assert DataPrefetcher(loader, "cpu").dtype == torch.float32
 
 
 def epochs_of(batches: DataPrefetcher, epochs: int, between=None) -> list[list[list[int]]]:

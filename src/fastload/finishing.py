@@ -6,11 +6,14 @@
   transform;
 - :class:`Finish`: the same finish as a fused kernel's parameters (GPUDecoder's);
 - :class:`FinishesImages`: what a decoder that finishes its batch says, so that
-  DataPrefetcher does not finish it twice.
+  DataPrefetcher does not finish it twice;
+- :func:`settle_finish`: the one rule for who finishes a prefetcher's images (a finishing
+  decoder, else the prefetcher's own arguments), disagreements refused.
 """
 
 from __future__ import annotations
 
+import enum
 import warnings
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -22,6 +25,7 @@ from fastload._checks import finite
 from fastload.buffers import BufferPool
 
 __all__ = [
+    "DecoderDtype",
     "Finish",
     "FinishesImages",
     "ImageFinisher",
@@ -29,6 +33,7 @@ __all__ = [
     "normalize",
     "normalize_coefficients",
     "normalize_into",
+    "settle_finish",
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -149,10 +154,50 @@ class Statistics:
 
 @runtime_checkable
 class FinishesImages(Protocol):
-    """A decoder whose batches come out finished (dtype, normalisation, layout):
-    DataPrefetcher leaves their image as it is."""
+    """A decoder whose batches come out finished (``finishes``: its ``dtype``, its
+    normalisation, ``channels_last`` or not): DataPrefetcher leaves their image as it is,
+    and its own ``dtype`` and ``channels_last`` are the decoder's."""
 
     finishes: bool
+    dtype: torch.dtype | None
+    channels_last: bool
+
+
+class DecoderDtype(enum.Enum):
+    """DataPrefetcher's default ``dtype``: float32, or the dtype of a decoder that
+    finishes its batches (which then owns the finish)."""
+
+    DEFAULT = "float32, or a finishing decoder's dtype"
+
+    def __repr__(self) -> str:
+        return f"<{self.value}>"
+
+
+def settle_finish(
+    decoder: object, dtype: torch.dtype | DecoderDtype | None, channels_last: bool
+) -> tuple[torch.dtype | None, bool, bool]:
+    """The image's ``(dtype, channels_last)`` out of a prefetcher, and whether
+    ``decoder`` finishes it (the prefetcher then leaves it alone).
+
+    A finishing decoder owns the finish: a ``dtype`` or ``channels_last=True`` given to
+    the prefetcher that says otherwise is refused rather than silently overridden.
+
+    Raises:
+        ValueError: the prefetcher's ``dtype`` or ``channels_last`` and the decoder's differ.
+    """
+    if not (isinstance(decoder, FinishesImages) and decoder.finishes):
+        return (torch.float32 if dtype is DecoderDtype.DEFAULT else dtype), channels_last, False
+    if dtype is not DecoderDtype.DEFAULT and dtype != decoder.dtype:
+        raise ValueError(
+            f"DataPrefetcher(dtype={dtype}) but its decoder finishes the batch as "
+            f"{decoder.dtype}: give the dtype to the decoder alone"
+        )
+    if channels_last and not decoder.channels_last:
+        raise ValueError(
+            "DataPrefetcher(channels_last=True) but its decoder finishes the batch "
+            "contiguous: give channels_last=True to the decoder alone"
+        )
+    return decoder.dtype, decoder.channels_last, True
 
 
 class Finish:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from fastload._checks import check_int
+from fastload.finishing import DecoderDtype
 from fastload.loader.accelerate_state import EpochEnd, epoch_end
 from fastload.loader.contracts import HandsOutRuns, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
@@ -51,8 +52,10 @@ class DataPrefetcher(LoaderProxy):
         statistics_scale: 255 for ``mean`` and ``std`` on the 0..255 scale, as in
             apex's recipe; a mean above 1 without it is refused.
         dtype: Floating dtype of the image (float32, float16, bfloat16), or None to
-            leave the image's dtype alone.
-        channels_last: Return 4-D images in ``torch.channels_last`` memory format.
+            leave the image's dtype alone. Default: float32; with a ``decoder`` that
+            finishes the batch, the decoder's (a different one given here is refused).
+        channels_last: Return 4-D images in ``torch.channels_last`` memory format (with
+            a finishing ``decoder``: as the decoder lays them out).
         transform: An ``nn.Module`` (say an ``nn.Sequential`` of ``fastload.gpu``
             modules) applied to the image batch on the device, before ``dtype`` and
             normalisation. When the batch holds masks, boxes or keypoints
@@ -87,7 +90,7 @@ class DataPrefetcher(LoaderProxy):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         statistics_scale: float = 1,
-        dtype: torch.dtype | None = torch.float32,
+        dtype: torch.dtype | DecoderDtype | None = DecoderDtype.DEFAULT,
         channels_last: bool = False,
         transform: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None,
         depth: int = 2,
@@ -100,8 +103,6 @@ class DataPrefetcher(LoaderProxy):
         self.device = default_device() if device is None else torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.dtype = dtype
-        self.channels_last = channels_last
         self.transform = transform
         self.depth = depth
         self.image = image
@@ -114,6 +115,8 @@ class DataPrefetcher(LoaderProxy):
             dtype=dtype, channels_last=channels_last, transform=transform, depth=depth,
             image=image, decoder=decoder, background=self.background,
         )  # fmt: skip
+        # The finish as it comes out: a finishing decoder's, else the arguments'.
+        self.dtype, self.channels_last = self._preparer.dtype, self._preparer.channels_last
         self._iterator: Iterator[Any] | None = None
         self._pending: collections.deque[Produced] = collections.deque()
         self._producer: Producer | None = None

@@ -24,7 +24,7 @@ from fastload.batches import Path, has_targets, image_leaf_path, map_tensors, wi
 from fastload.buffers import BufferPool
 from fastload.collate import EncodedBatch
 from fastload.decode.contracts import PlansDecode
-from fastload.finishing import FinishesImages, ImageFinisher
+from fastload.finishing import DecoderDtype, ImageFinisher, settle_finish
 from fastload.loader.contracts import KeyedSeedSource
 from fastload.loader.superbatch import RunPart
 from fastload.producer import Produced
@@ -58,7 +58,7 @@ class BatchPreparer:
         mean: Sequence[float] | None,
         std: Sequence[float] | None,
         statistics_scale: float,
-        dtype: torch.dtype | None,
+        dtype: torch.dtype | DecoderDtype | None,
         channels_last: bool,
         transform: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None,
         depth: int,
@@ -66,9 +66,11 @@ class BatchPreparer:
         decoder: Callable[[list[torch.Tensor]], torch.Tensor] | None,
         background: bool,
     ) -> None:
-        # A decoder that finishes the batch itself (GPUDecoder(..., dtype=...)): its
-        # output is not converted or normalised a second time.
-        self._decoded_finished = isinstance(decoder, FinishesImages) and decoder.finishes
+        # A decoder that finishes the batch itself (GPUDecoder(..., dtype=...)) owns the
+        # finish: its output is not converted or normalised a second time.
+        self.dtype, self.channels_last, self._decoded_finished = settle_finish(
+            decoder, dtype, channels_last
+        )
         if self._decoded_finished and mean is not None:
             raise ValueError(
                 "the decoder already finishes the batch (its dtype, mean and std): give "
@@ -76,7 +78,7 @@ class BatchPreparer:
             )
         # CPU buffers: the ones in flight, and yours
         self._finisher = ImageFinisher(
-            dtype, mean=mean, std=std, channels_last=channels_last,
+            self.dtype, mean=mean, std=std, channels_last=self.channels_last,
             buffers=BufferPool(size=depth + 2), statistics_scale=statistics_scale,
         )  # fmt: skip
         self.loader, self.device, self.background = loader, device, background
