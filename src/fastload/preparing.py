@@ -222,7 +222,7 @@ class BatchPreparer:
     def _on_side_stream(self) -> contextlib.AbstractContextManager[None]:
         if self.stream is None:
             # On the CPU, worker processes have the cores: intra-op threads would spin
-            # waiting for them (0.40 vs 0.18 CPU ms per image for the normalisation here).
+            # waiting for them (the prefetching guide gives the cost measured).
             # (Not from a producer thread: the setting is the process's, the training
             # thread's too.)
             workers = getattr(self.loader, "num_workers", 0)

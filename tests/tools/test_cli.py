@@ -31,7 +31,7 @@ def test_demo_prints_a_before_after_table_part_by_part_and_a_plot(capsys, tmp_pa
     workers = auto_num_workers()
     assert len(rows) == 2 and all(f"| {workers} workers, to cpu |" in row for row in rows)
     assert re.search(r"\| 1\.00x +\|$", rows[0])
-    assert "1.85x (README, benchmarks: cpu/peers)" in out  # the headline, for comparison
+    assert "the README's results table (benchmarks: cpu/peers)" in out  # where to compare
 
 
 def test_compare_loaders_reads_every_image_with_each_loader(tmp_path):

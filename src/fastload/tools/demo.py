@@ -43,9 +43,9 @@ class LoaderRun:
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CLASSIC = "classic: torchvision ImageFolder + PIL + DataLoader"
 HEADLINE = (
-    "The same comparison over 1,000 such JPEGs, 2 workers, batch 64, on the project's "
-    "2-core machine: 1.85x (README, benchmarks: cpu/peers). A small folder's epochs are "
-    "short, so the ratio here moves more between runs.\n"
+    "The same comparison over 1,000 such JPEGs, 2 workers, batch 64, as measured on the "
+    "project's 2-core machine: the README's results table (benchmarks: cpu/peers). A small "
+    "folder's epochs are short, so the ratio here moves more between runs.\n"
 )
 FASTLOAD = "fastload: ImageFolder + FastLoader + DataPrefetcher"
 
