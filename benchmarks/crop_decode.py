@@ -40,8 +40,8 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
 from benchmarks.lib.common import Row, describe, interleaved, plot, report, results_folder
 from benchmarks.lib.data import jpeg_folder
 from fastload.decode.opencv import decode_image
+from fastload.testing.synthetic import photo_like_image
 from fastload.tools.measure import Measurement
-from fastload.tools.synthetic import photo_like_image
 from fastload.transforms import RandomResizedCrop
 
 

@@ -48,8 +48,8 @@ from fastload.decode import opencv as decode_module
 from fastload.decode.gpu import GPUDecoder
 from fastload.decode.opencv import is_jpeg
 from fastload.jpeg import header_table
+from fastload.testing.synthetic import photo_like_image
 from fastload.tools.measure import Measurement
-from fastload.tools.synthetic import photo_like_image
 
 BUDGET_MS = 1.0  # per batch of 256, issue 48
 

@@ -125,13 +125,9 @@ def test_the_lmdb_errors_users_catch_are_exported():
 
 
 @pytest.mark.parametrize("name", ["s3server", "shapes"])
-def test_the_test_helpers_old_module_paths_work_for_one_release(name):
+def test_the_test_helpers_live_in_fastload_testing_alone(name):
     import importlib
-    import sys
 
-    sys.modules.pop(f"fastload.tools.{name}", None)
-    with pytest.warns(FutureWarning, match=rf"fastload\.tools\.{name} moved to fastload\.testing"):
-        old = importlib.import_module(f"fastload.tools.{name}")
-    new = importlib.import_module(f"fastload.testing.{name}")
-    assert old.__all__ == new.__all__
-    assert all(getattr(old, item) is getattr(new, item) for item in new.__all__)
+    assert importlib.import_module(f"fastload.testing.{name}").__all__
+    with pytest.raises(ModuleNotFoundError, match=rf"fastload\.tools\.{name}"):
+        importlib.import_module(f"fastload.tools.{name}")

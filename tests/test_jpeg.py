@@ -24,7 +24,7 @@ from fastload.jpeg import (
     jpeg_header,
     read_jpeg_header,
 )
-from fastload.tools.synthetic import photo_like_image
+from fastload.testing.synthetic import photo_like_image
 
 ORIENTATION = 0x0112
 

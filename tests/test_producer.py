@@ -25,7 +25,7 @@ from fastload import DataPrefetcher, FastLoader, gpu
 from fastload.collate import encoded_collate
 from fastload.decode import GPUDecoder
 from fastload.producer import Producer
-from fastload.tools.synthetic import photo_like_image
+from fastload.testing.synthetic import photo_like_image
 
 
 class EncodedPhotos(Dataset):

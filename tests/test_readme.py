@@ -138,7 +138,7 @@ def test_the_readmes_commands_after_make_demo_need_only_what_make_demo_installs(
     import subprocess
     import sys
 
-    from fastload.tools.synthetic import make_image_folder
+    from fastload.testing.synthetic import make_image_folder
 
     make_image_folder(tmp_path / "data" / "train", num_classes=2, images_per_class=32,
                       size=(64, 48))  # fmt: skip

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastload.decode.opencv import decode_image
-from fastload.tools.synthetic import photo_like_image
+from fastload.testing.synthetic import photo_like_image
 from fastload.transforms import DecodeRandomResizedCrop, RandomResizedCrop, crop_box
 
 

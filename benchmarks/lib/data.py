@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from fastload import make_image_folder, write_lmdb
-from fastload.tools.synthetic import photo_like_image
+from fastload.testing.synthetic import photo_like_image
 
 DATA = Path(__file__).resolve().parents[1] / ".data"  # benchmarks/.data
 DEFAULT_ROOT = DATA / "jpeg"

@@ -21,7 +21,7 @@ _EXPORTS = {
     "LMDBDataset": "fastload.lmdb",
     "write_lmdb": "fastload.lmdb",
     "auto_num_workers": "fastload.loader",
-    "make_image_folder": "fastload.tools.synthetic",
+    "make_image_folder": "fastload.testing.synthetic",
 }
 
 __all__ = [
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from fastload.lmdb import LMDBDataset, write_lmdb
     from fastload.loader import FastLoader, auto_num_workers
     from fastload.prefetch import DataPrefetcher
+    from fastload.testing.synthetic import make_image_folder
     from fastload.tools.diagnostics import diagnose, timed
-    from fastload.tools.synthetic import make_image_folder
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

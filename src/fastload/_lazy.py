@@ -4,7 +4,6 @@ use, so ``import fastload`` stays quick (PEP 562)."""
 from __future__ import annotations
 
 import importlib
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -16,22 +15,12 @@ def lazy_exports(
     exports: Mapping[str, str],
     namespace: dict[str, Any],
     listed: Iterable[str],
-    moved: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module-level ``__getattr__`` and ``__dir__`` of ``package``: ``exports`` maps a
     name to the module it is imported from, once, into ``namespace``; ``dir()`` lists
-    ``listed`` and the exports. ``moved`` maps an old name of ``package`` to its new
-    package: it still works, for one release, with a ``FutureWarning`` at each use."""
+    ``listed`` and the exports."""
 
     def __getattr__(name: str) -> Any:
-        if moved and name in moved:
-            warnings.warn(
-                f"{package}.{name} moved to {moved[name]}.{name}; the old name goes in the "
-                "next release",
-                FutureWarning,
-                stacklevel=2,
-            )
-            return getattr(importlib.import_module(moved[name]), name)
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ from fastload import DataPrefetcher, FastLoader, LMDBDataset, write_lmdb
 from fastload.collate import EncodedBatch, encoded_collate
 from fastload.decode import GPUDecoder
 from fastload.decode.opencv import ImageDecodeError, decode_image
-from fastload.tools.synthetic import photo_like_image
+from fastload.testing.synthetic import photo_like_image
 
 
 def encode(
@@ -332,14 +332,14 @@ def test_statistics_on_the_255_scale_finish_as_the_0_1_ones():
         GPUDecoder(24, device="cpu", mean=(0.5,), std=(0.2,), dtype=torch.float32)
 
 
-def test_the_old_name_in_fastload_gpu_still_works_for_one_release_and_says_where_it_went():
+def test_the_decoder_has_one_public_name():
     import fastload.decode
     import fastload.gpu
 
-    with pytest.warns(FutureWarning, match=r"moved to fastload\.decode\.GPUDecoder"):
-        old = fastload.gpu.GPUDecoder
-    assert old is fastload.decode.GPUDecoder is GPUDecoder
-    assert "GPUDecoder" not in fastload.gpu.__all__  # listed where it lives now
+    assert fastload.decode.GPUDecoder is GPUDecoder
+    missing = r"module 'fastload\.gpu' has no attribute 'GPUDecoder'"
+    with pytest.raises(AttributeError, match=missing):
+        fastload.gpu.GPUDecoder  # noqa: B018 (the attribute access is the test)
 
 
 def exif_jpeg(height: int, width: int, orientation: int, seed: int = 0, **options) -> torch.Tensor:

@@ -21,7 +21,7 @@ from fastload.decode import GPUDecoder, nvimgcodec
 from fastload.decode import opencv as decode_module
 from fastload.decode.opencv import ImageDecodeError, decode_image
 from fastload.jpeg import jpeg_header
-from fastload.tools.synthetic import photo_like_image
+from fastload.testing.synthetic import photo_like_image
 
 if not nvimgcodec.available():
     pytest.skip("needs NVIDIA nvImageCodec: pip install '.[nvimgcodec]'",

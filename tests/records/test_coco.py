@@ -17,8 +17,8 @@ from torchvision import tv_tensors
 
 from fastload.decode.opencv import decode_image
 from fastload.lmdb import LMDBDataset
+from fastload.testing.synthetic import photo_like_image
 from fastload.tools.cli import main
-from fastload.tools.synthetic import photo_like_image
 
 
 def write_jpeg(path, height, width, seed):

@@ -18,8 +18,8 @@ import pytest
 
 from fastload.shards import ShardedDataset
 from fastload.shards.index import INDEX, ShardIndexError
+from fastload.testing.synthetic import photo_like_image
 from fastload.tools.cli import main
-from fastload.tools.synthetic import photo_like_image
 
 
 def jpeg(seed: int) -> bytes:

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from fastload.loader import auto_num_workers
+from fastload.testing.synthetic import make_image_folder
 from fastload.tools.cli import main
 from fastload.tools.demo import compare_loaders
 from fastload.tools.measure import format_table, measure
-from fastload.tools.synthetic import make_image_folder
 
 
 def test_demo_prints_a_before_after_table_part_by_part_and_a_plot(capsys, tmp_path):

@@ -6,8 +6,7 @@ unless ``same_on_batch=True``. The kernels the modules call are in
 :mod:`fastload.gpu.functional`.
 
 The modules load on first use of a name, so that importing one submodule does not load
-them all. ``fastload.decode.GPUDecoder`` is the old name of
-:class:`fastload.decode.GPUDecoder`, kept for one release.
+them all. (GPU decoding is :class:`fastload.decode.GPUDecoder`.)
 """
 
 from __future__ import annotations
@@ -129,7 +128,4 @@ if TYPE_CHECKING:
     from fastload.gpu.warp import ElasticTransform, RandomPerspective
 
 
-#: Old names, still working for one release: where each went.
-_MOVED = {"GPUDecoder": "fastload.decode"}  # its home until decoding got its own package
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__, moved=_MOVED)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from fastload.testing.processes import free_port, stop, wait_until_it_answers
-from fastload.testing.proxy import FaultyProxy  # noqa: F401 (its old home)
 
 __all__ = ["LocalS3", "swift_installed"]
 

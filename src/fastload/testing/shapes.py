@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
-from fastload.tools.synthetic import photo_like_image
+from fastload.testing.synthetic import photo_like_image
 
 __all__ = ["ShapesDetection"]
 

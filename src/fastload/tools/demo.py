@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 
 from fastload.loader import FastLoader, auto_num_workers
 from fastload.system import default_device
+from fastload.testing.synthetic import make_image_folder
 from fastload.tools.measure import Measurement, format_table, measure
-from fastload.tools.synthetic import make_image_folder
 
 if TYPE_CHECKING:
     from torchvision.datasets import ImageFolder
