@@ -109,3 +109,13 @@ def test_no_module_is_over_400_lines():
         name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 400
     }
     assert long == {}
+
+
+def test_per_sample_seeds_have_one_home():
+    """The hash's constants and the seeds' context variables live in ``fastload.seeds``
+    alone; others import them."""
+    homes = sorted(
+        name for name, path in MODULES.items()
+        if any(mark in path.read_text() for mark in ("ContextVar(", "0xBF58476D1CE4E5B9"))
+    )  # fmt: skip
+    assert homes == ["fastload.seeds"]

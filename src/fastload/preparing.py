@@ -207,7 +207,7 @@ class BatchPreparer:
 
     @staticmethod
     def _seed_draws(seeds: Any) -> Any:
-        from fastload.gpu.keyed import seed_draws
+        from fastload.seeds import seed_draws
 
         return seed_draws(seeds)
 
@@ -215,7 +215,7 @@ class BatchPreparer:
     def _keyed_draws(draws: Any) -> contextlib.AbstractContextManager[None]:
         if draws is None:
             return contextlib.nullcontext()
-        from fastload.gpu.keyed import sample_seeds
+        from fastload.seeds import sample_seeds
 
         return sample_seeds(draws)
 

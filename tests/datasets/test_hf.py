@@ -19,8 +19,11 @@ datasets = pytest.importorskip("datasets")
 from fastload import FastLoader, make_image_folder  # noqa: E402
 from fastload.datasets import HFImageDataset, from_hf  # noqa: E402
 from fastload.decode.opencv import ImageDecodeError, decode_image  # noqa: E402
-from fastload.loader.seeding import sample_seed  # noqa: E402
-from fastload.row_seeds import loading_seeds, seed_generators  # noqa: E402
+from fastload.seeds import (  # noqa: E402
+    loading_seeds,
+    sample_seed,
+    seed_generators,
+)
 from fastload.transforms import DecodeRandomResizedCrop  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from common_utils import cpu_and_cuda
 from fastload import gpu
-from fastload.gpu.keyed import keyed_normal, keyed_uniform
+from fastload.seeds import keyed_normal, keyed_uniform
 from gpu_cases import MODULES, images
 
 #: What is drawn once per batch: ColorJitter's order of operations, AugMix's Dirichlet
@@ -101,8 +101,7 @@ def test_each_row_depends_on_its_seed_alone(seeds):
 
 @given(values=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=16))
 def test_the_device_hash_is_splitmix64(values):
-    from fastload.gpu.keyed import _mix, _signed
-    from fastload.hashing import splitmix64
+    from fastload.seeds import _mix, _signed, splitmix64
 
     mixed = _mix(torch.tensor([_signed(v) for v in values], dtype=torch.int64))
     assert mixed.tolist() == [_signed(splitmix64(v)) for v in values]

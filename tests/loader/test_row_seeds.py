@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from torch.utils.data import Dataset, Subset
 
 from fastload import FastLoader
-from fastload.loader.seeding import fetches_batches, keyed_seeds, sample_seed
-from fastload.row_seeds import batch_seed, current_seeds, seeded_rows
+from fastload.loader.seeding import fetches_batches
+from fastload.seeds import batch_seed, current_seeds, keyed_seeds, sample_seed, seeded_rows
 
 
 def draws() -> list[float]:
@@ -175,7 +175,7 @@ def test_a_failing_batch_call_names_its_indices():
 
 
 def test_seeded_rows_refuses_a_count_that_is_not_the_batchs():
-    from fastload.row_seeds import loading_seeds
+    from fastload.seeds import loading_seeds
 
     with loading_seeds([1, 2, 3]), pytest.raises(ValueError, match="2 rows for a batch of 3"):
         list(seeded_rows(2))

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import FastLoader, make_image_folder
-from fastload.hashing import splitmix64
+from fastload.seeds import splitmix64
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 
 

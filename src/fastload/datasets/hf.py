@@ -16,7 +16,7 @@ from fastload.datasets.hf_rows import (
     require_datasets,
 )
 from fastload.decode.opencv import DecodeMode, decoded_size
-from fastload.row_seeds import seeded_rows
+from fastload.seeds import seeded_rows
 
 __all__ = ["HFImageDataset", "from_hf"]
 

@@ -33,7 +33,7 @@ _EXPORTS = {
     "RandomResizedCrop": "fastload.gpu.geometric",
     "RandomVerticalFlip": "fastload.gpu.geometric",
     "Resize": "fastload.gpu.geometric",
-    "sample_seeds": "fastload.gpu.keyed",
+    "sample_seeds": "fastload.seeds",
     "CutMix": "fastload.gpu.mix",
     "MixUp": "fastload.gpu.mix",
     "GaussianNoise": "fastload.gpu.pixel",
@@ -107,7 +107,6 @@ if TYPE_CHECKING:
         RandomVerticalFlip,
         Resize,
     )
-    from fastload.gpu.keyed import sample_seeds
     from fastload.gpu.mix import CutMix, MixUp
     from fastload.gpu.pixel import (
         GaussianNoise,
@@ -126,6 +125,7 @@ if TYPE_CHECKING:
     )
     from fastload.gpu.targets import SanitizeBoundingBoxes
     from fastload.gpu.warp import ElasticTransform, RandomPerspective
+    from fastload.seeds import sample_seeds
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

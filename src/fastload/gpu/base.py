@@ -23,8 +23,8 @@ from torchvision import tv_tensors
 
 from fastload._checks import check_probability
 from fastload.batches import has_targets
-from fastload.gpu.keyed import keyed, keyed_generator, keyed_normal, keyed_uniform
 from fastload.gpu.targets import join, split
+from fastload.seeds import keyed, keyed_generator, keyed_normal, keyed_uniform
 
 __all__ = ["BatchTransform", "Params"]
 

@@ -21,7 +21,7 @@ from fastload.records.format import (
     unpack_record,
 )
 from fastload.records.targets import fields_target
-from fastload.row_seeds import seeded_rows
+from fastload.seeds import seeded_rows
 
 __all__ = ["LMDBDataset"]
 

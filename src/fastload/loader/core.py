@@ -39,11 +39,12 @@ from fastload.loader.resume import (
     order_generators,
     restore_sampler_epochs,
 )
-from fastload.loader.seeding import SeededSamples, keyed_seeds, seeded_order
+from fastload.loader.seeding import SeededSamples, seeded_order
 from fastload.loader.state import current_state, loader_identity, resume_point
 from fastload.loader.superbatch import plan_super_batches
 from fastload.loader.tuning import tune_loader
 from fastload.loader.workers import SendableBatch, WorkerInit, unsendable_reason
+from fastload.seeds import keyed_seeds
 
 __all__ = ["FastLoader"]
 

@@ -1,59 +1,31 @@
 """Randomness keyed by sample: with a ``seed``, each sample is loaded with Python's,
 NumPy's and torch's generators seeded from ``(seed, epoch, index)`` (:class:`SeededSamples`,
 in whichever process loads it), so a sample's augmentation draws do not depend on the
-worker, the worker count or the world size. :func:`keyed_seeds` gives the same keys to
-the GPU transforms (``fastload.gpu.sample_seeds``).
+worker, the worker count or the world size (the rule: :mod:`fastload.seeds`, which gives
+the same keys to the GPU transforms).
 
 A dataset that fetches a batch itself (``__getitems__``: LMDBDataset, a Hugging Face
 ``Dataset``) is still called once per batch: the call sees its rows' seeds through
-:mod:`fastload.row_seeds`, and one that seeds row by row (``seeded_rows``) draws exactly
+:mod:`fastload.seeds`, and one that seeds row by row (``seeded_rows``) draws exactly
 as if loaded one sample at a time; one that does not draws from a seed of the batch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import random
-from collections.abc import Iterator, Sequence, Sized
+from collections.abc import Iterator, Sized
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, RandomSampler, Subset, get_worker_info
 
-from fastload.hashing import GOLDEN, splitmix64, splitmix64_array
 from fastload.loader.errors import fetch_batch, note_failure
 from fastload.loader.proxy import DatasetProxy
-from fastload.row_seeds import batch_seed, loading_seeds, seed_generators
+from fastload.seeds import batch_seed, keyed_seeds, loading_seeds, sample_seed, seed_generators
 
-__all__ = ["SeededSamples", "fetches_batches", "keyed_seeds", "sample_seed", "seeded_order"]
-
-
-@functools.lru_cache(maxsize=16)
-def _epoch_keys(seed: int, epoch: int) -> tuple[int, int]:
-    first, second = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint64)
-    return int(first), int(second)
-
-
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """The 63-bit seed of sample ``index`` in ``epoch``: a function of the three alone
-    (splitmix64 of the index, keyed by the ``(seed, epoch)`` pair)."""
-    add, xor = _epoch_keys(seed, epoch)
-    return (splitmix64(index * GOLDEN + add) ^ xor) >> 1
-
-
-def keyed_seeds(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray:
-    """:func:`sample_seed` of each index, as an int64 array.
-
-    Example:
-        >>> int(keyed_seeds(1234, 0, [5, 6])[1]) == sample_seed(1234, 0, 6)
-        True
-    """
-    add, xor = _epoch_keys(seed, epoch)
-    keys = np.asarray(indices, dtype=np.int64).astype(np.uint64) * np.uint64(GOLDEN)
-    mixed = splitmix64_array(keys + np.uint64(add)) ^ np.uint64(xor)
-    return (mixed >> np.uint64(1)).astype(np.int64)
+__all__ = ["SeededSamples", "fetches_batches", "seeded_order"]
 
 
 @contextlib.contextmanager
@@ -90,7 +62,7 @@ class SeededSamples(DatasetProxy):
     ``(seed, epoch, index)``, so that the sample's augmentation draws are its own.
 
     A dataset with a batched fetch of its own is called once per batch, its rows' seeds
-    in :func:`fastload.row_seeds.current_seeds`. In the main process (``num_workers=0``)
+    in :func:`fastload.seeds.current_seeds`. In the main process (``num_workers=0``)
     the training loop's generators are put back after each batch. A plain index loads
     the sample unseeded. Other attributes are the wrapped dataset's.
     """

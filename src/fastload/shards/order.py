@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from fastload._checks import check_int
-from fastload.hashing import splitmix64
+from fastload.seeds import splitmix64
 from fastload.shards.dataset import ShardedDataset
 from fastload.shards.prefetcher import ShardPrefetcher
 

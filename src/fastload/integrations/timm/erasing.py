@@ -19,7 +19,7 @@ from fastload._checks import check_int, pair
 from fastload.boxes import TRIES
 from fastload.gpu.base import BatchTransform, Params
 from fastload.gpu.functional import box_mask
-from fastload.gpu.keyed import keyed
+from fastload.seeds import keyed
 
 __all__ = ["RandomErasing"]
 
