@@ -27,7 +27,6 @@ from fastload.loader.defaults import (
     choose_defaults,
     choose_fetch,
     describe_choices,
-    describe_loader,
 )
 from fastload.loader.exit import end_workers_at_exit, shut_down
 from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
@@ -396,4 +395,25 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             sampler.set_epoch(self._epoch)
 
     def __repr__(self) -> str:
-        return describe_loader(self)
+        """Its settings, its sampler (one that says what it does, as ``ShardShuffle``'s
+        ``drop_last``, by its own ``repr``), and what it chose and why."""
+        view = self.dataset if isinstance(self.dataset, DatasetView) else None
+        sampler = self.sampler
+        fields = {
+            "dataset": type(self.dataset if view is None else view.dataset).__name__,
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers,
+            "prefetch_factor": self.prefetch_factor,
+            "sampler": (
+                repr(sampler) if type(sampler).__repr__ is not object.__repr__
+                else type(sampler).__name__
+            ),
+            "drop_last": self.drop_last,
+            "batched_fetch": view is not None,
+            "super_batches": self.super_batches,
+        }  # fmt: skip
+        body = ", ".join(f"{key}={value}" for key, value in fields.items())
+        why = f"\n  chosen: {describe_choices(self)}" if self.choices else ""
+        return f"{type(self).__name__}({body}){why}"

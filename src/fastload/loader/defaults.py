@@ -274,31 +274,3 @@ def describe_choices(loader: DataLoader[Any]) -> str:
     }
     choices: dict[str, str] = getattr(loader, "choices", {})
     return ", ".join(f"{name}={values[name]} ({why})" for name, why in choices.items())
-
-
-def describe_loader(loader: DataLoader[Any]) -> str:
-    """A FastLoader's ``repr``: its settings, its sampler (one that says what it does, as
-    ``ShardShuffle``'s ``drop_last``, by its own ``repr``), and what it chose and why."""
-    from fastload.loader.fetch import DatasetView  # the batched path's view of the data
-
-    view = loader.dataset if isinstance(loader.dataset, DatasetView) else None
-    dataset = loader.dataset if view is None else view.dataset
-    sampler = loader.sampler
-    fields = {
-        "dataset": type(dataset).__name__,
-        "batch_size": loader.batch_size,
-        "num_workers": loader.num_workers,
-        "pin_memory": loader.pin_memory,
-        "persistent_workers": loader.persistent_workers,
-        "prefetch_factor": loader.prefetch_factor,
-        "sampler": (
-            repr(sampler) if type(sampler).__repr__ is not object.__repr__
-            else type(sampler).__name__
-        ),
-        "drop_last": loader.drop_last,
-        "batched_fetch": view is not None,
-        "super_batches": getattr(loader, "super_batches", False),
-    }  # fmt: skip
-    body = ", ".join(f"{key}={value}" for key, value in fields.items())
-    why = f"\n  chosen: {describe_choices(loader)}" if getattr(loader, "choices", None) else ""
-    return f"{type(loader).__name__}({body}){why}"
