@@ -10,7 +10,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from fastload.tools import arguments, commands
 
@@ -39,34 +39,78 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``fastload`` command line: one function per subcommand below, the options two
+    of them share defined once (:func:`_add_source`, :func:`_add_batch_options`)."""
     parser = _Parser(prog="fastload", description="Keep the GPU fed.")
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what fastload chooses")
     subcommands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_demo, _convert, _info, _index, _verify, _diagnose, _bench):
+        add(subcommands)
+    return parser
 
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[_Parser]"
+
+
+def _add_source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "database",
+        type=arguments.source,
+        help="an LMDB file, a shard folder, s3://, gs://, az://, https://...",
+    )
+
+
+def _add_batch_options(parser: argparse.ArgumentParser) -> None:
+    """The data a measuring command reads, and the batches it makes of it."""
+    parser.add_argument("data", type=Path, help="image folder or LMDB file")
+    parser.add_argument(
+        "--batch-size",
+        type=arguments.positive,
+        default=64,
+        help="images per batch, as your training uses (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=arguments.positive,
+        default=224,
+        help="side of the random resized crop (default: %(default)s)",
+    )
+
+
+def _demo(subcommands: Subcommands) -> None:
     demo = subcommands.add_parser(
         "demo", help="compare DataLoader and FastLoader on generated JPEGs"
     )
     demo.add_argument(
-        "--images-per-class", type=arguments.positive, default=16,
+        "--images-per-class",
+        type=arguments.positive,
+        default=16,
         help="generated JPEGs per class, 8 classes (default: %(default)s)",
-    )  # fmt: skip
+    )
     demo.add_argument(
-        "--repeats", type=arguments.positive, default=3,
+        "--repeats",
+        type=arguments.positive,
+        default=3,
         help="timed epochs of each pipeline, after a warm-up (default: %(default)s)",
-    )  # fmt: skip
+    )
     demo.add_argument(
-        "--plot", type=arguments.plot, default="fastload-demo.png",
+        "--plot",
+        type=arguments.plot,
+        default="fastload-demo.png",
         help="PNG of the training loop's wait and step per iteration (default: %(default)s)",
-    )  # fmt: skip
+    )
     demo.set_defaults(run=commands.demo)
 
+
+def _convert(subcommands: Subcommands) -> None:
     convert = subcommands.add_parser("convert", help="write an image folder into one LMDB file")
     convert.add_argument(
-        "source", type=Path,
+        "source",
+        type=Path,
         help="image folder: one sub-folder per class, or the images of --annotations/--masks; "
         "hf:PATH for a Hugging Face set saved with save_to_disk",
-    )  # fmt: skip
+    )
     convert.add_argument(
         "destination",
         help="database file to create (with --shards: a folder, s3://, gs:// or az://bucket/prefix)",
@@ -89,34 +133,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     targets = convert.add_mutually_exclusive_group()
     targets.add_argument(
-        "--annotations", type=Path, metavar="JSON",
+        "--annotations",
+        type=Path,
+        metavar="JSON",
         help="COCO-style instances JSON: store boxes, labels, iscrowd, area, image_id",
-    )  # fmt: skip
+    )
     targets.add_argument(
-        "--masks", type=Path, metavar="DIR",
+        "--masks",
+        type=Path,
+        metavar="DIR",
         help="folder of PNG class masks, same relative paths as the images: store mask",
-    )  # fmt: skip
+    )
     convert.add_argument(
-        "--instance-masks", action="store_true",
+        "--instance-masks",
+        action="store_true",
         help="with --annotations: also each object's mask (needs pycocotools)",
-    )  # fmt: skip
+    )
     convert.add_argument(
-        "--shards", action="store_true",
+        "--shards",
+        action="store_true",
         help="write tar shards (WebDataset layout) and an index into the folder DEST",
-    )  # fmt: skip
+    )
     convert.add_argument(
-        "--shard-size", type=arguments.byte_size, default=256 << 20, metavar="SIZE",
+        "--shard-size",
+        type=arguments.byte_size,
+        default=256 << 20,
+        metavar="SIZE",
         help="with --shards: bytes per shard (default 256MB)",
-    )  # fmt: skip
+    )
     convert.add_argument(
-        "--ray", action="store_true",
+        "--ray",
+        action="store_true",
         help="with --shards: spread the conversion over a Ray cluster (RAY_ADDRESS, or local)",
-    )  # fmt: skip
+    )
     convert.add_argument(
-        "--captions", action="store_true",
+        "--captions",
+        action="store_true",
         help="with --shards: image-text pairs, SOURCE a folder of images with a .txt beside "
         "each, or a .csv/.jsonl of path and caption",
-    )  # fmt: skip
+    )
     convert.add_argument(
         "--hf-split", metavar="NAME", help="with hf:PATH: the split of a DatasetDict"
     )
@@ -124,98 +179,100 @@ def build_parser() -> argparse.ArgumentParser:
         "--hf-image", metavar="COLUMN", help="with hf:PATH: the Image column (default: image)"
     )
     convert.add_argument(
-        "--hf-label", metavar="COLUMN",
+        "--hf-label",
+        metavar="COLUMN",
         help="with hf:PATH: the label or COCO-style objects column, or none (default: label, "
         "labels or objects, the first there is)",
-    )  # fmt: skip
+    )
     convert.set_defaults(run=commands.convert)
 
+
+def _info(subcommands: Subcommands) -> None:
     info = subcommands.add_parser("info", help="print a database's or shard set's metadata")
-    info.add_argument(
-        "database",
-        type=arguments.source,
-        help="an LMDB file, a shard folder, s3://, gs://, az://, https://...",
-    )
+    _add_source(info)
     info.set_defaults(run=commands.info)
 
+
+def _index(subcommands: Subcommands) -> None:
     index = subcommands.add_parser(
         "index", help="write index.json beside WebDataset shards (*.tar), read once by all"
     )
     index.add_argument("folder", type=Path, help="a folder of WebDataset .tar shards")
     index.add_argument(
-        "--upgrade", action="store_true",
+        "--upgrade",
+        action="store_true",
         help="convert the folder's index of version 1 or 2 (members inline) to version 3 "
         "(a member table per shard, written first; index.json replaced last) (default: off)",
-    )  # fmt: skip
+    )
     index.set_defaults(run=commands.index)
 
+
+def _verify(subcommands: Subcommands) -> None:
     verify = subcommands.add_parser(
         "verify", help="read, check and decode every record (shard sets: hashes and samples)"
     )
-    verify.add_argument(
-        "database",
-        type=arguments.source,
-        help="an LMDB file, a shard folder, s3://, gs://, az://, https://...",
-    )
+    _add_source(verify)
     verify.set_defaults(run=commands.verify)
 
+
+def _diagnose(subcommands: Subcommands) -> None:
     diagnose = subcommands.add_parser(
         "diagnose", help="is data loading the bottleneck? step vs loader vs real loop"
     )
-    diagnose.add_argument("data", type=Path, help="image folder or LMDB file")
+    _add_batch_options(diagnose)
     diagnose.add_argument(
-        "--batch-size", type=arguments.positive, default=64,
-        help="images per batch, as your training uses (default: %(default)s)",
-    )  # fmt: skip
-    diagnose.add_argument(
-        "--image-size", type=arguments.positive, default=224,
-        help="side of the random resized crop (default: %(default)s)",
-    )  # fmt: skip
-    diagnose.add_argument(
-        "--seconds", type=arguments.positive_float, default=60,
+        "--seconds",
+        type=arguments.positive_float,
+        default=60,
         help="about how long the three measurements take together (default: %(default)s)",
-    )  # fmt: skip
+    )
     diagnose.add_argument(
-        "--batches", type=arguments.positive, default=100,
+        "--batches",
+        type=arguments.positive,
+        default=100,
         help="timed batches of each measurement, at most (default: %(default)s)",
-    )  # fmt: skip
+    )
     diagnose.add_argument(
-        "--warmup", type=arguments.non_negative, default=3,
+        "--warmup",
+        type=arguments.non_negative,
+        default=3,
         help="untimed batches before each measurement (default: %(default)s)",
-    )  # fmt: skip
+    )
     diagnose.add_argument(
-        "--workers", type=arguments.num_workers, default="auto",
+        "--workers",
+        type=arguments.num_workers,
+        default="auto",
         help="loader workers: a number, auto or tune (default: %(default)s)",
-    )  # fmt: skip
+    )
     diagnose.add_argument(
-        "--model", type=arguments.model, default="resnet18",
+        "--model",
+        type=arguments.model,
+        default="resnet18",
         help="the torchvision model the step trains, or none to time the loading alone "
         "(default: %(default)s)",
-    )  # fmt: skip
+    )
     diagnose.add_argument("--json", action="store_true", help="print the report as JSON")
     diagnose.add_argument(
         "--plot", type=arguments.plot, help="PNG of each iteration's wait and step"
     )
     diagnose.set_defaults(run=commands.diagnose)
 
+
+def _bench(subcommands: Subcommands) -> None:
     bench = subcommands.add_parser("bench", help="throughput over worker counts and prefetch depth")
-    bench.add_argument("data", type=Path, help="image folder or LMDB file")
+    _add_batch_options(bench)
     bench.add_argument(
-        "--batch-size", type=arguments.positive, default=64,
-        help="images per batch (default: %(default)s)",
-    )  # fmt: skip
-    bench.add_argument(
-        "--image-size", type=arguments.positive, default=224,
-        help="side of the random resized crop (default: %(default)s)",
-    )  # fmt: skip
-    bench.add_argument(
-        "--batches", type=arguments.positive, default=10,
+        "--batches",
+        type=arguments.positive,
+        default=10,
         help="timed batches per setting (default: %(default)s)",
-    )  # fmt: skip
+    )
     bench.add_argument(
-        "--workers", type=arguments.int_list(0), default=None,
+        "--workers",
+        type=arguments.int_list(0),
+        default=None,
         help="comma-separated counts (default 0..CPUs)",
-    )  # fmt: skip
+    )
     bench.add_argument(
         "--prefetch",
         type=arguments.int_list(1),
@@ -224,7 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--plot", type=arguments.plot, help="PNG of throughput vs workers")
     bench.set_defaults(run=commands.bench)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
