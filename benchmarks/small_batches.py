@@ -141,13 +141,14 @@ def loaders(source: Source, batch_size: int, args: argparse.Namespace) -> dict[s
 Step = Callable[[torch.Tensor], None]
 
 
-def srcnn_step(device: torch.device) -> Step:
+def srcnn_step(device: torch.device, width: int = 64) -> Step:
     """One training step of SRCNN on a float image batch (0..1) on ``device``: restore the
-    batch from its 2x-downscaled copy (mean squared error, SGD)."""
+    batch from its 2x-downscaled copy (mean squared error, SGD). ``width``: the first
+    layer's channels (64 in the paper; ``--smoke`` takes 8)."""
     model = nn.Sequential(
-        nn.Conv2d(3, 64, 9, padding=4), nn.ReLU(inplace=True),
-        nn.Conv2d(64, 32, 5, padding=2), nn.ReLU(inplace=True),
-        nn.Conv2d(32, 3, 5, padding=2),
+        nn.Conv2d(3, width, 9, padding=4), nn.ReLU(inplace=True),
+        nn.Conv2d(width, width // 2, 5, padding=2), nn.ReLU(inplace=True),
+        nn.Conv2d(width // 2, 3, 5, padding=2),
     ).to(device)  # fmt: skip
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
@@ -225,7 +226,7 @@ def measure_source(
     before the next source's start."""
     samples = len(source.ours)  # type: ignore[arg-type]
     device = torch.device(args.device)
-    step = srcnn_step(device) if args.step == "srcnn" else None
+    step = srcnn_step(device, 8 if args.smoke else 64) if args.step == "srcnn" else None
     variants = {}
     for batch_size in args.batch_sizes:
         epochs = epochs_per_run(samples, batch_size, args.min_batches, args.min_images)
@@ -315,7 +316,9 @@ def plot_rates(result: Path, rows: list[Row]) -> Path:
     """Images/s against batch size, a panel per source, a line per loader."""
     plt = pyplot()
     source_names = list(dict.fromkeys(row.name.partition(", batch ")[0] for row in rows))
-    fig, axes = plt.subplots(1, len(source_names), figsize=(4.2 * len(source_names), 3.8))
+    fig, grid = plt.subplots(1, len(source_names), figsize=(4.2 * len(source_names), 3.8),
+                             squeeze=False)  # fmt: skip
+    axes = grid[0]
     by_name = {row.name: row for row in rows}
     for ax, source in zip(axes, source_names, strict=True):
         for loader in (*LOADERS, ALONE):
