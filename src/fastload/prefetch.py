@@ -356,14 +356,14 @@ class _WithRuns:
 
     def __init__(self, batches: Iterator[Any]) -> None:
         self.batches = batches
-        self._says = isinstance(batches, HandsOutRuns)
+        self._runs = batches if isinstance(batches, HandsOutRuns) else None
 
     def __iter__(self) -> _WithRuns:
         return self
 
     def __next__(self) -> tuple[Any, RunPart | None]:
         batch = next(self.batches)
-        return batch, self.batches.handed_run if self._says else None  # type: ignore[attr-defined]
+        return batch, None if self._runs is None else self._runs.handed_run
 
 
 class _Pass:
