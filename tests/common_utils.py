@@ -8,8 +8,9 @@ import runpy
 import signal
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,3 +77,18 @@ KILLED_CONVERSION = textwrap.dedent(
                  storage_options=options)
     """
 )
+
+
+def resumed_rest(make: Callable[[], Any], taken: int) -> tuple[list, list]:
+    """The batches after the first ``taken`` of an epoch of ``make()`` (a FastLoader or a
+    DataPrefetcher), as it goes on, and as a fresh one resumed from the state saved there
+    gives them."""
+    loader = make()
+    batches = iter(loader)
+    for _ in range(taken):
+        next(batches)
+    state = loader.state_dict()
+    rest = list(batches)
+    resumed = make()
+    resumed.load_state_dict(state)
+    return rest, list(resumed)

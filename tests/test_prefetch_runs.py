@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import Dataset
 
-from common_utils import cpu_and_cuda
+from common_utils import cpu_and_cuda, resumed_rest
 from fastload import DataPrefetcher, FastLoader, gpu
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -139,14 +139,6 @@ def test_a_state_saved_inside_a_run_resumes_at_the_next_batch(taken):
         loader = FastLoader(Pictures(40), batch_size=3, shuffle=True, seed=2, super_batches=True)
         return DataPrefetcher(loader, "cpu", transform=gpu.RandomHorizontalFlip())
 
-    prefetcher = make()
-    batches = iter(prefetcher)
-    for _ in range(taken):
-        next(batches)
-    state = prefetcher.state_dict()
-    rest = list(batches)
-    resumed = make()
-    resumed.load_state_dict(state)
-    again = list(resumed)
+    rest, again = resumed_rest(make, taken)
     assert len(again) == len(rest) == 14 - taken
     assert_same(again, rest)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
+from common_utils import resumed_rest
 from fastload import FastLoader
 from fastload.loader.superbatch import GROUP_SAMPLES, Grouping, Mode
 
@@ -180,20 +181,6 @@ def test_samples_that_differ_are_collated_batch_by_batch():
 
 
 # --- resume ---------------------------------------------------------------------------------
-
-
-def resumed_rest(make, taken: int) -> tuple[list, list]:
-    """The batches after the first ``taken`` of an epoch, as the loader goes on, and as
-    a loader resumed from the state saved there gives them."""
-    loader = make()
-    batches = iter(loader)
-    for _ in range(taken):
-        next(batches)
-    state = loader.state_dict()
-    rest = list(batches)
-    resumed = make()
-    resumed.load_state_dict(state)
-    return rest, list(resumed)
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8])
