@@ -22,6 +22,7 @@ from fastload.loader.contracts import BatchConsumer
 from fastload.loader.defaults import (
     AUTO,
     TUNE,
+    Defaults,
     Machine,
     check_num_workers,
     choose_defaults,
@@ -52,6 +53,60 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 logger = logging.getLogger(__name__)
+
+
+def _generator_of(
+    seed: int | None, generator: torch.Generator | None, options: dict[str, Any]
+) -> torch.Generator | None:
+    """The generator of the sampler's draws: with ``seed`` (checked), one seeded from it
+    unless the user gave their own."""
+    if seed is None:
+        return generator
+    check_int(seed, "seed", low=0, high=2**63 - 1)
+    if options.get("in_order") is False:
+        raise ValueError("seed needs in_order=True: a batch's seeds follow its order")
+    return torch.Generator().manual_seed(seed) if generator is None else generator
+
+
+def _as_given(
+    dataset: Dataset[Any],
+    collate_fn: Callable[[list[Any]], Any] | None,
+    worker_init_fn: Callable[[int], None] | None,
+) -> tuple[Dataset[Any], Callable[[list[Any]], Any] | None, Callable[[int], None] | None]:
+    """The user's own arguments where a FastLoader is re-created from another's attributes
+    (as Lightning does): its dataset, collate and worker_init_fn unwrapped."""
+    if isinstance(dataset, (DatasetView, SeededSamples)):
+        dataset = dataset.dataset
+    if collate_fn is passthrough_collate:
+        collate_fn = None
+    if isinstance(worker_init_fn, WorkerInit):
+        worker_init_fn = worker_init_fn.user_fn
+    return dataset, collate_fn, worker_init_fn
+
+
+def _data_view(
+    dataset: Dataset[Any],
+    collate_fn: Callable[[list[Any]], Any] | None,
+    *,
+    iterable: bool,
+    seed: int | None,
+    collates: bool,
+) -> tuple[Dataset[Any], Callable[[list[Any]], Any] | None, bool, bool]:
+    """What DataLoader reads, and with which collate: in-memory tensors through the
+    batched fetch's view, a seeded dataset through the keyed wrapper, else the dataset;
+    and whether each of the two applies."""
+    in_memory, keyed = choose_fetch(
+        iterable=iterable,
+        tensor_dataset=tensor_source(dataset) is not None,
+        collate_fn_given=collate_fn is not None,
+        collates=collates,
+        seeded=seed is not None,
+    )
+    if in_memory:
+        return DatasetView(dataset), passthrough_collate, in_memory, keyed
+    if keyed:
+        return SeededSamples(dataset, seed), collate_fn, in_memory, keyed  # type: ignore[arg-type]
+    return dataset, collate_fn, in_memory, keyed
 
 
 class FastLoader(PreparedByItself, DataLoader[T_co]):
@@ -125,33 +180,13 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         **kwargs: Any,
     ) -> None:
         check_num_workers(num_workers)
-        if seed is not None:
-            check_int(seed, "seed", low=0, high=2**63 - 1)
-            if kwargs.get("in_order") is False:
-                raise ValueError("seed needs in_order=True: a batch's seeds follow its order")
-            if generator is None:
-                generator = torch.Generator().manual_seed(seed)
-        # Re-created from a FastLoader's attributes (Lightning's): the user's arguments.
-        if isinstance(dataset, (DatasetView, SeededSamples)):
-            dataset = dataset.dataset
-        if collate_fn is passthrough_collate:
-            collate_fn = None
-        if isinstance(worker_init_fn, WorkerInit):
-            worker_init_fn = worker_init_fn.user_fn
-
+        generator = _generator_of(seed, generator, kwargs)
+        dataset, collate_fn, worker_init_fn = _as_given(dataset, collate_fn, worker_init_fn)
         iterable = isinstance(dataset, IterableDataset)
-        in_memory, keyed = choose_fetch(
-            iterable=iterable,
-            tensor_dataset=tensor_source(dataset) is not None,
-            collate_fn_given=collate_fn is not None,
+        view, collate_fn, in_memory, keyed = _data_view(
+            dataset, collate_fn, iterable=iterable, seed=seed,
             collates=batch_size is not None or batch_sampler is not None,
-            seeded=seed is not None,
-        )
-        view: Dataset[Any] = dataset
-        if in_memory:
-            view, collate_fn = DatasetView(dataset), passthrough_collate
-        elif keyed:
-            view = SeededSamples(dataset, seed)  # type: ignore[arg-type]
+        )  # fmt: skip
         tuned = None
         if num_workers == TUNE and not in_memory:
             tuned = tune_loader(
@@ -171,24 +206,13 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self.choices = defaults.choices
         if defaults.warning is not None:
             warnings.warn(defaults.warning, stacklevel=2)
-
-        self._auto_epoch = False
-        self._epoch: int | None = None
-        # the sampler's epoch less the loader's, where the loader drives it (for the state)
-        self._sampler_offset: int | None = None
         # Workers FastLoader chose are dropped if a batch could not travel from them.
         chosen = isinstance(num_workers, str)
         self._check_sendable = chosen and defaults.num_workers > 0 and not iterable
-        if defaults.distributed_sampler:
-            sampler = DistributedSampler(
-                view, shuffle=bool(shuffle), drop_last=drop_last, seed=seed or 0
-            )
-            shuffle = None
-            self._auto_epoch = True
-            self.choices["sampler"] = f"rank {sampler.rank} of {sampler.num_replicas}"
-        elif shuffle and seed is not None and not iterable and sampler is batch_sampler is None:
-            sampler, shuffle = seeded_order(view, seed), None  # type: ignore[arg-type]
-
+        sampler, shuffle = self._choose_sampler(
+            view, sampler, shuffle, defaults, seed=seed, drop_last=drop_last,
+            ordered=not iterable and sampler is batch_sampler is None,
+        )  # fmt: skip
         super().__init__(
             view,
             batch_size=batch_size,
@@ -207,6 +231,38 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             persistent_workers=defaults.persistent_workers,
             **kwargs,
         )
+        self.seed = seed
+        self._start_batches(in_memory=in_memory, keyed=keyed, iterable=iterable)
+        self._grouping, why = plan_super_batches(super_batches, self, in_memory=in_memory)
+        self.super_batches, self.choices = self._grouping is not None, self.choices | why
+        if self.choices:
+            logger.info("%s chose %s", type(self).__name__, describe_choices(self))
+
+    def _choose_sampler(
+        self, view: Dataset[Any], sampler: Any, shuffle: bool | None, defaults: Defaults, *,
+        seed: int | None, drop_last: bool, ordered: bool,
+    ) -> tuple[Any, bool | None]:  # fmt: skip
+        """The sampler and ``shuffle`` DataLoader gets: a DistributedSampler where the loader
+        chose one (its epoch then advanced by the loader), a keyed order for ``shuffle``
+        with ``seed``, else the user's."""
+        self._auto_epoch = False
+        self._epoch: int | None = None
+        # the sampler's epoch less the loader's, where the loader drives it (for the state)
+        self._sampler_offset: int | None = None
+        if defaults.distributed_sampler:
+            sampler = DistributedSampler(
+                view, shuffle=bool(shuffle), drop_last=drop_last, seed=seed or 0
+            )
+            self._auto_epoch = True
+            self.choices["sampler"] = f"rank {sampler.rank} of {sampler.num_replicas}"
+            return sampler, None
+        if shuffle and seed is not None and ordered:
+            return seeded_order(view, seed), None  # type: ignore[arg-type]
+        return sampler, shuffle
+
+    def _start_batches(self, *, in_memory: bool, keyed: bool, iterable: bool) -> None:
+        """Where the iterators take their batches of indices from: the resumable batches
+        (the epoch's progress), over the in-memory fast path's own where it applies."""
         # Private hook of DataLoader (stable since torch 1.2): it reads batches of
         # indices from `_index_sampler`. Without the hook, the batches are still right.
         self._index_batches = (
@@ -214,16 +270,11 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             if in_memory and type(self.batch_sampler) is BatchSampler
             else None
         )
-        self.seed = seed
-        self._grouping, why = plan_super_batches(super_batches, self, in_memory=in_memory)
-        self.super_batches, self.choices = self._grouping is not None, self.choices | why
         self._epochs_started = 0
         self._progress: EpochProgress | None = None  # the epoch under way, or the last
         self._resume: EpochProgress | None = None  # load_state_dict's, for the next epoch
         batches = self._index_batches or DataLoader._index_sampler.fget(self)  # type: ignore[attr-defined]
         self._resumable = None if iterable else ResumableBatches(batches, keyed=keyed)
-        if self.choices:
-            logger.info("%s chose %s", type(self).__name__, describe_choices(self))
 
     def _get_iterator(self) -> Any:
         if self._check_sendable:
