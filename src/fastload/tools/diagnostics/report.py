@@ -240,49 +240,89 @@ def diagnose(
     _warn_if_one_batch_holds_everything(loader)
     device = torch.device(device) if device is not None else default_device()
     phases = _Phases(seconds, batches + warmup, progress, least=min(batches, MIN_ITERATIONS))
-    try:
-        calls: list[float] = []
-        cached = None
-        if step is not None:
-            cached = next(iter(loader), None)
-            if cached is None:
-                raise ValueError("loader: it gave no batch to time the step on")
-            calls = _time_step(step, cached, warmup, batches, phases, device)
-        phases.finish()
-        loader_seconds, loader_count, busy = _time_loader(loader, warmup, batches, phases)
-        phases.finish()
-        loop = timed(_limited(loader, warmup + batches), synchronize=device)
-        phases.begin()
-        for index, batch in enumerate(loop):
-            if step is not None:
-                step(batch)
-            phases.tick()
-            if phases.enough(index + 1 - warmup):
-                break
-        phases.finish()
-    finally:  # a failing loader leaves no half-drawn bar before its error
+    try:  # a failing loader leaves no half-drawn bar before its error
+        measured = _measure(loader, step, warmup=warmup, batches=batches, phases=phases,
+                            device=device)  # fmt: skip
+    finally:
         phases.bar.close()
-    timeline = WaitSummary(tuple(loop.waits[warmup:]), tuple(loop.computes[warmup:]))
-    timed_calls = calls[warmup:]
+    facts = _facts(loader, measured, warmup=warmup, device=device, stepped=step is not None)
+    memory = [rss_bytes(pid) for pid in [os.getpid(), *children(os.getpid())]]
+    total_memory = sum(m for m in memory if m is not None)
+    return DiagnoseReport(
+        facts, recommend(facts), total_memory / 2**20 if total_memory else None,
+        measured.timeline,
+    )  # fmt: skip
 
+
+@dataclass(frozen=True)
+class _Measured:
+    """The three measurements: each call of the step on the cached batch (warm-up ones
+    first), the loader alone, and the real loop's timeline past its warm-up."""
+
+    calls: list[float]
+    cached: Any
+    loader_seconds: float
+    loader_iterations: int
+    worker_busy: tuple[float, ...]
+    timeline: WaitSummary
+
+
+def _measure(
+    loader: Iterable[Any],
+    step: Callable[[Any], Any] | None,
+    *,
+    warmup: int,
+    batches: int,
+    phases: _Phases,
+    device: torch.device,
+) -> _Measured:
+    """The step on one cached batch, then the loader alone, then the real loop."""
+    calls: list[float] = []
+    cached = None
+    if step is not None:
+        cached = next(iter(loader), None)
+        if cached is None:
+            raise ValueError("loader: it gave no batch to time the step on")
+        calls = _time_step(step, cached, warmup, batches, phases, device)
+    phases.finish()
+    loader_seconds, loader_count, busy = _time_loader(loader, warmup, batches, phases)
+    phases.finish()
+    loop = timed(_limited(loader, warmup + batches), synchronize=device)
+    phases.begin()
+    for index, batch in enumerate(loop):
+        if step is not None:
+            step(batch)
+        phases.tick()
+        if phases.enough(index + 1 - warmup):
+            break
+    phases.finish()
+    timeline = WaitSummary(tuple(loop.waits[warmup:]), tuple(loop.computes[warmup:]))
+    return _Measured(calls, cached, loader_seconds, loader_count, busy, timeline)
+
+
+def _facts(
+    loader: Iterable[Any], measured: _Measured, *, warmup: int, device: torch.device,
+    stepped: bool,
+) -> Facts:  # fmt: skip
+    """What the rules judge: the measurements, and what the loader and machine are."""
+    from fastload.prefetch import DataPrefetcher
+
+    timed_calls, timeline = measured.calls[warmup:], measured.timeline
     base = getattr(loader, "loader", loader)  # through a DataPrefetcher
     dataset = getattr(base, "dataset", None)
     storage, image_side = _storage(dataset) if dataset is not None else ("memory", None)
-    sample = _image_tensor(cached) if cached is not None else None
-    memory = [rss_bytes(pid) for pid in [os.getpid(), *children(os.getpid())]]
-    from fastload.prefetch import DataPrefetcher
-
-    facts = Facts(
+    sample = _image_tensor(measured.cached) if measured.cached is not None else None
+    return Facts(
         step_seconds=statistics.median(timed_calls) if timed_calls else 0.0,
-        loader_seconds=loader_seconds,
-        wait_fraction=timeline.wait_fraction if step is not None else 1.0,
+        loader_seconds=measured.loader_seconds,
+        wait_fraction=timeline.wait_fraction if stepped else 1.0,
         loop_seconds=(timeline.wait_seconds + timeline.compute_seconds)
         / max(timeline.iterations, 1),
         step_iterations=len(timed_calls),
-        loader_iterations=loader_count,
+        loader_iterations=measured.loader_iterations,
         loop_iterations=timeline.iterations,
         step_spread=spread(timed_calls),
-        first_step_seconds=calls[0] if calls else 0.0,
+        first_step_seconds=measured.calls[0] if measured.calls else 0.0,
         warmup=warmup,
         batch_size=getattr(base, "batch_size", None),
         num_workers=getattr(base, "num_workers", 0),
@@ -290,14 +330,10 @@ def diagnose(
         cuda=device.type == "cuda",
         pin_memory=bool(getattr(base, "pin_memory", False)),
         prefetcher=isinstance(loader, DataPrefetcher),
-        worker_busy=busy,
+        worker_busy=measured.worker_busy,
         storage=storage,
         image_side=image_side,
         batch_side=max(sample.shape[-2:]) if sample is not None and sample.dim() >= 3 else None,
-    )
-    total_memory = sum(m for m in memory if m is not None)
-    return DiagnoseReport(
-        facts, recommend(facts), total_memory / 2**20 if total_memory else None, timeline
     )
 
 
