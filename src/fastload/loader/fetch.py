@@ -45,7 +45,7 @@ def _vectorised_order(sampler: Sampler[Any]) -> torch.Tensor | None:
     Covers ``SequentialSampler`` and ``RandomSampler`` without replacement (what
     ``shuffle=False/True`` create); None for any other sampler. The random draws mirror
     ``RandomSampler.__iter__`` call for call, so the generator ends in the same state and
-    the next epoch matches too; tests/test_loader.py pins this against DataLoader.
+    the next epoch matches too; tests/loader/test_loader.py pins this against DataLoader.
     """
     if type(sampler) is SequentialSampler:
         return torch.arange(len(sampler))
