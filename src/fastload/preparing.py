@@ -28,6 +28,7 @@ from fastload.finishing import DecoderDtype, ImageFinisher, settle_finish
 from fastload.loader.contracts import KeyedSeedSource
 from fastload.loader.superbatch import RunPart
 from fastload.producer import Produced
+from fastload.seeds import sample_seeds, seed_draws
 from fastload.system import one_thread
 
 __all__ = ["BatchPreparer", "Planned"]
@@ -145,17 +146,22 @@ class BatchPreparer:
         whole = self.transform is not None and has_targets(batch)
         if planned.run is None:
             moved = self._move(batch, image_path, finish=not whole)
-        elif self.transform is None:  # nothing per batch: the run is finished once, then cut
-            return self._runs.part(planned.run, lambda run: self._move(run, image_path))
-        else:  # the run copied once; each batch transformed as if it had come alone
-            moved = self._runs.part(planned.run, lambda run: self._move(run, None))
+        else:
+            # The run copied once; with nothing done per batch, finished once too. Else
+            # each batch is transformed and finished as if it had come alone.
+            once = self.transform is None
+            moved = self._runs.part(
+                planned.run, lambda run: self._move(run, image_path, finish=once)
+            )
+            if once:
+                return moved
             if not whole:
                 return self._finish_at(moved, image_path, transform=True)
         if not whole:
             return moved
         return self._finish_at(self.transform(moved), image_path, transform=False)  # type: ignore[misc]
 
-    def _move(self, batch: Any, image_path: Path | None, *, finish: bool = True) -> Any:
+    def _move(self, batch: Any, image_path: Path | None, *, finish: bool) -> Any:
         """Every tensor of ``batch`` on the device; with ``finish``, the image finished."""
 
         def move(path: Path, tensor: torch.Tensor) -> torch.Tensor:
@@ -176,7 +182,7 @@ class BatchPreparer:
         (headers, boxes) where it plans; the device work waits for :meth:`run`. ``run``:
         the super-batch the loader cut ``batch`` from, copied once for all its batches."""
         seeds = self._seeds.pop_batch_seeds() if self._seeds is not None else None
-        draws = None if seeds is None else self._seed_draws(seeds)
+        draws = None if seeds is None else seed_draws(seeds)
         planned = Planned(batch, number, draws, run=run if self.decoder is None else None)
         try:
             planned.image_path = self._image_path(batch)
@@ -206,18 +212,8 @@ class BatchPreparer:
         error.add_note(f"fastload: raised by DataPrefetcher preparing batch {number} of the pass")
 
     @staticmethod
-    def _seed_draws(seeds: Any) -> Any:
-        from fastload.seeds import seed_draws
-
-        return seed_draws(seeds)
-
-    @staticmethod
     def _keyed_draws(draws: Any) -> contextlib.AbstractContextManager[None]:
-        if draws is None:
-            return contextlib.nullcontext()
-        from fastload.seeds import sample_seeds
-
-        return sample_seeds(draws)
+        return contextlib.nullcontext() if draws is None else sample_seeds(draws)
 
     def _on_side_stream(self) -> contextlib.AbstractContextManager[None]:
         if self.stream is None:
