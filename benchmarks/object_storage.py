@@ -135,9 +135,9 @@ class Store:
     @property
     def transport(self):
         """The module whose CHUNK sets the bytes per ranged GET."""
-        from fastload.shards import objects, remote
+        from fastload.shards.stores import obstore_shards, s3
 
-        return remote if self.scheme == "s3" else objects
+        return s3 if self.scheme == "s3" else obstore_shards
 
 
 def proxied(
@@ -195,7 +195,7 @@ def obstore_on_s3(store: Store, cache: Path, args) -> dict[str, Callable[[], dic
     beside boto3's (``S3Shards``, fastload's S3 client): which is faster here."""
     if store.scheme != "s3" or importlib.util.find_spec("obstore") is None:
         return {}  # not installed: boto3's pass alone
-    from fastload.shards.objects import ObjectShards
+    from fastload.shards.stores.obstore_shards import ObjectShards
 
     boto3_names = store.options()
     options = {"endpoint": boto3_names["endpoint_url"], "region": boto3_names["region_name"],
@@ -222,8 +222,8 @@ def raw_gets(store: Store, dataset: ShardedDataset, args) -> Callable[[], dict[s
         import obstore
         from obstore.store import from_url
 
-        from fastload.shards.objects import store_options
-        from fastload.shards.store_process import options_for_obstore
+        from fastload.shards.stores.obstore_process import options_for_obstore
+        from fastload.shards.stores.obstore_shards import store_options
 
         options = options_for_obstore(store_options(store.url, store.options()))
         client = from_url(store.url, **options)

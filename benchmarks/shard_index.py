@@ -32,8 +32,8 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
 from benchmarks.lib.common import Row, report
-from fastload.shards.index import INDEX, INLINE, Member, index_bytes, table_name, write_whole
-from fastload.shards.table import table_bytes
+from fastload.shards.format.index import INDEX, INLINE, Member, index_bytes, table_name, write_whole
+from fastload.shards.format.table import table_bytes
 from fastload.tools.measure import Measurement
 
 ROOT = Path(__file__).resolve().parents[1]

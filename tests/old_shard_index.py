@@ -9,8 +9,14 @@ import os
 from pathlib import Path
 
 from fastload.shards import ShardedDataset
-from fastload.shards.index import INDEX, file_sha256, shard_entry, table_name, write_inline_index
-from fastload.shards.layout import upgrade_index
+from fastload.shards.format.index import (
+    INDEX,
+    file_sha256,
+    shard_entry,
+    table_name,
+    write_inline_index,
+)
+from fastload.shards.format.layout import upgrade_index
 
 
 def to_version_2(folder: Path) -> Path:

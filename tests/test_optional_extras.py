@@ -75,7 +75,7 @@ def test_the_suite_collects_and_skips_with_the_extras_name_without_them():
 def test_an_s3_url_without_boto3_says_which_install_adds_it():
     probe = subprocess.run(
         [sys.executable, "-c",
-         "from fastload.shards.remote import S3Shards\n"
+         "from fastload.shards.stores.s3 import S3Shards\n"
          "S3Shards('s3://bucket/set', cache_dir='.')._new_client()"],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "without_extras"),
                  FASTLOAD_WITHOUT="boto3"),
@@ -91,7 +91,7 @@ def test_an_s3_url_without_boto3_says_which_install_adds_it():
 def test_a_gs_url_without_obstore_says_which_install_adds_it():
     probe = subprocess.run(
         [sys.executable, "-c",
-         "from fastload.shards.objects import ObjectShards\n"
+         "from fastload.shards.stores.obstore_shards import ObjectShards\n"
          "ObjectShards('gs://bucket/set', cache_dir='.').helper()"],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "without_extras"),
                  FASTLOAD_WITHOUT="obstore"),

@@ -13,8 +13,8 @@ import pytest
 from fastload import make_image_folder
 from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, write_shards
-from fastload.shards.index import PROGRESS, ShardIndexError
-from fastload.shards.scan import index_webdataset
+from fastload.shards.format.index import PROGRESS, ShardIndexError
+from fastload.shards.format.scan import index_webdataset
 from fastload.tools.cli import main
 
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from fastload.shards.hedging import Hedged
+from fastload.shards.stores.hedging import Hedged
 
 
 class Blocking:

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from fastload import make_image_folder
 from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, write_shards
-from fastload.shards.index import PROGRESS
-from fastload.shards.on_ray import split
+from fastload.shards.format.index import PROGRESS
+from fastload.shards.writing.on_ray import split
 
 
 @given(samples=st.integers(0, 500), parts=st.integers(1, 64))

@@ -19,7 +19,7 @@ import torch
 from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
+from fastload.shards.format.index import INDEX, PROGRESS, ShardIndexError
 from fastload.testing.s3server import LocalS3, swift_installed
 from old_shard_index import to_version_3
 
@@ -133,10 +133,10 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
 ):
     from botocore.config import Config
 
-    from fastload.shards import remote
+    from fastload.shards.stores import s3
     from fastload.testing.proxy import FaultyProxy
 
-    monkeypatch.setattr(remote, "CHUNK", 4096)  # many ranged GETs a shard: many faults
+    monkeypatch.setattr(s3, "CHUNK", 4096)  # many ranged GETs a shard: many faults
 
     # every 4th request a 503 SlowDown, every 5th body cut in half, every 7th stalled
     # past the read timeout, every 31st with a byte changed: botocore retries the
@@ -277,7 +277,7 @@ def test_public_webdataset_shards_in_a_bucket_are_indexed_once_into_the_cache(
 
 
 def test_a_shard_is_trusted_only_by_a_hash_record_written_after_it(url, aws, tmp_path, monkeypatch):
-    from fastload.shards import cache as node_cache
+    from fastload.shards.stores import node_cache
 
     expected = ShardedDataset(url, cache_dir=tmp_path)[0]
     dataset = ShardedDataset(url, cache_dir=tmp_path)
@@ -498,10 +498,10 @@ def test_a_table_beside_its_shard_comes_with_its_download_one_get_each(
 
 
 def test_a_forked_workers_client_reuses_the_service_models_its_parent_parsed(url, aws):
-    from fastload.shards import remote
+    from fastload.shards.stores import s3
 
     ShardedDataset(url).transport.client()  # the index read made this process's client
-    parent_models = id(remote._models)
+    parent_models = id(s3._models)
     context = multiprocessing.get_context("fork")
     with context.Pool(1) as pool:
         in_child = pool.apply(_models_of_a_new_client, (url,))
@@ -509,16 +509,16 @@ def test_a_forked_workers_client_reuses_the_service_models_its_parent_parsed(url
 
 
 def _models_of_a_new_client(url: str) -> tuple[int, int]:
-    from fastload.shards import remote
+    from fastload.shards.stores import s3
 
-    client = remote.S3Shards(url).client()  # made in this (forked) process
-    return id(client._loader), id(remote._models)
+    client = s3.S3Shards(url).client()  # made in this (forked) process
+    return id(client._loader), id(s3._models)
 
 
 def test_a_table_inside_a_shard_that_is_not_the_indexs_is_named_with_its_url(
     server, folder, aws, tmp_path
 ):
-    from fastload.shards.index import shards_digest
+    from fastload.shards.format.index import shards_digest
 
     write_shards(folder, "s3://data/inside", shard_size=30_000)
     client = boto3.client("s3", **server.client_options())

@@ -21,8 +21,8 @@ from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, LMDBDataset, make_image_folder, write_lmdb
 from fastload.decode.opencv import ImageDecodeError
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.cache import NodeCache
-from fastload.shards.index import INDEX, PROGRESS, ShardIndexError, shards_digest
+from fastload.shards.format.index import INDEX, PROGRESS, ShardIndexError, shards_digest
+from fastload.shards.stores.node_cache import NodeCache
 from fastload.testing.shapes import ShapesDetection
 from old_shard_index import to_version_2
 
@@ -570,7 +570,7 @@ class Plans:
     """A transport over ``count`` shards of 100 bytes that records the plans announced."""
 
     def __init__(self, count: int, cache_limit: int | None) -> None:
-        from fastload.shards.index import Shard
+        from fastload.shards.format.index import Shard
 
         self.cache_limit, self.plans = cache_limit, []
         self.shards = [Shard(name=f"s{i:04d}.tar", size=100, sha256="", count=2)
@@ -589,7 +589,7 @@ class Plans:
 
 @pytest.mark.parametrize(("limit", "named"), [(None, 256), (100 * 500, 501), (100 * 5000, 600)])
 def test_a_plan_names_the_shards_the_cache_can_hold_not_every_one_left(limit, named):
-    from fastload.shards.prefetcher import ShardPrefetcher
+    from fastload.shards.stores.download_ahead import ShardPrefetcher
 
     transport = Plans(600, limit)
     order = [i // 2 for i in range(2 * 600)]  # shard after shard
@@ -633,7 +633,7 @@ def test_the_cache_evicts_what_no_plan_reads_then_what_is_read_last(tmp_path):
 
 
 def test_a_dead_readers_plan_is_dropped(tmp_path):
-    from fastload.shards.cache import _HOST, PLAN_STALE_S
+    from fastload.shards.stores.node_cache import _HOST, PLAN_STALE_S
 
     cache = NodeCache(tmp_path, "s3://bucket/set", 400)
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -712,7 +712,7 @@ def test_a_version_2_shardshuffle_state_is_still_read(folder, tmp_path):
     ({"parallel": 0}, "parallel must be an int >= 1, got 0"),
 ])  # fmt: skip
 def test_a_bucket_reader_refuses_no_attempts_or_no_parallel_reads(tmp_path, argument, message):
-    from fastload.shards.remote import S3Shards
+    from fastload.shards.stores.s3 import S3Shards
 
     with pytest.raises(ValueError, match=message):
         S3Shards("s3://bucket/set", cache_dir=tmp_path, **argument)

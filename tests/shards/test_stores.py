@@ -21,8 +21,8 @@ import torch
 from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.index import INDEX, PROGRESS, ShardIndexError
-from fastload.shards.objects import ObjectShards
+from fastload.shards.format.index import INDEX, PROGRESS, ShardIndexError
+from fastload.shards.stores.obstore_shards import ObjectShards
 from fastload.testing.proxy import FaultyProxy
 from old_shard_index import to_version_3
 
@@ -149,7 +149,7 @@ def test_a_url_a_store_cannot_reach_is_refused_naming_it(url):
     with pytest.raises(ValueError, match=rf"^{re.escape(url)}: not a URL of a store reached "
                        r"through obstore \(gs://, az://, https://, http://, s3://\)$"):  # fmt: skip
         ObjectShards(url)
-    from fastload.shards.remote import S3Shards
+    from fastload.shards.stores.s3 import S3Shards
 
     with pytest.raises(ValueError, match=rf"^{re.escape(url)}: not an s3://bucket/prefix URL$"):
         S3Shards(url)
@@ -164,9 +164,9 @@ def test_a_web_server_url_is_read_only():
 def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
     store, url, folder, tmp_path, monkeypatch
 ):
-    from fastload.shards import objects
+    from fastload.shards.stores import obstore_shards
 
-    monkeypatch.setattr(objects, "CHUNK", 4096)  # many ranged GETs a shard: many faults
+    monkeypatch.setattr(obstore_shards, "CHUNK", 4096)  # many ranged GETs a shard: many faults
     # every 4th request a 503, every 5th body cut in half, every 7th stalled past the
     # timeout, every 31st with a byte changed: obstore retries the requests, fastload the
     # bodies, and the shards that fail their hash

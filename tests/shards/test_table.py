@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from benchmarks.shard_index import write_synthetic
 from fastload import ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
-from fastload.shards.index import INDEX, Member, ShardIndexError, shards_digest, table_name
-from fastload.shards.table import read_table, table_bytes
+from fastload.shards.format.index import INDEX, Member, ShardIndexError, shards_digest, table_name
+from fastload.shards.format.table import read_table, table_bytes
 from fastload.tools.cli import main
 from old_shard_index import to_version_2, to_version_3
 

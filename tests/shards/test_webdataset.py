@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fastload.shards import ShardedDataset
-from fastload.shards.index import INDEX, ShardIndexError
+from fastload.shards.format.index import INDEX, ShardIndexError
 from fastload.testing.synthetic import photo_like_image
 from fastload.tools.cli import main
 
@@ -460,7 +460,7 @@ def test_member_names_that_are_not_utf8_are_refused_naming_the_tar_and_member(tm
 
 
 def test_a_gzip_member_is_read_whole_and_a_gzip_bomb_or_cut_one_is_refused(tmp_path, monkeypatch):
-    from fastload.shards import members
+    from fastload.shards.format import members
 
     two_parts = gzip.compress(b"a cat ") + gzip.compress(b"on a mat")  # as `cat a.gz b.gz`
     members_of = [("0.jpg", jpeg(0)), ("0.txt.gz", two_parts),

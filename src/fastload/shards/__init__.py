@@ -15,11 +15,11 @@ __all__ = ["ShardShuffle", "ShardedDataset", "write_shards"]
 if TYPE_CHECKING:
     from fastload.shards.dataset import ShardedDataset
     from fastload.shards.order import ShardShuffle
-    from fastload.shards.writer import write_shards
+    from fastload.shards.writing.writer import write_shards
 
 _EXPORTS = {
     "ShardShuffle": "fastload.shards.order",
     "ShardedDataset": "fastload.shards.dataset",
-    "write_shards": "fastload.shards.writer",
+    "write_shards": "fastload.shards.writing.writer",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

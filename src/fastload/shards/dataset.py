@@ -17,8 +17,7 @@ from fastload.datasets.base import ImageDataset
 from fastload.decode.opencv import DecodeMode, decoded_size
 from fastload.records.format import RecordFormatError, unpack_record
 from fastload.records.targets import fields_target
-from fastload.shards.cache import check_cache
-from fastload.shards.index import (
+from fastload.shards.format.index import (
     INDEX,
     PROGRESS,
     Member,
@@ -26,12 +25,14 @@ from fastload.shards.index import (
     file_sha256,
     load_index,
 )
-from fastload.shards.layout import checked_table, load_table, table_place
-from fastload.shards.members import IMAGES, decode_member
-from fastload.shards.naming import selected_members
-from fastload.shards.scan import scanned_index
-from fastload.shards.table import MemberTable
-from fastload.shards.transport import Transport, connect, is_remote
+from fastload.shards.format.layout import checked_table, load_table, table_place
+from fastload.shards.format.members import IMAGES, decode_member
+from fastload.shards.format.naming import selected_members
+from fastload.shards.format.scan import scanned_index
+from fastload.shards.format.table import MemberTable
+from fastload.shards.stores.connect import connect, is_remote
+from fastload.shards.stores.node_cache import check_cache
+from fastload.shards.stores.transport import Transport
 
 __all__ = ["ShardedDataset"]
 
@@ -53,7 +54,7 @@ class ShardedDataset(ImageDataset):
     """The samples of the shard set in folder ``path`` (written by :func:`write_shards`), or
     at ``s3://bucket/prefix`` (its shards fetched into ``cache_dir``, at most
     ``cache_limit`` bytes, ``storage_options`` for ``boto3.client("s3", ...)``; see
-    :mod:`fastload.shards.remote`), or WebDataset shards without an index (scanned, the
+    :mod:`fastload.shards.stores.s3`), or WebDataset shards without an index (scanned, the
     scan kept in ``cache_dir`` if given; nothing is written beside them:
     ``fastload index FOLDER`` writes their index there once),
     in index order: ``(image, label)``, or ``(image, target)`` for detection and

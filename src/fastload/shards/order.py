@@ -16,7 +16,7 @@ from torch.utils.data import Sampler
 from fastload._checks import check_int
 from fastload.seeds import splitmix64
 from fastload.shards.dataset import ShardedDataset
-from fastload.shards.prefetcher import ShardPrefetcher
+from fastload.shards.stores.download_ahead import ShardPrefetcher
 
 __all__ = ["ShardShuffle"]
 

@@ -42,7 +42,7 @@ def byte_size(value: str) -> int:
 def source(text: str) -> str | Path:
     """A command's DATABASE: a URL of object storage as it is (a Path would mangle it), else
     a path."""
-    from fastload.shards.transport import is_remote
+    from fastload.shards.stores.connect import is_remote
 
     return text if is_remote(text) else Path(text)
 

@@ -105,7 +105,7 @@ def convert_to_shards(args: argparse.Namespace) -> None:
 def _is_shard_set(path: str | Path) -> bool:
     """A shard set in object storage, or a folder of shards (indexed, scannable or being
     written); LMDB's otherwise."""
-    from fastload.shards.index import INDEX, PROGRESS
+    from fastload.shards.format.index import INDEX, PROGRESS
 
     if isinstance(path, str):
         return True
@@ -130,14 +130,14 @@ def info(args: argparse.Namespace) -> None:
 
 
 def index(args: argparse.Namespace) -> None:
-    from fastload.shards.index import INDEX, clear_temporaries, load_index, refuse_unfinished
-    from fastload.shards.scan import index_webdataset
+    from fastload.shards.format.index import INDEX, clear_temporaries, load_index, refuse_unfinished
+    from fastload.shards.format.scan import index_webdataset
 
     if not args.folder.is_dir():
         raise FileNotFoundError(f"{args.folder}: no such folder")
     refuse_unfinished(args.folder)  # before the scan reads every tar
     if args.upgrade:
-        from fastload.shards.layout import upgrade_index
+        from fastload.shards.format.layout import upgrade_index
 
         upgraded, count = upgrade_index(args.folder)
         print(f"{upgraded}: version 3, a member table beside each of its {count} shards")
@@ -157,7 +157,7 @@ def verify(args: argparse.Namespace) -> None:
         from fastload.decode.opencv import ImageDecodeError
         from fastload.records.format import RecordFormatError
         from fastload.shards import ShardedDataset
-        from fastload.shards.index import ShardIndexError
+        from fastload.shards.format.index import ShardIndexError
 
         try:  # data found bad, exit 1: opening it too (a shard cut short, a table missing)
             dataset = ShardedDataset(args.database)

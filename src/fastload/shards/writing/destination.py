@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.index import INDEX, PROGRESS
-from fastload.shards.layout import write_index
-from fastload.shards.transport import SCHEMES, is_remote
+from fastload.shards.format.index import INDEX, PROGRESS
+from fastload.shards.format.layout import write_index
+from fastload.shards.stores.connect import SCHEMES, is_remote
 
 __all__ = ["Destination", "destination", "part_shard_name", "shard_name"]
 
@@ -206,8 +206,8 @@ def destination(
     target: str | os.PathLike[str], options: dict[str, Any] | None = None
 ) -> Destination:
     """The :class:`Destination` for a folder or a URL of object storage (``options``:
-    the store's client's, see :mod:`fastload.shards.remote` for ``s3://`` and
-    :mod:`fastload.shards.objects` for the others)."""
+    the store's client's, see :mod:`fastload.shards.stores.s3` for ``s3://`` and
+    :mod:`fastload.shards.stores.obstore_shards` for the others)."""
     if is_remote(target):
         return StoreDestination(str(target), options)
     if options:

@@ -25,7 +25,7 @@ tar. Nothing is ever unpickled; :func:`read_table` checks every count, offset an
 against the shard before anything is read from it.
 
 Example:
-    >>> from fastload.shards.index import Member
+    >>> from fastload.shards.format.index import Member
     >>> samples = [("000", {"jpg": Member("jpg", 512, 10), "cls": Member("cls", 1024, 1)})]
     >>> table = read_table(table_bytes(samples), "x.idx", shard_size=2048, count=1)
     >>> table.key(0), table.members(0)["cls"].offset
@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from fastload.shards.index import Member, ShardIndexError
+from fastload.shards.format.index import Member, ShardIndexError
 
 __all__ = ["MAGIC", "MemberTable", "read_table", "table_bytes"]
 

@@ -4,7 +4,7 @@ and tokio both say so), and DataLoader workers are forked. So no fastload proces
 starts obstore itself; each starts this one, with ``spawn`` semantics (a fresh
 interpreter running this file, importing only the standard library and obstore), and
 asks it over its pipes. A shard's ranged GETs run in parallel here, hedged
-(:mod:`~fastload.shards.hedging`), and are written straight into the cache's part file,
+(:mod:`~fastload.shards.stores.hedging`), and are written straight into the cache's part file,
 hashed on the way: its bytes never cross the pipe.
 
 Messages, both ways: a 4-byte length, a JSON header, then ``size`` bytes of payload.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 if __package__:
-    from fastload.shards.hedging import Hedged
+    from fastload.shards.stores.hedging import Hedged
 else:  # run as a script (see ObjectShards): the module beside it, not the whole package
     sys.path.insert(0, str(Path(__file__).parent))
     from hedging import Hedged  # type: ignore[no-redef]

@@ -2,7 +2,7 @@
 (``az://container/prefix``) or on a web server (``https://host/path``, read-only),
 through obstore (``pip install '.[cloud]'``; Rust's ``object_store`` underneath), one
 maintained client for those stores. (``s3://`` goes through boto3:
-:mod:`fastload.shards.remote`.)
+:mod:`fastload.shards.stores.s3`.)
 
 Credentials come the usual way for each cloud: the environment (``GOOGLE_*``,
 ``AZURE_*``), the clouds' config files and instance credentials, or ``options``
@@ -11,13 +11,13 @@ Credentials come the usual way for each cloud: the environment (``GOOGLE_*``,
 takes them). An ``http://`` endpoint is allowed when it is the one given.
 
 obstore is not safe across ``fork``, and DataLoader workers are forked: each process
-asks store processes of its own (:mod:`~fastload.shards.store_process`, up to
+asks store processes of its own (:mod:`~fastload.shards.stores.obstore_process`, up to
 ``parallel`` of them, started as requests need them, a shard's download each at a
 time), which run the requests: the ranged GETs of a shard in parallel, written straight
 into the cache. obstore retries throttling, 5xx answers, dropped connections and timeouts of
 reads, with exponential backoff and jitter; a request stalled for 10 s is given up and
 retried; a body cut short on the way is read again. The download into the node's cache
-is :class:`~fastload.shards.fetched.CachedShards`'.
+is :class:`~fastload.shards.stores.cached.CachedShards`'.
 
 Example::
 
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards import store_process
-from fastload.shards.fetched import CachedShards
-from fastload.shards.fetched_tables import keep_table, table_wanted
-from fastload.shards.index import INDEX, Shard, ShardIndexError, table_name
+from fastload.shards.format.index import INDEX, Shard, ShardIndexError, table_name
+from fastload.shards.stores import obstore_process
+from fastload.shards.stores.cached import CachedShards
+from fastload.shards.stores.cached_tables import keep_table, table_wanted
 
 __all__ = ["SCHEMES", "ObjectShards", "store_options"]
 
@@ -96,12 +96,12 @@ class StoreError(Exception):
 
 
 class StoreProcess:
-    """This process's helper for one store (see :mod:`~fastload.shards.store_process`):
+    """This process's helper for one store (see :mod:`~fastload.shards.stores.obstore_process`):
     requests one at a time, in order."""
 
     def __init__(self, url: str, options: dict[str, Any], parallel: int) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-I", store_process.__file__],
+            [sys.executable, "-I", obstore_process.__file__],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
         self._lock = threading.Lock()
@@ -113,8 +113,8 @@ class StoreProcess:
         assert self._process.stdin is not None and self._process.stdout is not None
         with self._lock:
             try:
-                store_process.send(self._process.stdin, header, payload)
-                answer = store_process.receive(self._process.stdout)
+                obstore_process.send(self._process.stdin, header, payload)
+                answer = obstore_process.receive(self._process.stdout)
             except (BrokenPipeError, ValueError):
                 answer = None
             if answer is None:
@@ -178,7 +178,7 @@ class StoreProcesses:
             raise
 
     def counts(self) -> dict[str, int]:
-        """The hedged reads of the idle ones, added up (see :mod:`fastload.shards.hedging`)."""
+        """The hedged reads of the idle ones, added up (:mod:`~fastload.shards.stores.hedging`)."""
         with self._condition:
             idle = list(self._idle)
         totals: dict[str, int] = {}
@@ -196,7 +196,7 @@ class StoreProcesses:
 
 class ObjectShards(CachedShards):
     """The shard set at ``url`` (``gs://``, ``az://``, ``https://``): its index, and each
-    shard as a local file on demand (see :class:`~fastload.shards.fetched.CachedShards`)."""
+    shard as a local file on demand (see :class:`~fastload.shards.stores.cached.CachedShards`)."""
 
     tables_in_download = True
 

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fastload.shards.index import (
+from fastload.shards.format.index import (
     BESIDE,
     INDEX,
     INLINE,
@@ -43,7 +43,7 @@ from fastload.shards.index import (
     table_name,
     write_whole,
 )
-from fastload.shards.table import MemberTable, read_table, table_bytes
+from fastload.shards.format.table import MemberTable, read_table, table_bytes
 
 __all__ = [
     "append_table",
@@ -66,7 +66,7 @@ def append_table(path: Path, samples: list[tuple[str, dict[str, Member]]]) -> No
 
 def write_index(folder: Path, shards: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     """Write ``folder``'s index in version 4 from ``shards``' entries with members inline
-    (as :func:`~fastload.shards.index.shard_entry` makes them) of shards that end with
+    (as :func:`~fastload.shards.format.index.shard_entry` makes them) of shards that end with
     their member tables (:func:`append_table`), checked as loading checks it.
 
     Raises:
@@ -102,7 +102,7 @@ def write_index_with_tables_beside(
 
     Raises:
         ShardIndexError: Entries that would not load, or a folder holding a conversion
-            that stopped part-way (:func:`~fastload.shards.index.refuse_unfinished`).
+            that stopped part-way (:func:`~fastload.shards.format.index.refuse_unfinished`).
         FileExistsError: A file under a table's name with other bytes.
     """
     refuse_unfinished(folder)
@@ -133,7 +133,7 @@ def _table_of(shard: Shard) -> bytes:
 def checked_table(data: bytes, where: str, shard: Shard) -> MemberTable:
     """The member table ``data`` of ``shard`` (named ``where`` in errors), checked: its
     size and SHA-256 those of the index, its samples and members consistent with the
-    shard (:func:`~fastload.shards.table.read_table`), its extensions the index's.
+    shard (:func:`~fastload.shards.format.table.read_table`), its extensions the index's.
 
     Raises:
         ShardIndexError: Any of those that does not hold, naming ``where``.
@@ -184,7 +184,7 @@ def table_place(where: str, shard: Shard) -> str:
     name it: inside the shard, or the file beside it.
 
     Example:
-        >>> from fastload.shards.index import Shard
+        >>> from fastload.shards.format.index import Shard
         >>> table_place("s3://b/set", Shard("a.tar", 10, "", table_inside=True))
         's3://b/set/a.tar (its member table)'
     """

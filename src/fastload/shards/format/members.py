@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fastload.shards.index import ShardIndexError
+from fastload.shards.format.index import ShardIndexError
 
 __all__ = [
     "GZIP",
@@ -78,7 +78,7 @@ def _gunzipped(data: bytes, where: str) -> bytes:
         if size > MAX_GUNZIPPED:
             raise ShardIndexError(
                 f"{where} decompresses to more than {MAX_GUNZIPPED:,} bytes (a gzip bomb?); "
-                "raise fastload.shards.members.MAX_GUNZIPPED to read it"
+                "raise fastload.shards.format.members.MAX_GUNZIPPED to read it"
             )
         if not stream.eof:
             raise ShardIndexError(f"{where} is gzip cut short")

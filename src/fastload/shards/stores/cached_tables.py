@@ -1,5 +1,5 @@
 """The member tables of a shard set in object storage, as
-:class:`~fastload.shards.fetched.CachedShards` serves them to its readers:
+:class:`~fastload.shards.stores.cached.CachedShards` serves them to its readers:
 
 - inside its shard (index version 4): the last bytes of the shard's file, once the shard
   is in the node's cache (a reader needs both: it waits for the shard's download, or
@@ -22,16 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from fastload.shards.cache import NodeCache
-from fastload.shards.index import Shard, ShardIndexError, table_name
-from fastload.shards.layout import table_at_end, table_place
+from fastload.shards.format.index import Shard, ShardIndexError, table_name
+from fastload.shards.format.layout import table_at_end, table_place
+from fastload.shards.stores.node_cache import NodeCache
 
 __all__ = ["CachedSet", "keep_table", "table_beside", "table_of", "table_wanted"]
 
 
 class CachedSet(Protocol):
     """What the tables need of a shard set in object storage (a
-    :class:`~fastload.shards.fetched.CachedShards`)."""
+    :class:`~fastload.shards.stores.cached.CachedShards`)."""
 
     url: str
     attempts: int

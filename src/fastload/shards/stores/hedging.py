@@ -8,7 +8,7 @@ request in ten would push a high percentile past every stall. Hedges are capped 
 ``budget`` of the requests made through one :class:`Hedged` (5 %: a slow store is not
 asked twice as hard; the first hedge allowed at once, for a stalled first request) and
 counted. A process has one; through obstore, each of its store processes.
-Standard library only: the store process (:mod:`~fastload.shards.store_process`)
+Standard library only: the store process (:mod:`~fastload.shards.stores.obstore_process`)
 imports it too.
 
 Example:

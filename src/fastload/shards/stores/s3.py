@@ -1,6 +1,6 @@
 """A shard set in S3 or S3-compatible object storage (``s3://bucket/prefix``): how its
 objects, byte ranges and listing are read, and what its errors mean; the download into
-the node's cache is :class:`~fastload.shards.fetched.CachedShards`'.
+the node's cache is :class:`~fastload.shards.stores.cached.CachedShards`'.
 
 botocore retries throttling and 5xx responses with backoff (its standard mode:
 exponential backoff with jitter per request, no client-wide rate limit that would slow
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.fetched import CachedShards
-from fastload.shards.index import INDEX, Shard, ShardIndexError
+from fastload.shards.format.index import INDEX, Shard, ShardIndexError
+from fastload.shards.stores.cached import CachedShards
 
 __all__ = ["S3Shards"]
 
@@ -43,7 +43,7 @@ os.register_at_fork(after_in_child=_fresh_setup_lock)
 
 class S3Shards(CachedShards):
     """The shard set at ``s3://bucket/prefix``: its index, and each shard as a local file
-    on demand (see :class:`~fastload.shards.fetched.CachedShards`)."""
+    on demand (see :class:`~fastload.shards.stores.cached.CachedShards`)."""
 
     @property
     def chunk(self) -> int:  # type: ignore[override]

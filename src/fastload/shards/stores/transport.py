@@ -1,6 +1,7 @@
-"""Where a shard set's bytes come from when they are not in a local folder: a
-:class:`Transport` per URL scheme. ``s3://`` is :class:`~fastload.shards.remote.S3Shards`;
-a second scheme is a new module with a class of this shape, named in :data:`SCHEMES`.
+"""What a shard set in object storage is to its readers: a :class:`Transport`, one per URL
+scheme (:mod:`fastload.shards.stores.connect` picks it). ``s3://`` is
+:class:`~fastload.shards.stores.s3.S3Shards`; a second scheme is a new module with a class
+of this shape, named in :data:`~fastload.shards.stores.connect.SCHEMES`.
 
 The dataset reads through ``open`` (a shard as a local file, fetched into the node's
 cache first); ``ShardShuffle``'s prefetch thread calls ``plan`` and ``prefetch``, so that
@@ -9,18 +10,13 @@ the shards the next batches read are in the cache before the workers ask for the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlparse
 
-from fastload.shards.index import Shard
-from fastload.shards.objects import SCHEMES as STORE_SCHEMES
-from fastload.shards.objects import ObjectShards
-from fastload.shards.remote import S3Shards
+from fastload.shards.format.index import Shard
 
-__all__ = ["SCHEMES", "Transport", "connect", "is_remote"]
+__all__ = ["Transport"]
 
 
 class Transport(Protocol):
@@ -55,32 +51,3 @@ class Transport(Protocol):
 
     def forget_plan(self) -> None:
         """This process reads nothing more (its plan stops holding shards)."""
-
-
-#: URL scheme -> the transport that reaches it.
-SCHEMES: dict[str, type[S3Shards] | type[ObjectShards]] = {
-    "s3": S3Shards,
-    **dict.fromkeys(STORE_SCHEMES, ObjectShards),
-}
-
-
-def is_remote(path: Any) -> bool:
-    """Whether ``path`` is a URL of a scheme in :data:`SCHEMES` (a local path otherwise).
-
-    Example:
-        >>> is_remote("s3://bucket/set"), is_remote("/data/set"), is_remote("C:/data")
-        (True, False, False)
-    """
-    return isinstance(path, str) and urlparse(path).scheme in SCHEMES
-
-
-def connect(
-    url: str,
-    *,
-    cache_dir: str | os.PathLike[str] | None = None,
-    cache_limit: int | None = None,
-    options: dict[str, Any] | None = None,
-) -> Transport:
-    """The transport of ``url``'s scheme."""
-    transport = SCHEMES[urlparse(url).scheme]
-    return transport(url, cache_dir=cache_dir, cache_limit=cache_limit, options=options)

@@ -1,8 +1,8 @@
-"""Writing a shard set: samples as tar shards (:mod:`fastload.shards.tar`) of about
+"""Writing a shard set: samples as tar shards (:mod:`fastload.shards.writing.tar`) of about
 ``shard_size`` bytes, here or on Ray workers, the index last.
 
 A shard is written to a temporary name and put into the destination when complete
-(:mod:`fastload.shards.destination`); the progress lists the finished ones, so
+(:mod:`fastload.shards.writing.destination`); the progress lists the finished ones, so
 ``resume=True`` after an interruption (even ``kill -9``) keeps them and goes on from the
 first unfinished sample, re-encoding nothing finished.
 """
@@ -14,13 +14,13 @@ import os
 from typing import Any, Unpack
 
 from fastload._checks import check_int
+from fastload.records.captions import captioned_source
 from fastload.records.conversion import Conversion, SourceOptions, require_samples
 from fastload.records.format import RESUME
 from fastload.records.sources import Encoding, Source
-from fastload.shards.captions import captioned_source
-from fastload.shards.destination import Destination, destination, shard_name
-from fastload.shards.index import INDEX, VERSION
-from fastload.shards.tar import write_range
+from fastload.shards.format.index import INDEX, VERSION
+from fastload.shards.writing.destination import Destination, destination, shard_name
+from fastload.shards.writing.tar import write_range
 
 __all__ = ["write_shards"]
 
@@ -46,7 +46,7 @@ def write_shards(
     ``resize``, ``quality``, ``annotations``, ``instance_masks``, ``masks``).
 
     ``captions=True``: image-text pairs, each sample's caption a ``txt`` member beside
-    its image (:func:`~fastload.shards.captions.captioned_source`: a folder where
+    its image (:func:`~fastload.records.captions.captioned_source`: a folder where
     ``cat.jpg`` has ``cat.txt`` beside it, or a ``.csv``/``.jsonl`` of path and caption);
     read back with ``ShardedDataset(..., keys=("jpg", "txt"))``.
 
@@ -92,7 +92,7 @@ def write_shards(
                 "shard_size": shard_size, "index_version": VERSION}  # fmt: skip
         progress = _progress(target, found, what, conversion.resume)
         if ray:
-            from fastload.shards.on_ray import convert_on_ray
+            from fastload.shards.writing.on_ray import convert_on_ray
 
             shards, skipped = convert_on_ray(
                 items, target, progress, encoding=encoding, shard_size=shard_size,

@@ -1,18 +1,19 @@
 """A shard set in object storage, each shard fetched whole into the node's cache before
 its samples are read: what every scheme shares (:class:`CachedShards`). A scheme's class
-(S3's :class:`~fastload.shards.remote.S3Shards`, the other stores'
-:class:`~fastload.shards.objects.ObjectShards`) says how to read an object, a byte range
-of one, and the listing under the prefix, how to write one, and what its errors mean.
+(S3's :class:`~fastload.shards.stores.s3.S3Shards`, the other stores'
+:class:`~fastload.shards.stores.obstore_shards.ObjectShards`) says how to read an
+object, a byte range of one, and the listing under the prefix, how to write one, and
+what its errors mean.
 
 A shard is downloaded by parallel ranged reads into a temporary file, its SHA-256
 checked against the index, and only then renamed into the cache; one that fails its
 hash after ``attempts`` downloads is an error naming the shard and its URL. The shards
-go into the node's cache (:class:`~fastload.shards.cache.NodeCache`): under
+go into the node's cache (:class:`~fastload.shards.stores.node_cache.NodeCache`): under
 ``cache_dir``, a folder per source and index that the cache owns and nothing else,
 shared by the node's processes (one of them downloads a shard), evicted past
 ``cache_limit`` bytes by next use (each reader announces the shards it reads next:
 :meth:`CachedShards.plan`, which :class:`~fastload.shards.ShardShuffle` calls). A
-shard's member table comes with it: :mod:`~fastload.shards.fetched_tables`.
+shard's member table comes with it: :mod:`~fastload.shards.stores.cached_tables`.
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from fastload._checks import check_int
-from fastload.shards.cache import READ_ONLY, NodeCache
-from fastload.shards.fetched_tables import table_beside, table_of
-from fastload.shards.hedging import Hedged
-from fastload.shards.index import (
+from fastload.shards.format.index import (
     INDEX,
     PROGRESS,
     Shard,
     ShardIndexError,
     parse_index,
 )
+from fastload.shards.stores.cached_tables import table_beside, table_of
+from fastload.shards.stores.hedging import Hedged
+from fastload.shards.stores.node_cache import READ_ONLY, NodeCache
 
 __all__ = ["CachedShards", "byte_spans"]
 
@@ -97,7 +98,7 @@ class CachedShards:
         self.options = dict(options or {})
         self.parallel = check_int(parallel, "parallel", low=1)
         self.attempts = check_int(attempts, "attempts", low=1)
-        #: Hedged reads (:mod:`~fastload.shards.hedging`): a slow ranged GET asked again.
+        #: Hedged reads (:mod:`~fastload.shards.stores.hedging`): a slow ranged GET asked again.
         self.hedging = True
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "fastload"
         self.node = NodeCache(root, self.url, cache_limit)
@@ -189,7 +190,7 @@ class CachedShards:
             return self._scan(missing)
 
     def _scan(self, missing: ShardIndexError) -> Path:
-        from fastload.shards.scan import scan_tar, write_scanned_index
+        from fastload.shards.format.scan import scan_tar, write_scanned_index
 
         path = self.cache / INDEX
         if path.exists():  # scanned before
@@ -208,7 +209,7 @@ class CachedShards:
 
     def table(self, shard: Shard) -> bytes:
         """The bytes of ``shard``'s member table, unchecked (see
-        :mod:`~fastload.shards.fetched_tables`)."""
+        :mod:`~fastload.shards.stores.cached_tables`)."""
         return table_of(self, shard)
 
     def local_path(self, shard: Shard) -> Path:

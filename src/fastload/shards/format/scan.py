@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from fastload.shards.index import (
+from fastload.shards.format.index import (
     INDEX,
     INLINE,
     Member,
@@ -25,9 +25,9 @@ from fastload.shards.index import (
     index_of,
     shard_entry,
 )
-from fastload.shards.layout import write_index_with_tables_beside
-from fastload.shards.members import GZIP, decoded_as, is_decoded, without_gzip
-from fastload.shards.naming import member_name, split_member
+from fastload.shards.format.layout import write_index_with_tables_beside
+from fastload.shards.format.members import GZIP, decoded_as, is_decoded, without_gzip
+from fastload.shards.format.naming import member_name, split_member
 
 __all__ = ["index_webdataset", "scanned_index"]
 
@@ -123,7 +123,7 @@ def _tars_digest(folder: Path, tars: list[Path]) -> str:
 
 def scan_tar(path: Path) -> dict[str, Any]:
     """The index entry of one tar: its samples' members grouped by key as WebDataset
-    groups them (:mod:`fastload.shards.naming`), its SHA-256.
+    groups them (:mod:`fastload.shards.format.naming`), its SHA-256.
 
     Raises:
         ShardIndexError: A member that is not a regular file, whose name is not UTF-8 or

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fastload._checks import check_int
-from fastload.shards.index import INDEX
+from fastload.shards.format.index import INDEX
 
 __all__ = ["PLAN_STALE_S", "READ_ONLY", "NodeCache", "check_cache", "folder_name"]
 

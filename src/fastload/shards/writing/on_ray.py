@@ -17,8 +17,8 @@ from typing import Any
 
 from fastload.records.format import RESUME
 from fastload.records.sources import Encoding, Source
-from fastload.shards.destination import Destination, destination, part_shard_name
-from fastload.shards.tar import write_range
+from fastload.shards.writing.destination import Destination, destination, part_shard_name
+from fastload.shards.writing.tar import write_range
 
 __all__ = ["convert_on_ray", "split"]
 

@@ -1,7 +1,7 @@
 """The index of a shard set: ``index.json``, written last, so that a shard set without
 it is visibly incomplete. Per shard: its name, size in bytes, SHA-256, and (since
 version 3) its sample count, extensions and its member table's size and SHA-256. The
-table (:mod:`fastload.shards.table`) holds each sample's key and members (extension,
+table (:mod:`fastload.shards.format.table`) holds each sample's key and members (extension,
 offset of the data in the tar, size) and is read when the shard is first opened: in
 version 4, the last ``table_size`` bytes of the shard file itself, after the tar's end
 (every tar reader stops before it; a shard fetched whole brings its table, and its
@@ -133,7 +133,7 @@ def write_inline_index(folder: Path, shards: list[dict[str, Any]], meta: dict[st
     """``index.json`` of version 2 (members inline), written whole or not at all, and only
     one that loads: checked as :func:`parse_index` checks it first (a refusal writes
     nothing), then a temporary file of this writer's own renamed. New shard sets get
-    version 4 (:func:`fastload.shards.layout.write_index`); this writes the old layout,
+    version 4 (:func:`fastload.shards.format.layout.write_index`); this writes the old layout,
     for the tests that read it."""
     path = folder / INDEX
     data = index_bytes(shards, meta, INLINE)

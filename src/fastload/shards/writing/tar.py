@@ -16,12 +16,12 @@ import cv2
 import numpy as np
 
 from fastload.decode.opencv import ImageDecodeError, is_jpeg
+from fastload.records.captions import CaptionedFiles
 from fastload.records.format import pack_record, unpack_record
 from fastload.records.sources import Encoding, Source
-from fastload.shards.captions import CaptionedFiles
-from fastload.shards.destination import Destination
-from fastload.shards.index import Member, file_sha256, shard_entry
-from fastload.shards.layout import append_table
+from fastload.shards.format.index import Member, file_sha256, shard_entry
+from fastload.shards.format.layout import append_table
+from fastload.shards.writing.destination import Destination
 
 __all__ = ["write_range"]
 

@@ -9,8 +9,8 @@ import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from fastload.shards.index import Shard
-from fastload.shards.transport import Transport
+from fastload.shards.format.index import Shard
+from fastload.shards.stores.transport import Transport
 
 __all__ = ["PLAN_HORIZON", "ShardPrefetcher", "plan_horizon"]
 
