@@ -1,6 +1,7 @@
 """The layout's rules, read from the imports (docs/contributing.md, "How the code is laid
 out"): the stages import downwards only, no two modules import each other, ``shards/``
-reads records, not LMDB, the CPU transforms do not reach into ``gpu/``, nothing on the
+reads records, not LMDB, and keeps a few rooms (its format below its stores, the sampler
+apart from both), the CPU transforms do not reach into ``gpu/``, nothing on the
 data path imports the tooling, the seeds have one home, and a module past 500 lines is
 split where its concerns part."""
 
@@ -130,3 +131,36 @@ def test_per_sample_seeds_have_one_home():
         if any(mark in path.read_text() for mark in ("ContextVar(", "0xBF58476D1CE4E5B9"))
     )  # fmt: skip
     assert homes == ["fastload.seeds"]
+
+
+def test_shards_keeps_a_few_rooms_named_for_what_is_inside():
+    rooms = sorted(
+        path.name for path in (PACKAGE / "shards").iterdir()
+        if path.suffix == ".py" or (path / "__init__.py").exists()
+    )  # fmt: skip
+    assert len(rooms) <= 8, rooms
+
+
+@pytest.mark.parametrize(
+    ("importer", "forbidden"),
+    [
+        # what a shard set is on disk knows nothing of where its bytes come from
+        ("fastload.shards.format", "fastload.shards.stores"),
+        ("fastload.shards.format", "fastload.shards.writing"),
+        ("fastload.shards.format", "fastload.shards.dataset"),
+        ("fastload.shards.stores", "fastload.shards.writing"),
+        ("fastload.shards.stores", "fastload.shards.dataset"),
+        ("fastload.shards.stores", "fastload.shards.order"),
+        # the sampler only orders: the loader hands its order to the dataset's download
+        ("fastload.shards.order", "fastload.shards.stores"),
+    ],
+)
+def test_a_room_of_shards_does_not_reach_into_another(importer, forbidden):
+    def within(name: str, room: str) -> bool:
+        return name == room or name.startswith(f"{room}.")
+
+    reached = sorted(
+        (a, b) for a, targets in IMPORTS.items() for b in targets
+        if within(a, importer) and within(b, forbidden)
+    )  # fmt: skip
+    assert reached == []

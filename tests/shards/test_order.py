@@ -293,6 +293,7 @@ class Sized:
 
         self.shards = [SimpleNamespace(size=size, samples=[None]) for _ in range(count)]
         self.transport = SimpleNamespace(cache_limit=limit) if remote else None
+        self.download_ahead, self.download_ahead_bytes = 8, None
 
 
 @pytest.mark.parametrize(
@@ -314,7 +315,7 @@ def test_the_default_window_depends_on_the_data_set_only(dataset, groups, window
 def test_a_cache_that_cannot_hold_the_window_is_warned_of():
     dataset = Sized(500, 1 << 28, remote=True, limit=12 << 28)
     dataset.shard_range = lambda shard: range(shard, shard + 1)
-    with pytest.warns(UserWarning, match=r"holds fewer than window 16 \+ prefetch 8 shards"):
+    with pytest.warns(UserWarning, match=r"holds fewer than window 16 \+ download_ahead 8 shards"):
         ShardShuffle(dataset, global_batch_size=4)
 
 

@@ -79,7 +79,7 @@ def test_the_client_comes_from_arguments_as_well_as_the_environment(url, server,
 def test_the_loaders_process_downloads_ahead_of_its_workers(url, aws, tmp_path):
     dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")
     sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
-    assert len(dataset.shards) <= sampler.prefetch + 1  # all claimed before the 1st index
+    assert len(dataset.shards) <= dataset.download_ahead + 1  # all claimed before batch 1
     loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=2)
     asked = gets_of(dataset.transport)  # this process's GETs (a worker's client is its own)
     labels = torch.cat([labels for _, labels in loader]).tolist()
@@ -394,13 +394,15 @@ def test_an_epoch_is_exact_through_the_server_killed_and_restarted_mid_epoch(fol
             patch.setenv(name, value)
         boto3.client("s3", **server.client_options()).create_bucket(Bucket="data")
         write_shards(folder, "s3://data/crash", shard_size=10_000)
-        dataset = ShardedDataset("s3://data/crash", cache_dir=tmp_path, decode="tensor")
+        dataset = ShardedDataset("s3://data/crash", cache_dir=tmp_path, decode="tensor",
+                                 download_ahead=1)  # fmt: skip
         assert len(dataset.shards) >= 6
-        sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=1, prefetch=1)
+        sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=1)
         expected = [dataset[index][1] for index in sampler]  # read from a warm cache...
         shutil.rmtree(tmp_path / "fastload-shards")  # ...which goes: every shard read anew
-        dataset = ShardedDataset("s3://data/crash", cache_dir=tmp_path, decode="tensor")
-        sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=1, prefetch=1)
+        dataset = ShardedDataset("s3://data/crash", cache_dir=tmp_path, decode="tensor",
+                                 download_ahead=1)  # fmt: skip
+        sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=1)
         labels: list[int] = []
         restart = threading.Timer(2.0, server.restart_endpoint)
         for step, (_, batch) in enumerate(FastLoader(dataset, batch_size=4, sampler=sampler,

@@ -384,7 +384,7 @@ class Noisy(ShardedDataset):
 
 @pytest.fixture(scope="module")
 def many(tmp_path_factory) -> Path:
-    """72 samples in 6 shards: 6 global batches of 12 an epoch."""
+    """72 samples in 18 shards: 6 global batches of 12 an epoch."""
     images = make_image_folder(
         tmp_path_factory.mktemp("many"), num_classes=3, images_per_class=24, size=(32, 24)
     )
@@ -482,21 +482,29 @@ def test_the_command_line_converts_describes_and_verifies_a_shard_set(folder, tm
 
 
 class Fetches:
-    """A dataset in object storage as the sampler sees it: its transport records the
-    shards fetched ahead (by number) and the plans it is given."""
+    """The transport of a shard set in object storage, over a local folder: the readers
+    open the folder's files; the download-ahead's calls are recorded: the shards claimed
+    and fetched (by number) and the plans announced."""
 
     cache_limit = None
 
     def __init__(self, dataset: ShardedDataset) -> None:
-        self.dataset, self.fetched, self.transport = dataset, [], self
+        self.folder, self.shards = dataset.path, dataset.shards
         self.claimed: list[int] = []
-        self.shards, self.shard_range = dataset.shards, dataset.shard_range
+        self.fetched: list[int] = []
+        self.planned: list[str] | None = None
 
-    def __len__(self) -> int:
-        return len(self.dataset)
+    def open(self, shard) -> int:
+        return os.open(self.folder / shard.name, os.O_RDONLY)
 
-    def shard_of(self, index: int) -> int:
-        return self.dataset.shard_of(index)
+    def table(self, shard) -> bytes:
+        from fastload.shards.format.layout import table_at_end
+
+        descriptor = self.open(shard)
+        try:
+            return table_at_end(descriptor, shard, shard.name)
+        finally:
+            os.close(descriptor)
 
     def prefetch(self, shard, use: int, claimed=lambda: None) -> bool:
         self.claimed.append(self.shards.index(shard))
@@ -511,59 +519,119 @@ class Fetches:
         self.planned = None
 
 
-def test_the_sampler_fetches_shards_in_order_of_first_use_a_few_ahead(many):
-    import time
+def in_a_bucket(folder: Path, **depth) -> tuple[ShardedDataset, Fetches]:
+    """``folder``'s shard set as if it were in object storage, and its transport."""
+    dataset = ShardedDataset(folder, decode="tensor", **depth)
+    dataset.transport = Fetches(dataset)
+    return dataset, dataset.transport
 
-    remote = Fetches(ShardedDataset(many))
-    sampler = ShardShuffle(remote, global_batch_size=12, seed=1, window=2, prefetch=2)
-    expected = list(dict.fromkeys(remote.shard_of(i) for i in sampler.rank_order()))
-    iterator = iter(sampler)
-    next(iterator)  # the reader is in the first shard
-    # claimed before the first index came: no worker starts a download of its own
-    assert sorted(remote.claimed) == sorted(expected[:3])
+
+def wait_for(condition) -> None:
     deadline = time.monotonic() + 10  # a bound on the wait, not a measurement
-    while len(remote.fetched) < 3 and time.monotonic() < deadline:
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.05)
-    # the shard being read and 2 ahead, no more (fetched 2 at a time: in any order)
-    assert sorted(remote.fetched) == sorted(expected[:3])
-    # the reader enters the second shard (woken there, not for every sample): one more
+    time.sleep(0.05)  # time to fetch more than it should, were it to
+
+
+def first_uses(dataset: ShardedDataset, order: list[int]) -> list[int]:
+    return list(dict.fromkeys(dataset.shard_of(index) for index in order))
+
+
+def due(dataset: ShardedDataset, order: list[int], handed: int, ahead: int) -> list[int]:
+    """The shards a download-ahead ``ahead`` deep has fetched once the reader has been
+    handed ``order`` up to position ``handed``: those first used by then, and ``ahead``
+    more."""
+    reached = len(first_uses(dataset, order[: handed + 1]))
+    return sorted(first_uses(dataset, order)[: reached + ahead])
+
+
+def test_the_sampler_only_orders_the_loader_starts_the_download_ahead(many):
+    dataset, fetches = in_a_bucket(many)
+    sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=2)
+    assert list(sampler) == sampler.rank_order() and sorted(sampler) == list(range(72))
+    assert fetches.claimed == fetches.fetched == [] and fetches.planned is None
+    loader = FastLoader(dataset, batch_size=12, sampler=sampler, num_workers=0)
+    labels = torch.cat([labels for _, labels in loader]).tolist()
+    assert labels == [dataset[index][1] for index in sampler.rank_order()]
+    # every shard fetched ahead, once; the plan forgotten at the end
+    assert sorted(fetches.fetched) == list(range(len(dataset.shards)))
+    assert fetches.planned is None
+
+
+def test_the_loader_downloads_shards_in_order_of_first_use_a_few_ahead(many):
+    dataset, fetches = in_a_bucket(many, download_ahead=2)
+    sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=2)
     order = sampler.rank_order()
-    entered = next(p for p, i in enumerate(order) if remote.shard_of(i) == expected[1])
-    for _ in range(entered):
-        next(iterator)
-    deadline = time.monotonic() + 10
-    while len(remote.fetched) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
-    assert sorted(remote.fetched) == sorted(expected[:4])
-    list(iterator)  # the reader at the end: the thread stops where it is
-    fetched = remote.fetched
+    expected = first_uses(dataset, order)
+    loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0,
+                        super_batches=False)  # fmt: skip
+    batches = iter(loader)
+    next(batches)  # the reader has been handed positions 0 to 3
+    # claimed before the first batch was cut: no worker starts a download of its own
+    assert sorted(fetches.claimed[:3]) == sorted(expected[:3])
+    wait_for(lambda: len(fetches.fetched) >= len(due(dataset, order, 3, 2)))
+    # the shards being read and 2 ahead, no more (fetched 2 at a time: in any order)
+    assert sorted(fetches.fetched) == due(dataset, order, 3, 2)
+    # batches enter the next shards: more, and no more than 2 ahead
+    for handed in (7, 11, 15):
+        next(batches)
+        wanted = due(dataset, order, handed, 2)
+        wait_for(lambda wanted=wanted: len(fetches.fetched) >= len(wanted))
+        assert sorted(fetches.fetched) == wanted
+    list(batches)  # the reader at the end: the thread stops where it is
+    fetched = fetches.fetched
     assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])
+
+
+def test_a_resumed_epoch_downloads_from_where_it_resumes(many):
+    dataset, fetches = in_a_bucket(many, download_ahead=1)
+    sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=1)
+    order = sampler.rank_order()
+    loader = FastLoader(dataset, batch_size=12, sampler=sampler, num_workers=0,
+                        super_batches=False)  # fmt: skip
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    state = loader.state_dict()
+    list(batches)
+    dataset, fetches = in_a_bucket(many, download_ahead=1)
+    sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=1)
+    loader = FastLoader(dataset, batch_size=12, sampler=sampler, num_workers=0,
+                        super_batches=False)  # fmt: skip
+    loader.load_state_dict(state)
+    batches = iter(loader)
+    _, labels = next(batches)
+    assert labels.tolist() == [dataset[index][1] for index in order[36:48]]
+    # the first claims: the shards the resumed epoch reads first, not those it skipped
+    assert sorted(fetches.claimed[:2]) == sorted(first_uses(dataset, order[36:])[:2])
+    list(batches)
+    assert set(fetches.fetched) == set(first_uses(dataset, order[36:]))
 
 
 @pytest.mark.parametrize("depth", ["two shards' bytes", "one byte"])
 def test_a_depth_in_bytes_fetches_the_shards_ahead_whose_sizes_fit_it(many, depth):
-    import time
-
-    remote = Fetches(ShardedDataset(many))
-    first_use = list(dict.fromkeys(
-        remote.shard_of(i)
-        for i in ShardShuffle(remote, global_batch_size=12, seed=1, window=2).rank_order()
-    ))  # fmt: skip
-    sizes = [remote.shards[shard].size for shard in first_use]
+    dataset, _ = in_a_bucket(many)
+    first_use = first_uses(
+        dataset, ShardShuffle(dataset, global_batch_size=12, seed=1, window=2).rank_order()
+    )
+    sizes = [dataset.shards[shard].size for shard in first_use]
     budget, fetched = (sizes[1] + sizes[2], 3) if depth == "two shards' bytes" else (1, 2)
-    sampler = ShardShuffle(remote, global_batch_size=12, seed=1, window=2, prefetch=0,
-                           prefetch_bytes=budget)  # fmt: skip
-    iterator = iter(sampler)
-    next(iterator)  # the reader is in the first shard
-    deadline = time.monotonic() + 10  # a bound on the wait, not a measurement
-    while len(remote.fetched) < fetched and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
+    dataset, fetches = in_a_bucket(many, download_ahead=0, download_ahead_bytes=budget)
+    sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=2)
+    batches = iter(FastLoader(dataset, batch_size=1, sampler=sampler, num_workers=0,
+                              super_batches=False))  # fmt: skip
+    next(batches)  # the reader is in the first shard
+    wait_for(lambda: len(fetches.fetched) >= fetched)
     # the shard being read, the next one always, then as many as the bytes allow
-    assert sorted(remote.fetched) == sorted(first_use[:fetched])
-    list(iterator)
+    assert sorted(fetches.fetched) == sorted(first_use[:fetched])
+    list(batches)
+
+
+def test_no_depth_downloads_nothing_ahead(many):
+    dataset, fetches = in_a_bucket(many, download_ahead=0)
+    sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=2)
+    assert len(list(FastLoader(dataset, batch_size=12, sampler=sampler, num_workers=0))) == 6
+    assert fetches.claimed == []
 
 
 class Plans:
@@ -589,20 +657,24 @@ class Plans:
 
 @pytest.mark.parametrize(("limit", "named"), [(None, 256), (100 * 500, 501), (100 * 5000, 600)])
 def test_a_plan_names_the_shards_the_cache_can_hold_not_every_one_left(limit, named):
-    from fastload.shards.stores.download_ahead import ShardPrefetcher
+    from fastload.shards.stores.download_ahead import download_ahead
 
     transport = Plans(600, limit)
-    order = [i // 2 for i in range(2 * 600)]  # shard after shard
-    prefetcher = ShardPrefetcher(transport, transport.shards, order, ahead=2)
-    prefetcher.claimed_first.wait(10)
-    prefetcher.stop()
+    starts = list(range(0, 2 * 600, 2))
+    downloads = download_ahead(transport, transport.shards, starts, list(range(2 * 600)), ahead=2)
+    downloads.stop()
     # the first plan: the shard being read, then the next ones, as many as fit (or 256)
     assert transport.plans[0] == [f"s{i:04d}.tar" for i in range(named)]
 
 
-def test_a_depth_in_bytes_must_be_positive(many):
-    with pytest.raises(ValueError, match="prefetch_bytes must be an int >= 1, got 0"):
-        ShardShuffle(ShardedDataset(many), global_batch_size=12, prefetch_bytes=0)
+@pytest.mark.parametrize(("argument", "value", "message"), [
+    ("download_ahead_bytes", 0, "download_ahead_bytes must be an int >= 1, got 0"),
+    ("download_ahead", -1, "download_ahead must be an int >= 0, got -1"),
+    ("download_ahead", 2.5, "download_ahead must be an int >= 0, got 2.5"),
+])  # fmt: skip
+def test_a_download_depth_is_checked_by_name(many, argument, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ShardedDataset(many, **{argument: value})
 
 
 def cache_holding(cache_dir, names: list[str], *, limit: int) -> NodeCache:

@@ -1,5 +1,11 @@
-"""What a loader offers the stages after it, as Protocols: DataPrefetcher checks a loader
-against these, not for attributes one by one. FastLoader implements both.
+"""What a loader offers the stages after it, and what it reads from its sampler and
+dataset, as Protocols: DataPrefetcher checks a loader against these, and FastLoader its
+sampler and dataset, not for attributes one by one.
+
+The download-ahead: a sampler that publishes its pass's order before the pass
+(:class:`PublishesOrder`) and a dataset that fetches ahead (:class:`FetchesAhead`): the
+loader hands the one's order to the other at each pass, then says how far it has handed
+the order out to its workers. The sampler only orders; the dataset only fetches.
 
 The keyed-seed hand-off: ``FastLoader(seed=...)`` seeds each sample's CPU augmentation
 from ``(seed, epoch, index)``. A consumer that augments on the GPU calls
@@ -17,9 +23,12 @@ import numpy as np
 
 __all__ = [
     "BatchConsumer",
+    "FetchesAhead",
+    "FetchingAhead",
     "GlobalBatchOrder",
     "HandsOutRuns",
     "KeyedSeedSource",
+    "PublishesOrder",
     "ResumableLoader",
 ]
 
@@ -95,3 +104,32 @@ class GlobalBatchOrder(Protocol):
     def order_identity(self) -> dict[str, int | str]:
         """What its global batches depend on besides the data set (seed, window, ...):
         a state is refused by a loader whose sampler says otherwise."""
+
+
+@runtime_checkable
+class PublishesOrder(Protocol):
+    """A sampler that says its pass's indices before the pass, in the order it yields
+    them (:class:`fastload.shards.ShardShuffle`: this rank's)."""
+
+    def rank_order(self) -> list[int]:
+        """The indices of the coming pass, in order."""
+
+
+class FetchingAhead(Protocol):
+    """A dataset's fetch ahead of its reader, under way."""
+
+    def reached(self, position: int) -> None:
+        """The reader has been handed the order up to ``position``."""
+
+    def stop(self) -> None:
+        """The reader reads no more of the order."""
+
+
+@runtime_checkable
+class FetchesAhead(Protocol):
+    """A dataset whose samples come from elsewhere and can be fetched ahead of the
+    workers that read them (:class:`fastload.shards.ShardedDataset` in object storage)."""
+
+    def fetch_ahead(self, order: list[int]) -> FetchingAhead | None:
+        """Start fetching the samples of ``order`` (indices, in the order they will be
+        read), its first ones claimed before this returns; None: nothing to fetch."""

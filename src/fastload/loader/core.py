@@ -18,7 +18,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from fastload._checks import check_int
 from fastload.loader.accelerate_state import PreparedByItself
-from fastload.loader.contracts import BatchConsumer
+from fastload.loader.contracts import BatchConsumer, FetchesAhead, PublishesOrder
 from fastload.loader.defaults import (
     AUTO,
     TUNE,
@@ -232,7 +232,7 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             **kwargs,
         )
         self.seed = seed
-        self._start_batches(in_memory=in_memory, keyed=keyed, iterable=iterable)
+        self._start_batches(dataset, in_memory=in_memory, keyed=keyed, iterable=iterable)
         self._grouping, why = plan_super_batches(super_batches, self, in_memory=in_memory)
         self.super_batches, self.choices = self._grouping is not None, self.choices | why
         if self.choices:
@@ -260,9 +260,12 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             return seeded_order(view, seed), None  # type: ignore[arg-type]
         return sampler, shuffle
 
-    def _start_batches(self, *, in_memory: bool, keyed: bool, iterable: bool) -> None:
+    def _start_batches(
+        self, dataset: Dataset[Any], *, in_memory: bool, keyed: bool, iterable: bool
+    ) -> None:
         """Where the iterators take their batches of indices from: the resumable batches
-        (the epoch's progress), over the in-memory fast path's own where it applies."""
+        (the epoch's progress, and the dataset's download-ahead of the order its sampler
+        publishes), over the in-memory fast path's own where it applies."""
         # Private hook of DataLoader (stable since torch 1.2): it reads batches of
         # indices from `_index_sampler`. Without the hook, the batches are still right.
         self._index_batches = (
@@ -274,7 +277,26 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self._progress: EpochProgress | None = None  # the epoch under way, or the last
         self._resume: EpochProgress | None = None  # load_state_dict's, for the next epoch
         batches = self._index_batches or DataLoader._index_sampler.fget(self)  # type: ignore[attr-defined]
-        self._resumable = None if iterable else ResumableBatches(batches, keyed=keyed)
+        self._resumable = (
+            None
+            if iterable
+            else ResumableBatches(batches, keyed=keyed, ahead=self._download_ahead(dataset))
+        )
+
+    def _download_ahead(self, dataset: Dataset[Any]) -> tuple[PublishesOrder, FetchesAhead] | None:
+        """The sampler whose order ``dataset`` fetches ahead of the workers, where the
+        batches are cut from that order as it comes."""
+        sampler = self.sampler
+        cut_as_it_comes = self.batch_sampler is None or (
+            type(self.batch_sampler) is BatchSampler and self.batch_sampler.sampler is sampler
+        )
+        if (
+            cut_as_it_comes
+            and isinstance(sampler, PublishesOrder)
+            and isinstance(dataset, FetchesAhead)
+        ):
+            return sampler, dataset
+        return None
 
     def _get_iterator(self) -> Any:
         if self._check_sendable:

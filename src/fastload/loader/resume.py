@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from fastload.loader.accelerate_state import EpochEnd, epoch_end
-from fastload.loader.contracts import BatchConsumer
+from fastload.loader.contracts import BatchConsumer, FetchesAhead, PublishesOrder
 
 __all__ = [
     "EpochProgress",
@@ -156,13 +156,19 @@ class ResumableBatches:
     With ``keyed``, each index ``i`` becomes ``(epoch, i)`` for :class:`SeededSamples`.
     With ``track``, each batch's
     ``(epoch, indices)`` is queued on ``dispatched``, in order, for a consumer that seeds
-    per-sample GPU randomness (DataPrefetcher pops them).
+    per-sample GPU randomness (DataPrefetcher pops them). With ``ahead`` (a sampler that
+    publishes its order, and a dataset that fetches ahead), the pass's order (less the
+    batches skipped) goes to the dataset before the first batch, and each batch handed out
+    tells it how far the workers have been given the order.
     """
 
-    def __init__(self, inner: Any, *, keyed: bool) -> None:
+    def __init__(
+        self, inner: Any, *, keyed: bool, ahead: tuple[PublishesOrder, FetchesAhead] | None
+    ) -> None:
         self.inner = inner
         self.progress: EpochProgress | None = None
         self.keyed = keyed
+        self.ahead = ahead
         self.track = False
         self.dispatched: collections.deque[tuple[int, list[int]]] = collections.deque()
 
@@ -179,17 +185,41 @@ class ResumableBatches:
         if progress.replay:
             place = progress.snapshot.replayed(progress.generators, progress.base)
         with place:  # a sampler draws its epoch's order at iter() or at its first batch
+            ahead = self.ahead
+            order = None if ahead is None else ahead[0].rank_order()
             batches = iter(self.inner)
             first = next(batches, _END)
         if first is _END:
             return
-        for batch in itertools.islice(_then(first, batches), progress.skip, None):
-            single = isinstance(batch, (int, np.integer))  # batch_size=None
-            if self.track:
-                self.dispatched.append((epoch, [int(batch)] if single else [int(i) for i in batch]))
-            if self.keyed:
-                batch = (epoch, int(batch)) if single else [(epoch, int(i)) for i in batch]
-            yield batch
+        stream = _then(first, batches)
+        skipped = sum(map(_count, itertools.islice(stream, progress.skip)))
+        fetching = (
+            ahead[1].fetch_ahead(order[skipped:])
+            if ahead is not None and order is not None
+            else None
+        )
+        handed = -1  # the position in the order of the last index handed out
+        try:
+            for batch in stream:
+                if fetching is not None:
+                    handed += _count(batch)
+                    fetching.reached(handed)
+                single = isinstance(batch, (int, np.integer))  # batch_size=None
+                if self.track:
+                    self.dispatched.append(
+                        (epoch, [int(batch)] if single else [int(i) for i in batch])
+                    )
+                if self.keyed:
+                    batch = (epoch, int(batch)) if single else [(epoch, int(i)) for i in batch]
+                yield batch
+        finally:
+            if fetching is not None:
+                fetching.stop()
+
+
+def _count(batch: Any) -> int:
+    """The indices in ``batch``: one where it is an index (``batch_size=None``)."""
+    return 1 if isinstance(batch, (int, np.integer)) else len(batch)
 
 
 def _then(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fastload._checks import check_int
 from fastload.datasets.base import ImageDataset
 from fastload.decode.opencv import DecodeMode, decoded_size
 from fastload.records.format import RecordFormatError, unpack_record
@@ -31,6 +32,7 @@ from fastload.shards.format.naming import selected_members
 from fastload.shards.format.scan import scanned_index
 from fastload.shards.format.table import MemberTable
 from fastload.shards.stores.connect import connect, is_remote
+from fastload.shards.stores.download_ahead import DownloadAhead, download_ahead
 from fastload.shards.stores.node_cache import check_cache
 from fastload.shards.stores.transport import Transport
 
@@ -54,7 +56,8 @@ class ShardedDataset(ImageDataset):
     """The samples of the shard set in folder ``path`` (written by :func:`write_shards`), or
     at ``s3://bucket/prefix`` (its shards fetched into ``cache_dir``, at most
     ``cache_limit`` bytes, ``storage_options`` for ``boto3.client("s3", ...)``; see
-    :mod:`fastload.shards.stores.s3`), or WebDataset shards without an index (scanned, the
+    :mod:`fastload.shards.stores.s3`; ``gs://``, ``az://`` and ``https://`` through
+    obstore), or WebDataset shards without an index (scanned, the
     scan kept in ``cache_dir`` if given; nothing is written beside them:
     ``fastload index FOLDER`` writes their index there once),
     in index order: ``(image, label)``, or ``(image, target)`` for detection and
@@ -73,6 +76,14 @@ class ShardedDataset(ImageDataset):
     extension in a sample), or whose members the index cannot name, is refused naming
     the member. Without ``keys``, a set whose samples hold more than ``(image, label)``
     reads says so once.
+
+    From object storage, under a :class:`~fastload.FastLoader` whose sampler publishes its
+    order (:class:`~fastload.shards.ShardShuffle`), a thread of the loader's process
+    downloads ahead of the workers (:meth:`fetch_ahead`): the next ``download_ahead``
+    shards past the one being read, or, with ``download_ahead_bytes``, the next shards
+    whose sizes add up to at most that many bytes (a depth that means the same for 8 MB
+    shards as for 1 GB ones; the next shard always). ``download_ahead=0`` and no bytes:
+    each shard is fetched by the first worker that reads it.
 
     Members are read by their offsets in the index with ``os.pread`` on a file opened
     once per process (fork- and spawn-safe; at most ``OPEN_SHARDS`` open at once).
@@ -106,8 +117,16 @@ class ShardedDataset(ImageDataset):
         cache_limit: int | None = None,
         storage_options: dict[str, Any] | None = None,
         keys: Sequence[str] | str | None = None,
+        download_ahead: int = 8,
+        download_ahead_bytes: int | None = None,
     ) -> None:
         super().__init__(transform, target_transform, decode, min_size, transforms)
+        self.download_ahead = check_int(download_ahead, "download_ahead", low=0)
+        self.download_ahead_bytes = (
+            None
+            if download_ahead_bytes is None
+            else check_int(download_ahead_bytes, "download_ahead_bytes", low=1)
+        )
         if keys is not None and (transforms is not None or target_transform is not None):
             raise ValueError("with keys, transform runs on each image member: give no "
                              "transforms or target_transform")  # fmt: skip
@@ -160,6 +179,22 @@ class ShardedDataset(ImageDataset):
     def shard_range(self, shard: int) -> range:
         """The sample indices shard number ``shard`` holds."""
         return range(self._starts[shard], self._starts[shard + 1])
+
+    def fetch_ahead(self, order: list[int]) -> DownloadAhead | None:
+        """Start downloading the shards of ``order`` (sample indices, in the order they
+        will be read) into the node's cache, ahead of the reader; the loader says how far
+        it has handed the order out (``reached(position)``) and ends it (``stop()``).
+        None from a folder, or with no depth to download ahead."""
+        if self.transport is None or not (self.download_ahead or self.download_ahead_bytes):
+            return None
+        return download_ahead(
+            self.transport,
+            self.shards,
+            self._starts,
+            order,
+            ahead=self.download_ahead,
+            ahead_bytes=self.download_ahead_bytes,
+        )
 
     def shard_of(self, index: int) -> int:
         return self.locate(index)[0]

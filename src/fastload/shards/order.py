@@ -3,7 +3,6 @@ only: never on the number of nodes, GPUs or workers."""
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import warnings
@@ -16,13 +15,8 @@ from torch.utils.data import Sampler
 from fastload._checks import check_int
 from fastload.seeds import splitmix64
 from fastload.shards.dataset import ShardedDataset
-from fastload.shards.stores.download_ahead import ShardPrefetcher
 
 __all__ = ["ShardShuffle"]
-
-#: At most this long the first index waits for the download-ahead to claim its first
-#: shards (a bound: claiming takes a lock, or finds it held, at once).
-CLAIM_WAIT_S = 10.0
 
 
 class ShardShuffle(Sampler[int]):
@@ -37,14 +31,14 @@ class ShardShuffle(Sampler[int]):
     ``set_epoch`` each epoch, as for a ``DistributedSampler`` of your own (FastLoader
     advances only the one it makes itself).
 
-    From object storage, a thread of the loader's process downloads ahead: the next
-    ``prefetch`` shards past the one being read, or, with ``prefetch_bytes``, the next
-    shards whose sizes add up to at most that many bytes (a depth that means the same
-    for 8 MB shards as for 1 GB ones; the next shard always).
+    It only orders: it publishes its rank's order before the pass (:meth:`rank_order`),
+    and a :class:`~fastload.FastLoader` hands that order to the dataset, whose
+    download-ahead (``ShardedDataset(download_ahead=...)``) brings the next shards from
+    object storage into the node's cache before the workers read them.
 
     ``window`` by default (:func:`default_window`): up to 64 shards from a folder, up to
     16 from object storage; a warning says when ``cache_limit`` cannot hold it and the
-    prefetch. A wider window mixes more shards into each batch (64 shards reach
+    dataset's download-ahead. A wider window mixes more shards into each batch (64 shards reach
     0.80 of a permutation's distinct shards per batch of 32; ``benchmarks/
     shuffle_quality.py``); every shard of it is open, or in the cache, at once.
 
@@ -65,7 +59,7 @@ class ShardShuffle(Sampler[int]):
       on another number of GPUs with the same batches. On fewer nodes than groups, a node
       reads several groups, and needs their windows in its cache together.
     - A node's cache must hold ``window`` of its shards (``window`` x the shard size),
-      and a few more for the prefetch: a smaller cache downloads a shard again. A
+      and a few more for the download-ahead: a smaller cache downloads a shard again. A
       group's last window holds the shards left over: with one or two (66 shards a
       group, ``window=64``), every node's last few global batches read one or two.
     - Groups differ by up to a shard's samples, and the epoch has ``len(dataset) //
@@ -106,20 +100,14 @@ class ShardShuffle(Sampler[int]):
         groups: int = 1,
         rank: int | None = None,
         world_size: int | None = None,
-        prefetch: int = 8,
-        prefetch_bytes: int | None = None,
         drop_last: bool = True,
     ) -> None:
         check_int(global_batch_size, "global_batch_size", low=1)
         check_int(groups, "groups", low=1)
-        self.prefetch = check_int(prefetch, "prefetch", low=0)
-        self.prefetch_bytes = (
-            None if prefetch_bytes is None else check_int(prefetch_bytes, "prefetch_bytes", low=1)
-        )
         if window is None:
             window = default_window(dataset, groups)
         check_int(window, "window", low=1)
-        _warn_if_the_cache_cannot_hold(dataset, window, self.prefetch, self.prefetch_bytes)
+        _warn_if_the_cache_cannot_hold(dataset, window)
         if global_batch_size % groups:
             raise ValueError(
                 f"global_batch_size {global_batch_size} is not a multiple of groups {groups}: "
@@ -140,6 +128,7 @@ class ShardShuffle(Sampler[int]):
         self.dataset, self.global_batch_size = dataset, global_batch_size
         self.seed, self.window, self.groups, self.epoch = seed, window, groups, 0
         self.drop_last = bool(drop_last)
+        self._drawn: tuple[int, list[int]] | None = None  # (epoch, rank_order()) drawn last
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -239,10 +228,13 @@ class ShardShuffle(Sampler[int]):
         return stream, rest
 
     def rank_order(self) -> list[int]:
-        """This rank's sample indices of the epoch, in the order it reads them. The final
+        """This rank's sample indices of the epoch, in the order it reads them (drawn once
+        for a pass: a loader reads it before the pass, the pass yields it). The final
         incomplete global batch is dropped (``drop_last``), or filled up with the epoch's
         first samples, as ``DistributedSampler`` pads, so that every rank reads a full
         share and every sample is read."""
+        if self._drawn is not None and self._drawn[0] == self.epoch:
+            return self._drawn[1]
         order = self.global_order()
         tail = len(order) % self.global_batch_size
         if tail and not self.drop_last:
@@ -254,30 +246,13 @@ class ShardShuffle(Sampler[int]):
         for start in range(0, len(order) - self.global_batch_size + 1, self.global_batch_size):
             first = start + self.rank * share
             mine.extend(order[first : first + share])
+        self._drawn = (self.epoch, mine)
         return mine
 
     def __iter__(self) -> Iterator[int]:
-        mine = self.rank_order()
-        transport = self.dataset.transport
-        if not ((self.prefetch or self.prefetch_bytes) and transport is not None):
-            yield from mine
-            return
-        # The order is known here, in the loader's process: a thread brings the next
-        # shards into the node's cache before the workers ask for them.
-        starts = [self.dataset.shard_range(s).start for s in range(len(self.dataset.shards))]
-        # the order's indices are in range: a bisect each, not shard_of's checks
-        shards_of_samples = [bisect.bisect_right(starts, i) - 1 for i in mine]
-        prefetcher = ShardPrefetcher(
-            transport, self.dataset.shards, shards_of_samples,
-            ahead=self.prefetch, ahead_bytes=self.prefetch_bytes,
-        )  # fmt: skip
-        prefetcher.claimed_first.wait(CLAIM_WAIT_S)
-        try:
-            for position, index in enumerate(mine):
-                prefetcher.reached(position)
-                yield index
-        finally:
-            prefetcher.stop()
+        order = self.rank_order()
+        self._drawn = None  # held for the pass by its iterator, not by the sampler
+        return iter(order)
 
     def __len__(self) -> int:
         batches, tail = divmod(len(self.dataset), self.global_batch_size)
@@ -302,19 +277,18 @@ def default_window(dataset: ShardedDataset, groups: int) -> int:
     return min(per_group, 16 if dataset.transport is not None else 64)
 
 
-def _warn_if_the_cache_cannot_hold(
-    dataset: ShardedDataset, window: int, prefetch: int, prefetch_bytes: int | None
-) -> None:
+def _warn_if_the_cache_cannot_hold(dataset: ShardedDataset, window: int) -> None:
     limit = None if dataset.transport is None else dataset.transport.cache_limit
     if limit is None:
         return
     sizes = sorted(shard.size for shard in dataset.shards)
-    if prefetch_bytes is None:
-        needed = sum(sizes[-(window + prefetch) :])  # the largest shards, to be safe
-        held = f"window {window} + prefetch {prefetch} shards"
+    ahead, ahead_bytes = dataset.download_ahead, dataset.download_ahead_bytes
+    if ahead_bytes is None:
+        needed = sum(sizes[-(window + ahead) :])  # the largest shards, to be safe
+        held = f"window {window} + download_ahead {ahead} shards"
     else:
-        needed = sum(sizes[-window:]) + prefetch_bytes
-        held = f"window {window} shards + prefetch_bytes {prefetch_bytes}"
+        needed = sum(sizes[-window:]) + ahead_bytes
+        held = f"window {window} shards + download_ahead_bytes {ahead_bytes}"
     if limit < needed:
         warnings.warn(
             f"cache_limit {limit} bytes holds fewer than {held} ({needed} bytes): shards "

@@ -1,6 +1,7 @@
 """The download-ahead of a shard order: the shards its samples read, brought into the
-node's cache in order of first use, a depth ahead of the reader
-(:class:`ShardPrefetcher`; :class:`~fastload.shards.order.ShardShuffle` starts one)."""
+node's cache in order of first use, a depth ahead of the reader (:class:`DownloadAhead`).
+:meth:`~fastload.shards.ShardedDataset.fetch_ahead` starts one for the order the loader
+has from its sampler, and the loader says how far it has handed that order out."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from fastload.shards.format.index import Shard
 from fastload.shards.stores.transport import Transport
 
-__all__ = ["PLAN_HORIZON", "ShardPrefetcher", "plan_horizon"]
+__all__ = ["CLAIM_WAIT_S", "PLAN_HORIZON", "DownloadAhead", "download_ahead", "plan_horizon"]
+
+#: At most this long the reader waits for the download-ahead to claim its first shards
+#: (a bound: claiming takes a lock, or finds it held, at once).
+CLAIM_WAIT_S = 10.0
 
 #: The shards a plan names at least: those being read, then the next ones. Eviction needs
 #: no more than the cache holds, and a plan of every shard left, written each time the
@@ -29,7 +34,7 @@ def plan_horizon(cache_limit: int | None, shards: list[Shard]) -> int:
     return max(PLAN_HORIZON, cache_limit // mean + 1)
 
 
-class ShardPrefetcher:
+class DownloadAhead:
     """Fetches the shards of a sequence of samples into the cache, in order of first use,
     at most ``ahead`` shards past the one the reader has reached (with ``ahead_bytes``:
     the shards past it whose sizes add up to at most that), and keeps the cache's plan
@@ -53,28 +58,30 @@ class ShardPrefetcher:
             self.spans.setdefault(shard, [position, position])[1] = position
         self.first_use = sorted(self.spans, key=lambda shard: self.spans[shard][0])
         self.starts = [self.spans[shard][0] for shard in self.first_use]
-        self.first_uses = frozenset(self.starts)
         # bytes of the shards up to and including each, in order of first use
         self.total = list(itertools.accumulate(shards[s].size for s in self.first_use))
         self.position = 0
+        self._reached = 0  # the shard (in order of first use) at `position`
         self.condition = threading.Condition()
         self.stopped = False
         #: Set once the first fetches have claimed their shards (see :meth:`_run`).
         self.claimed_first = threading.Event()
         self.thread = threading.Thread(
-            target=self._run, name="fastload-shard-prefetch", daemon=True
+            target=self._run, name="fastload-download-ahead", daemon=True
         )
         self.thread.start()
 
     def reached(self, position: int) -> None:
-        """The reader is at ``position`` in the sequence (called for every sample)."""
-        if position not in self.first_uses:
+        """The reader has been handed the sequence up to ``position`` (called for every
+        sample, or for the last of each batch)."""
+        shard = self._shard_at(position)
+        if shard == self._reached:
             # the depth moves only when the reader enters a shard: waking the thread
             # for every sample would cost two thread switches a sample
             self.position = position
             return
         with self.condition:
-            self.position = position
+            self.position, self._reached = position, shard
             self.condition.notify()
 
     def stop(self) -> None:
@@ -96,7 +103,7 @@ class ShardPrefetcher:
     def _may_fetch(self, number: int) -> bool:
         """Whether shard ``number`` (in order of first use) is within the depth ahead of
         the shard the reader is in."""
-        reached = self._reached_shard()
+        reached = self._reached
         if self.ahead_bytes is None:
             return number <= reached + self.ahead
         return number <= reached + 1 or self.total[number] - self.total[reached] <= self.ahead_bytes
@@ -150,10 +157,27 @@ class ShardPrefetcher:
         finally:
             claim.set()
 
-    def _reached_shard(self) -> int:
-        """The number (in order of first use) of the shard the reader is in."""
-        return self._shard_at(self.position)
-
     def _shard_at(self, position: int) -> int:
         """The number (in order of first use) of the last shard first used by ``position``."""
         return max(0, bisect.bisect_right(self.starts, position) - 1)
+
+
+def download_ahead(
+    transport: Transport,
+    shards: list[Shard],
+    starts: list[int],
+    order: list[int],
+    *,
+    ahead: int,
+    ahead_bytes: int | None = None,
+) -> DownloadAhead:
+    """A :class:`DownloadAhead` of ``order``'s samples (``starts``: each shard's first
+    sample index), once its first downloads have claimed their shards: a worker that reads
+    one of them then waits for that download instead of starting its own."""
+    # the order's indices are in range: a bisect each, not shard_of's checks
+    shards_of_samples = [bisect.bisect_right(starts, index) - 1 for index in order]
+    downloads = DownloadAhead(
+        transport, shards, shards_of_samples, ahead=ahead, ahead_bytes=ahead_bytes
+    )
+    downloads.claimed_first.wait(CLAIM_WAIT_S)
+    return downloads

@@ -4,8 +4,9 @@ scheme (:mod:`fastload.shards.stores.connect` picks it). ``s3://`` is
 of this shape, named in :data:`~fastload.shards.stores.connect.SCHEMES`.
 
 The dataset reads through ``open`` (a shard as a local file, fetched into the node's
-cache first); ``ShardShuffle``'s prefetch thread calls ``plan`` and ``prefetch``, so that
-the shards the next batches read are in the cache before the workers ask for them.
+cache first); the download-ahead thread (:mod:`~fastload.shards.stores.download_ahead`)
+calls ``plan`` and ``prefetch``, so that the shards the next batches read are in the
+cache before the workers ask for them.
 """
 
 from __future__ import annotations
