@@ -79,11 +79,11 @@ def cold(
     def run() -> dict[str, float]:
         shutil.rmtree(cache, ignore_errors=True)
         cache.mkdir(parents=True)
-        dataset.transport.hedging = hedging  # the workers fork with it
+        dataset.transport.bucket.hedging = hedging  # the workers fork with it
         try:
             return read_all()
         finally:
-            dataset.transport.hedging = True
+            dataset.transport.bucket.hedging = True
 
     return run
 
@@ -135,9 +135,9 @@ class Store:
     @property
     def transport(self):
         """The module whose CHUNK sets the bytes per ranged GET."""
-        from fastload.shards.stores import obstore_shards, s3
+        from fastload.shards.stores import obstore_bucket, s3
 
-        return s3 if self.scheme == "s3" else obstore_shards
+        return s3 if self.scheme == "s3" else obstore_bucket
 
 
 def proxied(
@@ -176,7 +176,7 @@ FAULTS = {"slow_down": 10, "truncate": 99, "corrupt": 101, "stall": 103, "stall_
 
 def hedges(run: Callable[[], dict[str, float]]) -> dict[str, int]:
     """The hedged reads of a proxied pass's dataset, in this process."""
-    return run.dataset.transport.hedge_counts  # type: ignore[attr-defined]
+    return run.dataset.transport.bucket.hedge_counts  # type: ignore[attr-defined]
 
 
 def cold_runs(dataset: ShardedDataset, cache: Path, args, truth: dict[str, int]) -> dict:
@@ -191,17 +191,18 @@ def cold_runs(dataset: ShardedDataset, cache: Path, args, truth: dict[str, int])
 
 
 def obstore_on_s3(store: Store, cache: Path, args) -> dict[str, Callable[[], dict[str, float]]]:
-    """On S3, the cold pass through obstore (``ObjectShards``, in its store process) too,
-    beside boto3's (``S3Shards``, fastload's S3 client): which is faster here."""
+    """On S3, the cold pass through obstore (``ObstoreBucket``, in its store process) too,
+    beside boto3's (``S3Bucket``, fastload's S3 client): which is faster here."""
     if store.scheme != "s3" or importlib.util.find_spec("obstore") is None:
         return {}  # not installed: boto3's pass alone
-    from fastload.shards.stores.obstore_shards import ObjectShards
+    from fastload.shards.stores.cached import CachedShards
+    from fastload.shards.stores.obstore_bucket import ObstoreBucket
 
     boto3_names = store.options()
     options = {"endpoint": boto3_names["endpoint_url"], "region": boto3_names["region_name"],
                "access_key_id": boto3_names["aws_access_key_id"],
                "secret_access_key": boto3_names["aws_secret_access_key"]}  # fmt: skip
-    transport = ObjectShards(store.url, cache_dir=cache, options=options)
+    transport = CachedShards(ObstoreBucket(store.url, options=options), cache_dir=cache)
     transport.index()  # the cache's namespace, as ShardedDataset sets its transport's
     dataset = ShardedDataset(store.url, decode=None, cache_dir=cache, storage_options=boto3_names)
     dataset.transport = transport
@@ -222,8 +223,8 @@ def raw_gets(store: Store, dataset: ShardedDataset, args) -> Callable[[], dict[s
         import obstore
         from obstore.store import from_url
 
+        from fastload.shards.stores.obstore_bucket import store_options
         from fastload.shards.stores.obstore_process import options_for_obstore
-        from fastload.shards.stores.obstore_shards import store_options
 
         options = options_for_obstore(store_options(store.url, store.options()))
         client = from_url(store.url, **options)

@@ -75,8 +75,8 @@ def test_the_suite_collects_and_skips_with_the_extras_name_without_them():
 def test_an_s3_url_without_boto3_says_which_install_adds_it():
     probe = subprocess.run(
         [sys.executable, "-c",
-         "from fastload.shards.stores.s3 import S3Shards\n"
-         "S3Shards('s3://bucket/set', cache_dir='.')._new_client()"],
+         "from fastload.shards.stores.s3 import S3Bucket\n"
+         "S3Bucket('s3://bucket/set')._new_client()"],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "without_extras"),
                  FASTLOAD_WITHOUT="boto3"),
         capture_output=True, text=True, cwd=ROOT,
@@ -91,8 +91,8 @@ def test_an_s3_url_without_boto3_says_which_install_adds_it():
 def test_a_gs_url_without_obstore_says_which_install_adds_it():
     probe = subprocess.run(
         [sys.executable, "-c",
-         "from fastload.shards.stores.obstore_shards import ObjectShards\n"
-         "ObjectShards('gs://bucket/set', cache_dir='.').helper()"],
+         "from fastload.shards.stores.obstore_bucket import ObstoreBucket\n"
+         "ObstoreBucket('gs://bucket/set').helper()"],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "without_extras"),
                  FASTLOAD_WITHOUT="obstore"),
         capture_output=True, text=True, cwd=ROOT,

@@ -154,7 +154,7 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
         # what entered the cache is what was written, the member tables too
         dataset.verify()
         # stalls are asked again, within the budget (whether a hedge wins is the clock's)
-        counts = dataset.transport.hedge_counts
+        counts = dataset.transport.bucket.hedge_counts
         assert counts["requests"] > 0 and counts["hedged"] <= 0.05 * max(counts["requests"], 20)
     assert len(order) == 24 and sorted(order) == list(range(24))
     assert all(proxy.counts[fault] for fault in ("slow_down", "truncate", "stall", "corrupt"))
@@ -465,7 +465,7 @@ def test_a_member_table_read_once_is_kept_in_the_nodes_cache(server, folder, aws
 def gets_of(transport) -> list[str]:
     """The object names ``transport``'s client asks for from now on (appended as asked)."""
     asked: list[str] = []
-    transport.client().meta.events.register(
+    transport.bucket.client().meta.events.register(
         "before-send.s3.GetObject", lambda request, **_: asked.append(request.url)
     )
     return asked
@@ -502,7 +502,7 @@ def test_a_table_beside_its_shard_comes_with_its_download_one_get_each(
 def test_a_forked_workers_client_reuses_the_service_models_its_parent_parsed(url, aws):
     from fastload.shards.stores import s3
 
-    ShardedDataset(url).transport.client()  # the index read made this process's client
+    ShardedDataset(url).transport.bucket.client()  # the index read made this process's client
     parent_models = id(s3._models)
     context = multiprocessing.get_context("fork")
     with context.Pool(1) as pool:
@@ -513,7 +513,7 @@ def test_a_forked_workers_client_reuses_the_service_models_its_parent_parsed(url
 def _models_of_a_new_client(url: str) -> tuple[int, int]:
     from fastload.shards.stores import s3
 
-    client = s3.S3Shards(url).client()  # made in this (forked) process
+    client = s3.S3Bucket(url).client()  # made in this (forked) process
     return id(client._loader), id(s3._models)
 
 

@@ -779,12 +779,11 @@ def test_a_version_2_shardshuffle_state_is_still_read(folder, tmp_path):
     assert [b[1].tolist() for b in resumed] == whole[1:]
 
 
-@pytest.mark.parametrize(("argument", "message"), [
-    ({"attempts": 0}, "attempts must be an int >= 1, got 0"),
-    ({"parallel": 0}, "parallel must be an int >= 1, got 0"),
-])  # fmt: skip
-def test_a_bucket_reader_refuses_no_attempts_or_no_parallel_reads(tmp_path, argument, message):
-    from fastload.shards.stores.s3 import S3Shards
+def test_a_bucket_reader_refuses_no_attempts_or_no_parallel_reads(tmp_path):
+    from fastload.shards.stores.cached import CachedShards
+    from fastload.shards.stores.s3 import S3Bucket
 
-    with pytest.raises(ValueError, match=message):
-        S3Shards("s3://bucket/set", cache_dir=tmp_path, **argument)
+    with pytest.raises(ValueError, match="parallel must be an int >= 1, got 0"):
+        S3Bucket("s3://bucket/set", parallel=0)
+    with pytest.raises(ValueError, match="attempts must be an int >= 1, got 0"):
+        CachedShards(S3Bucket("s3://bucket/set"), cache_dir=tmp_path, attempts=0)

@@ -22,7 +22,7 @@ from common_utils import KILLED_CONVERSION
 from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.format.index import INDEX, PROGRESS, ShardIndexError
-from fastload.shards.stores.obstore_shards import ObjectShards
+from fastload.shards.stores.obstore_bucket import ObstoreBucket
 from fastload.testing.proxy import FaultyProxy
 from old_shard_index import to_version_3
 
@@ -46,9 +46,9 @@ class Store:
         options["client_options"] = {**options.get("client_options", {}), **client}
         return options
 
-    def objects(self, prefix: str) -> ObjectShards:
+    def objects(self, prefix: str) -> ObstoreBucket:
         """The objects under ``prefix``, read and written around fastload's own code."""
-        return ObjectShards(self.url(prefix), options=self.options(), cache_dir="/nonexistent")
+        return ObstoreBucket(self.url(prefix), options=self.options())
 
 
 def start(scheme: str) -> Any:
@@ -148,11 +148,11 @@ def test_a_shards_member_table_comes_inside_it_or_with_its_download(store, url, 
 def test_a_url_a_store_cannot_reach_is_refused_naming_it(url):
     with pytest.raises(ValueError, match=rf"^{re.escape(url)}: not a URL of a store reached "
                        r"through obstore \(gs://, az://, https://, http://, s3://\)$"):  # fmt: skip
-        ObjectShards(url)
-    from fastload.shards.stores.s3 import S3Shards
+        ObstoreBucket(url)
+    from fastload.shards.stores.s3 import S3Bucket
 
     with pytest.raises(ValueError, match=rf"^{re.escape(url)}: not an s3://bucket/prefix URL$"):
-        S3Shards(url)
+        S3Bucket(url)
 
 
 def test_a_web_server_url_is_read_only():
@@ -164,9 +164,9 @@ def test_a_web_server_url_is_read_only():
 def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
     store, url, folder, tmp_path, monkeypatch
 ):
-    from fastload.shards.stores import obstore_shards
+    from fastload.shards.stores import obstore_bucket
 
-    monkeypatch.setattr(obstore_shards, "CHUNK", 4096)  # many ranged GETs a shard: many faults
+    monkeypatch.setattr(obstore_bucket, "CHUNK", 4096)  # many ranged GETs a shard: many faults
     # every 4th request a 503, every 5th body cut in half, every 7th stalled past the
     # timeout, every 31st with a byte changed: obstore retries the requests, fastload the
     # bodies, and the shards that fail their hash
@@ -184,9 +184,9 @@ def test_an_epoch_through_slow_downs_cut_bodies_and_stalls_is_exact(
         # stalls are asked again, within the budget (whether a hedge wins is the clock's):
         # 5 % of a store process's requests, the first hedge allowed at once, and up to
         # `parallel` store processes downloading ahead
-        counts = dataset.transport.hedge_counts
+        counts = dataset.transport.bucket.hedge_counts
         assert counts["requests"] > 0
-        assert counts["hedged"] <= 0.05 * counts["requests"] + dataset.transport.parallel
+        assert counts["hedged"] <= 0.05 * counts["requests"] + dataset.transport.bucket.parallel
     assert len(order) == 24 and sorted(order) == list(range(24))
     assert all(proxy.counts[fault] for fault in ("slow_down", "truncate", "stall", "corrupt"))
 

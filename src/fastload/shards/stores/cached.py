@@ -1,9 +1,8 @@
 """A shard set in object storage, each shard fetched whole into the node's cache before
-its samples are read: what every scheme shares (:class:`CachedShards`). A scheme's class
-(S3's :class:`~fastload.shards.stores.s3.S3Shards`, the other stores'
-:class:`~fastload.shards.stores.obstore_shards.ObjectShards`) says how to read an
-object, a byte range of one, and the listing under the prefix, how to write one, and
-what its errors mean.
+its samples are read (:class:`CachedShards`), the same for every scheme: it composes the
+scheme's :class:`~fastload.shards.stores.bucket.Bucket`, which reads the objects (S3's
+:class:`~fastload.shards.stores.s3.S3Bucket`, the other stores'
+:class:`~fastload.shards.stores.obstore_bucket.ObstoreBucket`).
 
 A shard is downloaded by parallel ranged reads into a temporary file, its SHA-256
 checked against the index, and only then renamed into the cache; one that fails its
@@ -12,8 +11,8 @@ go into the node's cache (:class:`~fastload.shards.stores.node_cache.NodeCache`)
 ``cache_dir``, a folder per source and index that the cache owns and nothing else,
 shared by the node's processes (one of them downloads a shard), evicted past
 ``cache_limit`` bytes by next use (each reader announces the shards it reads next:
-:meth:`CachedShards.plan`, which :class:`~fastload.shards.ShardShuffle` calls). A
-shard's member table comes with it: :mod:`~fastload.shards.stores.cached_tables`.
+:meth:`CachedShards.plan`, which the download-ahead calls). A shard's member table
+comes in its download: :mod:`~fastload.shards.stores.cached_tables`.
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ import errno
 import hashlib
 import itertools
 import os
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +33,13 @@ from fastload.shards.format.index import (
     Shard,
     ShardIndexError,
     parse_index,
+    table_name,
 )
-from fastload.shards.stores.cached_tables import table_beside, table_of
-from fastload.shards.stores.hedging import Hedged
+from fastload.shards.stores.bucket import Bucket
+from fastload.shards.stores.cached_tables import keep_table, table_of, table_wanted
 from fastload.shards.stores.node_cache import READ_ONLY, NodeCache
 
 __all__ = ["CachedShards", "byte_spans"]
-
-_setup = threading.Lock()  # a process's thread pool is made once
-
-
-def _fresh_setup_lock() -> None:
-    global _setup
-    _setup = threading.Lock()  # a fork copies a lock another thread may hold
-
-
-os.register_at_fork(after_in_child=_fresh_setup_lock)
 
 
 def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
@@ -70,45 +58,29 @@ def byte_spans(size: int, chunk: int) -> list[tuple[int, int]]:
 
 
 class CachedShards:
-    """The shard set at ``url``: its index, and each shard as a local file on demand.
-    A scheme's subclass gives :attr:`chunk` and implements :meth:`_read_object`,
-    :meth:`_fetch` (or :meth:`_receive`, a shard's spans at once), :meth:`_listing`
-    and :meth:`explained`; one that can be written to, :meth:`exists`, :meth:`read`,
-    :meth:`names`, :meth:`write` and :meth:`delete` too."""
+    """The shard set in ``bucket``: its index, and each shard as a local file on demand,
+    downloaded into the node's cache under ``cache_dir`` (at most ``cache_limit`` bytes)
+    and checked against the index, up to ``attempts`` downloads.
 
-    #: Bytes per ranged read.
-    chunk: int
-    #: Whether the scheme's :meth:`_receive` brings a shard's member table itself
-    #: (otherwise a thread beside the download does).
-    tables_in_download = False
+    Example::
+
+        shards = CachedShards(S3Bucket("s3://my-bucket/train"), cache_dir="/tmp/cache")
+        shard_list, meta = shards.index()
+        descriptor = shards.open(shard_list[0])  # downloaded first
+    """
 
     def __init__(
         self,
-        url: str,
+        bucket: Bucket,
         *,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
-        options: dict[str, Any] | None = None,
-        parallel: int = 4,
         attempts: int = 3,
     ) -> None:
-        self._connect(url)
-        self.url = url.rstrip("/")
-        #: The scheme's client settings (see its class).
-        self.options = dict(options or {})
-        self.parallel = check_int(parallel, "parallel", low=1)
+        self.bucket, self.url = bucket, bucket.url
         self.attempts = check_int(attempts, "attempts", low=1)
-        #: Hedged reads (:mod:`~fastload.shards.stores.hedging`): a slow ranged GET asked again.
-        self.hedging = True
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "fastload"
         self.node = NodeCache(root, self.url, cache_limit)
-        self._pool: ThreadPoolExecutor | None = None
-        self._hedged: Hedged | None = None
-        self._pool_pid = -1
-
-    def __getstate__(self) -> dict[str, Any]:
-        # threads stay in their process: a spawned worker makes its own
-        return {**self.__dict__, "_pool": None, "_hedged": None, "_pool_pid": -1}
 
     @property
     def cache(self) -> Path:
@@ -119,68 +91,21 @@ class CachedShards:
     def cache_limit(self) -> int | None:
         return self.node.limit
 
-    # --- what a scheme implements --------------------------------------------------------
-
-    def _connect(self, url: str) -> None:
-        """Check ``url`` (ValueError when it is not the scheme's) and set
-        the scheme's own attributes; its client is made later, in the process using it."""
-        raise NotImplementedError
-
-    def _read_object(self, name: str) -> bytes:
-        """The whole object ``name`` under the prefix."""
-        raise NotImplementedError
-
-    def _fetch(self, shard: Shard, span: tuple[int, int], url: str) -> bytes:
-        """Bytes ``span`` (first, last) of ``shard``, all of them or an error."""
-        raise NotImplementedError
-
-    def _listing(self) -> dict[str, int]:
-        """Name -> size of the objects right under the prefix."""
-        raise NotImplementedError
-
-    def explained(self, error: Exception, where: str) -> Exception:
-        """The scheme's error as one a user can act on, naming ``where``; a missing
-        index is a :class:`ShardIndexError`."""
-        raise NotImplementedError
-
-    def exists(self, name: str) -> bool:
-        """Whether the object ``name`` is under the prefix."""
-        raise NotImplementedError
-
-    def read(self, name: str) -> bytes:
-        """The object ``name``, its errors explained."""
-        raise NotImplementedError
-
-    def names(self, prefix: str) -> list[str]:
-        """The objects under the set's prefix whose names start with ``prefix``, sorted."""
-        raise NotImplementedError
-
-    def write(self, name: str, data: bytes | Path) -> None:
-        """Put ``data`` (bytes, or a file's) as the object ``name``: whole or not at all."""
-        raise NotImplementedError
-
-    def delete(self, name: str) -> None:
-        raise NotImplementedError
-
     # --- the index, and the shards as local files ----------------------------------------
 
     def index(self) -> tuple[list[Shard], dict[str, Any]]:
         """The shard set's index; for public WebDataset shards without one, the index
         made by one scan of them (each downloaded into the cache) and kept there. Sets
         the cache's namespace to this index's."""
-        where = f"{self.url}/{INDEX}"
         try:
-            data = self._read_object(INDEX)
-        except Exception as error:
-            explained = self.explained(error, where)
-            if not isinstance(explained, ShardIndexError):  # not a missing index
-                raise explained from None
+            data = self.bucket.read(INDEX)
+        except ShardIndexError as missing:
             self.node.use_index(None, frozenset())
-            scanned = self._scanned_index(explained)
+            scanned = self._scanned_index(missing)
             shards, meta = parse_index(scanned.read_bytes(), str(scanned))
             self.node.use_index(None, frozenset(shard.name for shard in shards))
         else:
-            shards, meta = parse_index(data, where)
+            shards, meta = parse_index(data, f"{self.url}/{INDEX}")
             names = frozenset(shard.name for shard in shards)
             self.node.use_index(hashlib.sha256(data).hexdigest(), names)
         return shards, meta
@@ -195,7 +120,7 @@ class CachedShards:
         path = self.cache / INDEX
         if path.exists():  # scanned before
             return path
-        listing = self._listing()
+        listing = self.bucket.listing()
         tars = sorted((name, size) for name, size in listing.items() if name.endswith(".tar"))
         if not tars or PROGRESS in listing:  # none, or a conversion of ours unfinished
             raise missing
@@ -266,21 +191,16 @@ class CachedShards:
         return path
 
     def _download(self, shard: Shard, path: Path) -> None:
-        """Ranged GETs, ``parallel`` at once, written and hashed in order as they come;
-        the file enters the cache with its hash recorded beside it. A shard indexed
-        without a hash (``""``: being scanned) is recorded with the one computed."""
+        """The bucket's download of the shard (with its member table where the cache
+        lacks it); the file enters the cache with its hash recorded beside it. A shard
+        indexed without a hash (``""``: being scanned) is recorded with the one computed."""
         url = f"{self.url}/{shard.name}"
         part = path.with_name(f".{shard.name}.part")
-        spans = byte_spans(shard.size, self.chunk)
+        spans = byte_spans(shard.size, self.bucket.chunk)
         try:
             if self.node.read_only:
                 raise OSError(errno.EROFS, "read-only")
-            # a table beside the shard comes in the same download (the scheme's, or a thread's)
-            beside = (
-                contextlib.nullcontext() if self.tables_in_download else table_beside(self, shard)
-            )
-            with beside:
-                self._download_into(shard, part, spans, url)
+            self._download_into(shard, part, spans, url)
         except OSError as error:
             if error.errno in READ_ONLY:
                 raise OSError(
@@ -302,7 +222,7 @@ class CachedShards:
     ) -> None:
         try:
             for _attempt in range(self.attempts):
-                sha256 = self._receive(shard, part, spans, url)
+                sha256 = self._receive(shard, part, spans)
                 if sha256 == shard.sha256 or not shard.sha256:
                     self.node.enter(part, shard.name, sha256)
                     return
@@ -312,38 +232,24 @@ class CachedShards:
             f"{url}: its SHA-256 differs from the index's after {self.attempts} downloads"
         )
 
-    def _receive(self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str) -> str:
-        """The spans of ``shard`` written in order into ``part``; their SHA-256."""
-        digest = hashlib.sha256()
-        with open(part, "wb") as file:
-            for body in self._bodies(shard, spans, url):
-                digest.update(body)
-                file.write(body)
-        return digest.hexdigest()
-
-    def _bodies(self, shard: Shard, spans: list[tuple[int, int]], url: str) -> Iterator[bytes]:
-        """Each span's bytes, in order: ``parallel`` ranged GETs at once, each hedged."""
-        with _setup:
-            if self._pool is None or self._pool_pid != os.getpid():  # a fork's: its own
-                self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="fastload-get")
-                self._hedged = Hedged(self.parallel)
-                self._pool_pid = os.getpid()
-        hedged = self._hedged
-        assert hedged is not None
-        hedged.enabled = self.hedging
-
-        def fetch(span: tuple[int, int]) -> bytes:
-            return hedged.call(lambda: self._fetch(shard, span, url))
-
-        if len(spans) == 1:  # one request: no thread of its own
-            yield fetch(spans[0])
-            return
-        yield from self._pool.map(fetch, spans)
-
-    @property
-    def hedge_counts(self) -> dict[str, int]:
-        """This process's requests, hedges and hedges that answered first."""
-        return dict(self._hedged.counts) if self._hedged is not None else {}
+    def _receive(self, shard: Shard, part: Path, spans: list[tuple[int, int]]) -> str:
+        """The shard's spans written into ``part`` and, when the cache lacks it, its
+        member table beside it, kept if its hash is the index's (one round trip for both:
+        the reader that waits for the shard finds its table); the shard's SHA-256."""
+        table = None
+        if table_wanted(self, shard):
+            name = table_name(shard.name)
+            table = (name, part.with_name(f".{name}.{os.getpid()}.part"))  # not another's
+        try:
+            sha256, table_sha256 = self.bucket.download(shard.name, part, spans, table)
+        except BaseException:
+            if table is not None:
+                table[1].unlink(missing_ok=True)
+            raise
+        if table is not None:
+            with self.node.locked(table[0]):
+                keep_table(self, shard, table[1], table_sha256 or "")
+        return sha256
 
     # --- what a reader tells the node's cache --------------------------------------------
 

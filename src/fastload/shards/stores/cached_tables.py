@@ -4,9 +4,10 @@
 - inside its shard (index version 4): the last bytes of the shard's file, once the shard
   is in the node's cache (a reader needs both: it waits for the shard's download, or
   makes it);
-- beside it (version 3): an object of its own, fetched in the shard's download
-  (:func:`table_beside`) and kept in the node's cache, trusted by the hash recorded
-  beside it; else one whole GET, asked again while its SHA-256 is not the index's;
+- beside it (version 3): an object of its own, brought in the shard's download (the
+  bucket's, asked for both) and kept in the node's cache (:func:`keep_table`), trusted
+  by the hash recorded beside it; else one whole GET, asked again while its SHA-256 is
+  not the index's;
 - of a scan of public tars: written beside the scanned index in the cache.
 
 The reader checks every table against the index.
@@ -14,19 +15,17 @@ The reader checks every table against the index.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 from fastload.shards.format.index import Shard, ShardIndexError, table_name
 from fastload.shards.format.layout import table_at_end, table_place
+from fastload.shards.stores.bucket import Bucket
 from fastload.shards.stores.node_cache import NodeCache
 
-__all__ = ["CachedSet", "keep_table", "table_beside", "table_of", "table_wanted"]
+__all__ = ["CachedSet", "keep_table", "table_of", "table_wanted"]
 
 
 class CachedSet(Protocol):
@@ -36,6 +35,7 @@ class CachedSet(Protocol):
     url: str
     attempts: int
     node: NodeCache
+    bucket: Bucket
 
     @property
     def cache(self) -> Path:
@@ -46,9 +46,6 @@ class CachedSet(Protocol):
 
     def local_path(self, shard: Shard) -> Path:
         """``shard``'s file in the cache, fetched first if need be."""
-
-    def read(self, name: str) -> bytes:
-        """The object ``name``, its errors explained."""
 
 
 def table_of(shards: CachedSet, shard: Shard) -> bytes:
@@ -84,29 +81,6 @@ def keep_table(shards: CachedSet, shard: Shard, part: Path, digest: str) -> None
         pass
     finally:
         part.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def table_beside(shards: CachedSet, shard: Shard) -> Iterator[None]:
-    """``shard``'s member table fetched into the cache while the shard downloads, when
-    it is wanted: one round trip for both, and the reader that waits for the shard
-    finds its table."""
-    if not table_wanted(shards, shard):
-        yield
-        return
-
-    def fetch() -> None:
-        try:
-            _into_cache(shards, shard)
-        except Exception:  # the reader asks again, and says why it fails
-            return
-
-    beside = threading.Thread(target=fetch, name="fastload-table", daemon=True)
-    beside.start()
-    try:
-        yield
-    finally:
-        beside.join()
 
 
 def _into_cache(shards: CachedSet, shard: Shard) -> bytes:
@@ -154,7 +128,7 @@ def _fetched(shards: CachedSet, name: str, shard: Shard) -> bytes:
     the index's (a body damaged on the way); a missing one named as the table."""
     try:
         for _attempt in range(shards.attempts):
-            data = shards.read(name)
+            data = shards.bucket.read(name)
             if hashlib.sha256(data).hexdigest() == shard.table_sha256:
                 break
         return data

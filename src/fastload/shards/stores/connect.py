@@ -1,4 +1,5 @@
-"""Which transport reaches a URL: its scheme's (:data:`SCHEMES`), connected."""
+"""Which store reaches a URL: its scheme's bucket (:data:`SCHEMES`), and the node's
+cache of a shard set there."""
 
 from __future__ import annotations
 
@@ -6,18 +7,20 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.stores.obstore_shards import SCHEMES as STORE_SCHEMES
-from fastload.shards.stores.obstore_shards import ObjectShards
-from fastload.shards.stores.s3 import S3Shards
+from fastload.shards.stores.bucket import Bucket
+from fastload.shards.stores.cached import CachedShards
+from fastload.shards.stores.obstore_bucket import SCHEMES as STORE_SCHEMES
+from fastload.shards.stores.obstore_bucket import ObstoreBucket
+from fastload.shards.stores.s3 import S3Bucket
 from fastload.shards.stores.transport import Transport
 
-__all__ = ["SCHEMES", "connect", "is_remote"]
+__all__ = ["SCHEMES", "bucket", "connect", "is_remote"]
 
 
-#: URL scheme -> the transport that reaches it.
-SCHEMES: dict[str, type[S3Shards] | type[ObjectShards]] = {
-    "s3": S3Shards,
-    **dict.fromkeys(STORE_SCHEMES, ObjectShards),
+#: URL scheme -> the bucket that reaches it.
+SCHEMES: dict[str, type[S3Bucket] | type[ObstoreBucket]] = {
+    "s3": S3Bucket,
+    **dict.fromkeys(STORE_SCHEMES, ObstoreBucket),
 }
 
 
@@ -31,6 +34,11 @@ def is_remote(path: Any) -> bool:
     return isinstance(path, str) and urlparse(path).scheme in SCHEMES
 
 
+def bucket(url: str, options: dict[str, Any] | None = None) -> Bucket:
+    """The objects under ``url``, through its scheme's client (``options``: its settings)."""
+    return SCHEMES[urlparse(url).scheme](url, options=options)
+
+
 def connect(
     url: str,
     *,
@@ -38,6 +46,5 @@ def connect(
     cache_limit: int | None = None,
     options: dict[str, Any] | None = None,
 ) -> Transport:
-    """The transport of ``url``'s scheme."""
-    transport = SCHEMES[urlparse(url).scheme]
-    return transport(url, cache_dir=cache_dir, cache_limit=cache_limit, options=options)
+    """The shard set at ``url``, read through the node's cache."""
+    return CachedShards(bucket(url, options), cache_dir=cache_dir, cache_limit=cache_limit)

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 if __package__:
     from fastload.shards.stores.hedging import Hedged
-else:  # run as a script (see ObjectShards): the module beside it, not the whole package
+else:  # run as a script (see ObstoreBucket): the module beside it, not the whole package
     sys.path.insert(0, str(Path(__file__).parent))
     from hedging import Hedged  # type: ignore[no-redef]
 

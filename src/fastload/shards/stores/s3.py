@@ -1,6 +1,7 @@
-"""A shard set in S3 or S3-compatible object storage (``s3://bucket/prefix``): how its
-objects, byte ranges and listing are read, and what its errors mean; the download into
-the node's cache is :class:`~fastload.shards.stores.cached.CachedShards`'.
+"""The objects under ``s3://bucket/prefix`` in S3 or S3-compatible object storage
+(:class:`S3Bucket`): read whole, in parallel ranged GETs (each hedged), listed, written,
+and what their errors mean; the node's cache of a shard set there is
+:class:`~fastload.shards.stores.cached.CachedShards`'.
 
 botocore retries throttling and 5xx responses with backoff (its standard mode:
 exponential backoff with jitter per request, no client-wide rate limit that would slow
@@ -13,21 +14,26 @@ to use in a forked worker), configured by the usual AWS variables
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.format.index import INDEX, Shard, ShardIndexError
-from fastload.shards.stores.cached import CachedShards
+from fastload._checks import check_int
+from fastload.shards.format.index import INDEX, ShardIndexError
+from fastload.shards.stores.bucket import TablePart
+from fastload.shards.stores.hedging import Hedged
 
-__all__ = ["S3Shards"]
+__all__ = ["S3Bucket"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
 _BODY_ATTEMPTS = 5
-_setup = threading.Lock()  # a process's client is made once
+_setup = threading.Lock()  # a process's client and thread pool are made once
 # botocore's parsed service models, kept from the first client a process makes: a forked
 # worker's client then skips parsing S3's model again, most of a new client's CPU time
 _models: Any = None
@@ -41,25 +47,42 @@ def _fresh_setup_lock() -> None:
 os.register_at_fork(after_in_child=_fresh_setup_lock)
 
 
-class S3Shards(CachedShards):
-    """The shard set at ``s3://bucket/prefix``: its index, and each shard as a local file
-    on demand (see :class:`~fastload.shards.stores.cached.CachedShards`)."""
+class S3Bucket:
+    """The objects under ``url`` (``s3://bucket/prefix``), through boto3: ``options`` go to
+    ``boto3.client("s3", ...)``; a download makes ``parallel`` ranged GETs at once."""
 
-    @property
-    def chunk(self) -> int:  # type: ignore[override]
-        return CHUNK  # read at each download: a test may make the requests small
+    writable = True
 
-    def _connect(self, url: str) -> None:
+    def __init__(
+        self, url: str, *, options: dict[str, Any] | None = None, parallel: int = 4
+    ) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"{url}: not an s3://bucket/prefix URL")
+        self.url = url.rstrip("/")
         self.bucket, self.prefix = parsed.netloc, parsed.path.strip("/")
+        #: The client's settings, for ``boto3.client("s3", ...)``.
+        self.options = dict(options or {})
+        self.parallel = check_int(parallel, "parallel", low=1)
+        self.hedging = True
         self._client: Any = None
         self._pid = -1
+        self._pool: ThreadPoolExecutor | None = None
+        self._hedged: Hedged | None = None
+        self._pool_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
-        # a client stays in its process: a spawned worker makes its own
-        return {**super().__getstate__(), "_client": None, "_pid": -1}
+        # a client and threads stay in their process: a spawned worker makes its own
+        return {**self.__dict__, "_client": None, "_pid": -1, "_pool": None,
+                "_hedged": None, "_pool_pid": -1}  # fmt: skip
+
+    @property
+    def chunk(self) -> int:
+        return CHUNK  # read at each download: a test may make the requests small
+
+    @property
+    def hedge_counts(self) -> dict[str, int]:
+        return dict(self._hedged.counts) if self._hedged is not None else {}
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -93,9 +116,11 @@ class S3Shards(CachedShards):
             config = config.merge(options.pop("config"))
         return session.client("s3", config=config, **options)
 
-    def _read_object(self, name: str) -> bytes:
+    # --- reading -------------------------------------------------------------------------
+
+    def read(self, name: str) -> bytes:
         """The whole object; a body cut short while it is read is read again (with the
-        backoff of :meth:`_fetch`), the last such error raised after the last attempt."""
+        backoff of :meth:`_get_range`)."""
         from botocore.exceptions import (
             IncompleteReadError,
             ReadTimeoutError,
@@ -106,14 +131,15 @@ class S3Shards(CachedShards):
             try:
                 response = self.client().get_object(Bucket=self.bucket, Key=self.key(name))
                 return bytes(response["Body"].read())
-            except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError):
+            except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError) as error:
                 if attempt == _BODY_ATTEMPTS - 1:
-                    raise
+                    raise self.explained(error, f"{self.url}/{name}") from None
                 time.sleep(0.1 * 2**attempt)
+            except Exception as error:
+                raise self.explained(error, f"{self.url}/{name}") from None
         raise AssertionError("unreachable")
 
-    def _listing(self) -> dict[str, int]:
-        """Name -> size of the objects right under the prefix."""
+    def listing(self) -> dict[str, int]:
         prefix = f"{self.prefix}/" if self.prefix else ""
         pages = self.client().get_paginator("list_objects_v2")
         try:
@@ -125,7 +151,58 @@ class S3Shards(CachedShards):
         except Exception as error:
             raise self.explained(error, self.url) from None
 
-    def _fetch(self, shard: Shard, span: tuple[int, int], url: str) -> bytes:
+    def download(
+        self, name: str, part: Path, spans: list[tuple[int, int]], table: TablePart | None
+    ) -> tuple[str, str | None]:
+        """The spans in ``parallel`` ranged GETs at once, each hedged, written and hashed
+        in order as they come; the table in one GET beside them."""
+        pool, hedged = self._threads()
+        beside: Future[str | None] | None = None
+        if table is not None:
+            beside = pool.submit(self._table_into, *table)
+        try:
+            digest = hashlib.sha256()
+            with open(part, "wb") as file:
+                for body in self._bodies(name, spans, pool, hedged):
+                    digest.update(body)
+                    file.write(body)
+        finally:
+            table_sha256 = beside.result() if beside is not None else None  # never raises
+        return digest.hexdigest(), table_sha256
+
+    def _threads(self) -> tuple[ThreadPoolExecutor, Hedged]:
+        with _setup:
+            if self._pool is None or self._pool_pid != os.getpid():  # a fork's: its own
+                self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="fastload-get")
+                self._hedged = Hedged(self.parallel)
+                self._pool_pid = os.getpid()
+        assert self._hedged is not None
+        self._hedged.enabled = self.hedging
+        return self._pool, self._hedged
+
+    def _bodies(
+        self, name: str, spans: list[tuple[int, int]], pool: ThreadPoolExecutor, hedged: Hedged
+    ) -> Iterator[bytes]:
+        def get(span: tuple[int, int]) -> bytes:
+            return hedged.call(lambda: self._get_range(name, span))
+
+        if len(spans) == 1:  # one request: no thread of its own
+            yield get(spans[0])
+            return
+        yield from pool.map(get, spans)
+
+    def _table_into(self, name: str, path: Path) -> str | None:
+        """The object ``name`` written into ``path``; its SHA-256, None when it could not
+        be read or written (its reader asks again, and says why it fails)."""
+        try:
+            data = self.read(name)
+            path.write_bytes(data)
+        except Exception:
+            path.unlink(missing_ok=True)
+            return None
+        return hashlib.sha256(data).hexdigest()
+
+    def _get_range(self, name: str, span: tuple[int, int]) -> bytes:
         """One ranged GET. botocore retries a request that fails (throttling, 5xx, a
         timeout); a body cut short while it is read is retried here, with the same
         backoff doubling from 0.1 s."""
@@ -136,10 +213,11 @@ class S3Shards(CachedShards):
         )
 
         first, last = span
+        url = f"{self.url}/{name}"
         for attempt in range(_BODY_ATTEMPTS):
             try:
                 response = self.client().get_object(
-                    Bucket=self.bucket, Key=self.key(shard.name), Range=f"bytes={first}-{last}"
+                    Bucket=self.bucket, Key=self.key(name), Range=f"bytes={first}-{last}"
                 )
                 body = bytes(response["Body"].read())
                 if len(body) != last - first + 1:
@@ -156,6 +234,8 @@ class S3Shards(CachedShards):
                 raise self.explained(error, url) from None
         raise AssertionError("unreachable")
 
+    # --- writing -------------------------------------------------------------------------
+
     def exists(self, name: str) -> bool:
         from botocore.exceptions import ClientError
 
@@ -166,12 +246,6 @@ class S3Shards(CachedShards):
                 return False
             raise self.explained(error, f"{self.url}/{name}") from None
         return True
-
-    def read(self, name: str) -> bytes:
-        try:
-            return self._read_object(name)
-        except Exception as error:
-            raise self.explained(error, f"{self.url}/{name}") from None
 
     def names(self, prefix: str) -> list[str]:
         pages = self.client().get_paginator("list_objects_v2")

@@ -1,7 +1,8 @@
-"""What a shard set in object storage is to its readers: a :class:`Transport`, one per URL
-scheme (:mod:`fastload.shards.stores.connect` picks it). ``s3://`` is
-:class:`~fastload.shards.stores.s3.S3Shards`; a second scheme is a new module with a class
-of this shape, named in :data:`~fastload.shards.stores.connect.SCHEMES`.
+"""What a shard set in object storage is to its readers: a :class:`Transport`, the node's
+cache of the set (:class:`~fastload.shards.stores.cached.CachedShards`) over the bucket of
+the URL's scheme (:mod:`fastload.shards.stores.connect` picks it). A second scheme is a
+new module with a :class:`~fastload.shards.stores.bucket.Bucket` of its own, named in
+:data:`~fastload.shards.stores.connect.SCHEMES`.
 
 The dataset reads through ``open`` (a shard as a local file, fetched into the node's
 cache first); the download-ahead thread (:mod:`~fastload.shards.stores.download_ahead`)

@@ -27,11 +27,10 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from fastload.shards.format.index import INDEX, PROGRESS
 from fastload.shards.format.layout import write_index
-from fastload.shards.stores.connect import SCHEMES, is_remote
+from fastload.shards.stores.connect import bucket, is_remote
 
 __all__ = ["Destination", "destination", "part_shard_name", "shard_name"]
 
@@ -160,10 +159,9 @@ class StoreDestination(Destination):
     complete, the index after all."""
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
-        scheme = SCHEMES[urlparse(url).scheme]
-        self.remote = scheme(url, options=options, cache_dir=tempfile.gettempdir())
+        self.remote = bucket(url, options)
         self.url = self.remote.url
-        if not getattr(self.remote, "writable", True):  # refused before any work
+        if not self.remote.writable:  # refused before any work
             raise PermissionError(f"{self.url}: a web server's shards are read-only")
         self.staging = Path(tempfile.mkdtemp(prefix="fastload-shards-"))
 
@@ -207,7 +205,7 @@ def destination(
 ) -> Destination:
     """The :class:`Destination` for a folder or a URL of object storage (``options``:
     the store's client's, see :mod:`fastload.shards.stores.s3` for ``s3://`` and
-    :mod:`fastload.shards.stores.obstore_shards` for the others)."""
+    :mod:`fastload.shards.stores.obstore_bucket` for the others)."""
     if is_remote(target):
         return StoreDestination(str(target), options)
     if options:

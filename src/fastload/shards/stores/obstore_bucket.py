@@ -1,7 +1,7 @@
-"""A shard set in Google Cloud Storage (``gs://bucket/prefix``), Azure Blob Storage
-(``az://container/prefix``) or on a web server (``https://host/path``, read-only),
-through obstore (``pip install '.[cloud]'``; Rust's ``object_store`` underneath), one
-maintained client for those stores. (``s3://`` goes through boto3:
+"""The objects under a prefix in Google Cloud Storage (``gs://bucket/prefix``), Azure
+Blob Storage (``az://container/prefix``) or on a web server (``https://host/path``,
+read-only) (:class:`ObstoreBucket`), through obstore (``pip install '.[cloud]'``; Rust's
+``object_store`` underneath), one maintained client for those stores. (``s3://`` goes through boto3:
 :mod:`fastload.shards.stores.s3`.)
 
 Credentials come the usual way for each cloud: the environment (``GOOGLE_*``,
@@ -16,13 +16,13 @@ asks store processes of its own (:mod:`~fastload.shards.stores.obstore_process`,
 time), which run the requests: the ranged GETs of a shard in parallel, written straight
 into the cache. obstore retries throttling, 5xx answers, dropped connections and timeouts of
 reads, with exponential backoff and jitter; a request stalled for 10 s is given up and
-retried; a body cut short on the way is read again. The download into the node's cache
-is :class:`~fastload.shards.stores.cached.CachedShards`'.
+retried; a body cut short on the way is read again. The node's cache of a shard set
+there is :class:`~fastload.shards.stores.cached.CachedShards`'.
 
 Example::
 
-    shards = ObjectShards("gs://my-bucket/train", options={"service_account_path": "key.json"})
-    shard_list, meta = shards.index()
+    bucket = ObstoreBucket("gs://my-bucket/train", options={"service_account_path": "key.json"})
+    index = bucket.read("index.json")
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fastload.shards.format.index import INDEX, Shard, ShardIndexError, table_name
+from fastload._checks import check_int
+from fastload.shards.format.index import INDEX, ShardIndexError
 from fastload.shards.stores import obstore_process
-from fastload.shards.stores.cached import CachedShards
-from fastload.shards.stores.cached_tables import keep_table, table_wanted
+from fastload.shards.stores.bucket import TablePart
 
-__all__ = ["SCHEMES", "ObjectShards", "store_options"]
+__all__ = ["SCHEMES", "ObstoreBucket", "store_options"]
 
 #: URL schemes reached through obstore by default; the web ones are read-only.
 SCHEMES = ("gs", "az", "https", "http")
@@ -194,32 +194,45 @@ class StoreProcesses:
             helper.close()
 
 
-class ObjectShards(CachedShards):
-    """The shard set at ``url`` (``gs://``, ``az://``, ``https://``): its index, and each
-    shard as a local file on demand (see :class:`~fastload.shards.stores.cached.CachedShards`)."""
+class ObstoreBucket:
+    """The objects under ``url`` (``gs://``, ``az://``, ``https://``; ``s3://`` when
+    asked), through obstore in store processes of this process's own: ``options`` are
+    obstore's configuration keys; up to ``parallel`` processes, each making ``parallel``
+    ranged GETs of a download at once."""
 
-    tables_in_download = True
-
-    @property
-    def chunk(self) -> int:  # type: ignore[override]
-        return CHUNK  # read at each download: a test may make the requests small
-
-    def _connect(self, url: str) -> None:
+    def __init__(
+        self, url: str, *, options: dict[str, Any] | None = None, parallel: int = 4
+    ) -> None:
         parsed = urlparse(url)
         if parsed.scheme not in _REACHES or not parsed.netloc:
             schemes = ", ".join(f"{scheme}://" for scheme in _REACHES)
             raise ValueError(f"{url}: not a URL of a store reached through obstore ({schemes})")
+        self.url = url.rstrip("/")
         self.writable = parsed.scheme not in ("https", "http")
+        #: obstore's configuration keys (see the module).
+        self.options = dict(options or {})
+        self.parallel = check_int(parallel, "parallel", low=1)
+        self.hedging = True
         self._helper: StoreProcesses | None = None
         self._pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         # a helper answers its own process: a spawned worker starts its own
-        return {**super().__getstate__(), "_helper": None, "_pid": -1}
+        return {**self.__dict__, "_helper": None, "_pid": -1}
 
     def __del__(self) -> None:
         if getattr(self, "_pid", -1) == os.getpid() and self._helper is not None:
             self._helper.close()
+
+    @property
+    def chunk(self) -> int:
+        return CHUNK  # read at each download: a test may make the requests small
+
+    @property
+    def hedge_counts(self) -> dict[str, int]:
+        if self._helper is None or self._pid != os.getpid():
+            return {}
+        return self._helper.counts()
 
     def helper(self) -> StoreProcesses:
         """This process's store processes (a forked worker starts its own)."""
@@ -245,41 +258,25 @@ class ObjectShards(CachedShards):
         except StoreError as error:
             raise self.explained(error, where) from None
 
-    # --- what CachedShards reads through -------------------------------------------------
+    # --- reading -------------------------------------------------------------------------
 
-    def _read_object(self, name: str) -> bytes:
-        return self.helper().ask({"op": "read", "name": name})[1]
+    def read(self, name: str) -> bytes:
+        return self._ask({"op": "read", "name": name}, f"{self.url}/{name}")[1]
 
-    def _receive(self, shard: Shard, part: Path, spans: list[tuple[int, int]], url: str) -> str:
-        """The store process writes the spans into ``part``, and the shard's member table
-        beside it when the cache lacks it (one request for both); their SHA-256."""
-        header = {"op": "download", "name": shard.name, "spans": spans, "path": str(part),
-                  "hedging": self.hedging}  # fmt: skip
-        table = None
-        if table_wanted(self, shard):
-            name = table_name(shard.name)
-            table = part.with_name(f".{name}.{os.getpid()}.part")  # not another's part
-            header["table"] = [name, str(table)]
-        try:
-            reply, _ = self._ask(header, url)
-        except BaseException:
-            if table is not None:
-                table.unlink(missing_ok=True)
-            raise
-        if table is not None:  # kept if its hash is the index's (None: it failed)
-            with self.node.locked(table_name(shard.name)):
-                keep_table(self, shard, table, reply.get("table_sha256") or "")
-        return str(reply["sha256"])
-
-    def _listing(self) -> dict[str, int]:
+    def listing(self) -> dict[str, int]:
         return dict(self._ask({"op": "listing"}, self.url)[0]["objects"])
 
-    @property
-    def hedge_counts(self) -> dict[str, int]:
-        """This process's requests, hedges and hedges that answered first."""
-        if self._helper is None or self._pid != os.getpid():
-            return {}
-        return self._helper.counts()
+    def download(
+        self, name: str, part: Path, spans: list[tuple[int, int]], table: TablePart | None
+    ) -> tuple[str, str | None]:
+        """A store process writes the spans into ``part``, and the table into its file
+        (one request for both)."""
+        header = {"op": "download", "name": name, "spans": spans, "path": str(part),
+                  "hedging": self.hedging}  # fmt: skip
+        if table is not None:
+            header["table"] = [table[0], str(table[1])]
+        reply, _ = self._ask(header, f"{self.url}/{name}")
+        return str(reply["sha256"]), reply.get("table_sha256")
 
     def explained(self, error: Exception, where: str) -> Exception:
         """The store's error as one a user can act on, naming ``where``."""
@@ -297,7 +294,7 @@ class ObjectShards(CachedShards):
             )
         return OSError(f"{where}: {error}")
 
-    # --- what a conversion writes through ------------------------------------------------
+    # --- writing -------------------------------------------------------------------------
 
     def exists(self, name: str) -> bool:
         return self.version(name) is not None
@@ -306,9 +303,6 @@ class ObjectShards(CachedShards):
         """The object's ETag and last modification time (ISO 8601), None if absent."""
         reply, _ = self._ask({"op": "head", "name": name}, f"{self.url}/{name}")
         return None if reply["version"] is None else tuple(reply["version"])
-
-    def read(self, name: str) -> bytes:
-        return self._ask({"op": "read", "name": name}, f"{self.url}/{name}")[1]
 
     def names(self, prefix: str) -> list[str]:
         """The objects whose names start with ``prefix``, under the set's prefix."""
