@@ -28,6 +28,7 @@ from fastload.loader.superbatch import RunPart
 from fastload.preparing import BatchPreparer, Planned
 from fastload.producer import Produced, Producer, produce_one, weak_method
 from fastload.system import default_device
+from fastload.typed_torch import length
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataPrefetcher"]
 
@@ -221,7 +222,7 @@ class DataPrefetcher(LoaderProxy):
         if not isinstance(self.loader, ResumableLoader):
             return None
         try:
-            return len(self.loader) - int(self.loader.state_dict()["batches"])  # type: ignore[arg-type]
+            return length(self.loader) - int(self.loader.state_dict()["batches"])
         except TypeError:  # an IterableDataset: no length, no state
             return None
 

@@ -30,6 +30,7 @@ from fastload.loader.superbatch import RunPart
 from fastload.producer import Produced
 from fastload.seeds import sample_seeds, seed_draws
 from fastload.system import one_thread
+from fastload.typed_torch import new_event, new_stream
 
 __all__ = ["BatchPreparer", "Planned"]
 
@@ -87,12 +88,7 @@ class BatchPreparer:
         # One stream for the prefetcher's lifetime: a stream per epoch grew reserved
         # memory without bound in timm (issue 2781). High priority: its copies, decodes
         # and kernels go ahead of the step's queued work.
-        # (The ignores: torch leaves torch.cuda.Stream and torch.cuda.Event unannotated.)
-        self.stream = (
-            torch.cuda.Stream(device, priority=-1)  # type: ignore[no-untyped-call, unused-ignore]
-            if device.type == "cuda"
-            else None
-        )
+        self.stream = new_stream(device, priority=-1) if device.type == "cuda" else None
         self._events: collections.deque[torch.cuda.Event] = collections.deque()
         self._runs = RunCopy()
         # The keyed-seed hand-off (fastload.loader.contracts): over FastLoader(seed=...),
@@ -237,7 +233,7 @@ class BatchPreparer:
     def _record(self) -> torch.cuda.Event | None:
         if self.stream is None:
             return None
-        event = self._events.popleft() if self._events else torch.cuda.Event()  # type: ignore[no-untyped-call, unused-ignore]
+        event = self._events.popleft() if self._events else new_event()
         event.record(self.stream)
         return event
 

@@ -34,6 +34,7 @@ from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
 from fastload.jpeg import ORIENTATION
 from fastload.system import available_cpus, default_device
+from fastload.typed_torch import new_stream
 
 __all__ = ["GPUDecoder"]
 
@@ -220,7 +221,7 @@ class GPUDecoder(nn.Module):
             raise RuntimeError("GPUDecoder: no nvJPEG on a CPU device")
         if self.device.type == "cuda" and self._stream is None:  # tests stand a CPU one in
             # high priority, as the prefetcher's: ahead of the step's queued kernels
-            self._stream = torch.cuda.Stream(self.device, priority=-1)  # type: ignore[no-untyped-call, unused-ignore]
+            self._stream = new_stream(self.device, priority=-1)
         orientations = batch.headers[:, ORIENTATION].tolist()
         return nvjpeg.decode(
             self._nvjpeg, batch.tensors, indices, orientations, self.device, self._stream

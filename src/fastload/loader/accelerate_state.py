@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from fastload.typed_torch import length
+
 __all__ = ["EpochEnd", "PreparedByItself", "epoch_end", "last_step_samples"]
 
 
@@ -80,7 +82,7 @@ def last_step_samples(loader: DataLoader[Any]) -> int:
     if not isinstance(sampler, DistributedSampler):
         ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         return 0 if ranks == 1 else -1
-    padding = sampler.total_size - len(sampler.dataset)  # type: ignore[arg-type]
+    padding = sampler.total_size - length(sampler.dataset)
     if padding <= 0:
         return 0
     batch, per_rank = loader.batch_size, sampler.num_samples

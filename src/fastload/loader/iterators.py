@@ -17,6 +17,7 @@ from torch.utils.data.dataloader import (
 
 from fastload.loader.errors import NamingFetcher
 from fastload.loader.superbatch import Grouping, RunPart, SuperBatch
+from fastload.typed_torch import reraise
 
 __all__ = ["CountingMultiProcessIter", "CountingSingleProcessIter"]
 
@@ -32,7 +33,7 @@ class _Failure:
         # message: as DataLoader raises either.
         if isinstance(self.error, BaseException):
             raise self.error
-        self.error.reraise()  # type: ignore[no-untyped-call]
+        reraise(self.error)
         raise AssertionError("unreachable: reraise() raises")
 
 

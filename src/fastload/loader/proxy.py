@@ -8,6 +8,8 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from fastload.typed_torch import length
+
 __all__ = ["DatasetProxy", "LoaderProxy"]
 
 
@@ -18,7 +20,7 @@ class LoaderProxy:
     loader: Iterable[Any]
 
     def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
+        return length(self.loader)
 
     def __getattr__(self, name: str) -> Any:
         # Guarded: before __init__ sets ``loader`` (unpickling), lookups would recurse.
@@ -35,7 +37,7 @@ class DatasetProxy(Dataset[Any]):
         self.dataset = dataset
 
     def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
+        return length(self.dataset)
 
     def __getattr__(self, name: str) -> Any:
         # Guarded: during unpickling `dataset` is not set yet and lookups would recurse.

@@ -19,6 +19,7 @@ from fastload.loader.resume import (
     order_generators,
     samplers_with_epochs,
 )
+from fastload.typed_torch import length
 
 __all__ = [
     "READS",
@@ -48,7 +49,7 @@ def loader_identity(loader: DataLoader[Any]) -> dict[str, Any]:
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
     sampler = loader.sampler
     identity = {
-        "dataset_length": len(loader.dataset),  # type: ignore[arg-type]
+        "dataset_length": length(loader.dataset),
         "batch_size": batch_size,
         "batches_per_epoch": len(loader),
         "seed": getattr(loader, "seed", None),

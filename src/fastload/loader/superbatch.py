@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
-from torch.utils.data._utils.pin_memory import pin_memory
+
+from fastload.typed_torch import exception_wrapper, pin_memory
 
 __all__ = [
     "GROUP_SAMPLES",
@@ -111,8 +112,8 @@ class SuperBatch:
     def pin_memory(self) -> SuperBatch:
         """A copy in pinned memory, one pinned buffer per field of ``whole``: what
         DataLoader's ``pin_memory`` thread calls."""
-        batches = [pin_memory(batch) for batch in self.batches]  # type: ignore[no-untyped-call]
-        whole = pin_memory(self.whole)  # type: ignore[no-untyped-call]
+        batches = [pin_memory(batch) for batch in self.batches]
+        whole = pin_memory(self.whole)
         return SuperBatch(batches, whole, self.sizes, self.layout, self.error)
 
 
@@ -244,7 +245,7 @@ def _carried(error: BaseException) -> BaseException | ExceptionWrapper:
     if info is None:
         return error
     where = f"in DataLoader worker process {info.id}"
-    return ExceptionWrapper((type(error), error, error.__traceback__), where=where)  # type: ignore[no-untyped-call]
+    return exception_wrapper((type(error), error, error.__traceback__), where=where)
 
 
 def plan_super_batches(

@@ -12,6 +12,7 @@ from torch import Tensor
 from fastload._checks import check_int, check_probability, finite, pair
 from fastload.gpu.base import BatchTransform, Params, check_images
 from fastload.gpu.functional import box_mask
+from fastload.typed_torch import share_memory
 
 __all__ = ["Mixup"]
 
@@ -106,7 +107,7 @@ class Mixup(BatchTransform):
         self.multi_label = bool(multi_label)
         # train.py turns it off for the last epochs: a flag in shared memory, so that a
         # copy mixing in a loader's (persistent) worker processes sees it turned off too
-        self._enabled = torch.ones((), dtype=torch.bool).share_memory_()  # type: ignore[no-untyped-call, unused-ignore]
+        self._enabled = share_memory(torch.ones((), dtype=torch.bool))
 
     @property
     def mixup_enabled(self) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from fastload.typed_torch import new_event
+
 __all__ = ["StepEvents"]
 
 
@@ -42,7 +44,7 @@ class StepEvents:
 
     def _record(self, events: list[torch.cuda.Event]) -> None:
         # torch leaves torch.cuda.Event unannotated
-        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call, unused-ignore]
+        event = new_event(enable_timing=True)
         event.record(torch.cuda.current_stream(self.device))
         events.append(event)
 

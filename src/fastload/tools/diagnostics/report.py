@@ -27,6 +27,7 @@ from fastload.tools.diagnostics.reliability import (
 from fastload.tools.diagnostics.rules import recommend
 from fastload.tools.diagnostics.waits import WaitSummary, synchronize, timed
 from fastload.tools.measure import format_table
+from fastload.typed_torch import backward, length
 
 __all__ = ["DiagnoseReport", "classifier_step", "diagnose"]
 
@@ -394,7 +395,7 @@ def _warn_if_one_batch_holds_everything(loader: Iterable[Any]) -> None:
     base = getattr(loader, "loader", loader)  # through a DataPrefetcher
     dataset, batch_size = getattr(base, "dataset", None), getattr(base, "batch_size", None)
     try:
-        size = len(dataset)  # type: ignore[arg-type]
+        size = length(dataset)
     except TypeError:
         return
     if isinstance(batch_size, int) and batch_size > size:
@@ -426,7 +427,7 @@ def classifier_step(model: str, num_classes: int, device: torch.device) -> Calla
         images, labels = batch
         loss = torch.nn.functional.cross_entropy(network(images), labels)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        backward(loss)
         optimizer.step()
 
     return step
