@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,7 +37,11 @@ PAGE = ROOT / "docs" / "benchmarks.md"
 @dataclass(frozen=True)
 class Notes:
     """What a result file measured (``about``) and what its run showed (``findings``),
-    in Markdown; links are relative to docs/."""
+    in Markdown; links are relative to docs/. A figure the findings quote is read from
+    the result file's rows, never written here (:func:`quoted`): ``[[speedup ROW]]``,
+    ``[[cpu ROW]]`` (CPU ms per item), ``[[over ROW | OTHER]]`` (ROW's throughput over
+    OTHER's), ``[[cpu share ROW | OTHER]]`` (ROW's CPU per item as a share of OTHER's)
+    and ``[[cpu above ROW | OTHER]]`` (ms per item more than OTHER's)."""
 
     title: str
     about: str = ""
@@ -203,9 +208,14 @@ On this 2-core CPU machine (no GPU) fastload's pipeline decodes with OpenCV, cro
 `fastload.transforms.RandomResizedCrop` and flips and jitters with albumentations in the
 workers on uint8 (on a GPU machine the flip and jitter run per sample on the GPU); the
 prefetcher normalises on the CPU. The work is equal: the crop is antialiased where it
-shrinks, as torchvision's PIL resize is. fastload gets 1.87x (folder) and 1.97x (LMDB)
-the images/s of the same torchvision pipeline with the same 2 persistent workers, at
-about 55 % of its CPU time per image, and 2.8x DataLoader with its defaults. The GPU
+shrinks, as torchvision's PIL resize is. fastload gets
+[[speedup fastload, image folder, CPU decode]] (folder) and
+[[speedup fastload, LMDB, CPU decode]] (LMDB) the images/s of the same torchvision
+pipeline with the same 2 persistent workers, at
+[[cpu share fastload, image folder, CPU decode | baseline: torchvision + DataLoader, 2 workers]]
+of its CPU time per image, and
+[[over fastload, image folder, CPU decode | baseline: torchvision + DataLoader, 0 workers]]
+DataLoader with its defaults. The GPU
 suite runs the same script with a ResNet-50 step, 20,000 JPEGs and GPU decoding
 ([`gpu: end_to_end`](#gpu-end_to_end)).""",
     ),
@@ -244,29 +254,39 @@ installs them into `.venv`; a peer that does not install is listed with the reas
 instead of a figure.""",
         """\
 - **fastload is ahead of FFCV and DALI here, in images/s and in CPU time per image**:
-  from the folder, 1.85x the baseline at 1.90 CPU ms per image (FFCV 1.79x at 1.98,
-  DALI 1.59x at 2.24, torchvision v2 1.41x at 2.48); from LMDB, 1.84x at 1.83 ms. The
-  lead over FFCV is small (3 % in images/s) and the machine is shared.
-- **The path a GPU machine uses** (files to uint8 batches; the GPU normalises) costs 1.73
-  ms per image, 0.15 ms above decoding and cropping the same images in one process with
-  no loader at all (1.58 ms: OpenCV's decode about 0.8, the crop 0.33, reading and
-  collating the rest).
+  from the folder, [[speedup fastload: image folder]] the baseline at
+  [[cpu fastload: image folder]] CPU ms per image (FFCV [[speedup FFCV]] at
+  [[cpu FFCV]], DALI [[speedup NVIDIA DALI: CPU pipeline]] at
+  [[cpu NVIDIA DALI: CPU pipeline]], torchvision v2
+  [[speedup torchvision v2: decode_jpeg + v2 transforms + DataLoader]] at
+  [[cpu torchvision v2: decode_jpeg + v2 transforms + DataLoader]]); from LMDB,
+  [[speedup fastload: LMDB]] at [[cpu fastload: LMDB]] ms. The lead over FFCV is small
+  ([[over fastload: image folder | FFCV]] its images/s) and the machine is shared.
+- **The path a GPU machine uses** (files to uint8 batches; the GPU normalises) costs
+  [[cpu fastload for a GPU: uint8 batches, not normalised]] ms per image,
+  [[cpu above fastload for a GPU: uint8 batches, not normalised |
+  decode + crop alone: one process, no loader]]
+  ms above decoding and cropping the same images in one process with no loader at all
+  ([[cpu decode + crop alone: one process, no loader]] ms: OpenCV's decode most of it,
+  then the crop, reading and collating the rest).
 - **What made the difference** (each measured in the running pipeline, 64 images of 224
-  px): the normalisation on the CPU went from 65 to 4 ms of CPU per batch. It had read
-  uint8 straight into torch's multiply-add, which is not vectorised, and written a fresh
-  38.5 MB tensor each batch. Now one OpenCV pass per channel writes into a reused
-  buffer, on one thread beside the worker processes. The crop went from OpenCV's
-  `INTER_AREA` or v2's resize to torch's antialiased uint8 resampling on a view (0.33 ms
-  for a 300x300 crop, against 0.73). Batches are stacked straight into shared memory in
-  the worker.
-- **Tried, measured, not taken**: threads instead of worker processes (1.51x at 1.97 ms:
-  the GIL serialises the Python between the decodes); decoding at M/8 scale through
-  simplejpeg (slower than a full decode at 7/8 and 6/8); simplejpeg instead of OpenCV
-  (0.77 against 0.79 ms per decode, not worth a dependency); glibc malloc told to keep
-  its heap (no gain that could be separated from the noise).
-- **Not reached: 2.3x the baseline, at most 1.8 ms per image.** On 2 cores that leaves
-  at most 1.63 CPU ms per image for everything, only 0.05 ms above what the decode and
-  crop cost with no loader at all. Decoding only the crop's region of the JPEG (see
+  px): the normalisation on the CPU, once the costliest step after the decode, became a
+  small one. It had read uint8 straight into torch's multiply-add, which is not
+  vectorised, and written a fresh 38.5 MB tensor each batch. Now one OpenCV pass per
+  channel writes into a reused buffer, on one thread beside the worker processes. The
+  crop went from OpenCV's `INTER_AREA` or v2's resize to torch's antialiased uint8
+  resampling on a view, about half the time for a 300x300 crop. Batches are stacked
+  straight into shared memory in the worker.
+- **Tried, measured, not taken**: threads instead of worker processes
+  ([[speedup fastload: image folder, torchdata.nodes threads for workers]] at
+  [[cpu fastload: image folder, torchdata.nodes threads for workers]] ms: the GIL
+  serialises the Python between the decodes); decoding at M/8 scale through simplejpeg
+  (slower than a full decode at 7/8 and 6/8); simplejpeg instead of OpenCV (level per
+  decode, not worth a dependency); glibc malloc told to keep its heap (no gain that
+  could be separated from the noise).
+- **Not reached: the goal of 2.3x the baseline, at most 1.8 ms per image.** On 2 cores that leaves
+  little more than what the decode and crop cost with no loader at all. Decoding only
+  the crop's region of the JPEG (see
   [`cpu/crop_decode`](#cpu-crop_decode)) is the way there.""",
     ),
     "cpu/peers_nvimgcodec": Notes(
@@ -287,7 +307,8 @@ first, and against torchvision v2 (`decode_jpeg` + `v2.RandomResizedCrop`) and D
 thread each, on 200 of the generated 500x375 JPEGs and on 60 photo-like 2000x1500 ones
 (heavily textured: about 18 ms to decode each); 5 interleaved rounds, medians.""",
         """\
-On large photos it decodes 1.36x as many images per second as decoding them whole, and
+On large photos it decodes [[speedup 2000x1500 to 224 px: crop-aware (encoded in)]] as
+many images per second as decoding them whole, and
 is ahead of DALI's region-of-interest decode here; on 500x375 photos it is level,
 because a 224 px crop of them never allows 1/2 scale and a 160 px one seldom does. The
 pixels differ from the full decode's by the DCT's own downscaling and a box rounded to
@@ -395,11 +416,13 @@ run on the device; not measured there yet.""",
         "warm page cache and a cold one (`POSIX_FADV_DONTNEED` before each repeat); and the "
         "conversion itself.",
         """\
-Here a file opens and reads in 23 to 33 µs (a fast local filesystem with a warm dentry
-cache; the ratio moves between 2x and 3.3x from run to run on this shared machine),
-while one record costs its 5 µs copy plus ~5 µs of Python. With a cold cache LMDB reads
-raw bytes 3.7x faster, and readahead matters: off, each 4 KiB page of a record is a
-separate read (12x slower). Decoding dominates a warm epoch, which is where reduced-size
+Warm, LMDB reads raw bytes [[speedup LMDB, raw bytes, warm]] as fast as the files (a
+fast local filesystem with a warm dentry cache; the ratio moves from run to run on this
+shared machine): a file costs an open and a read, a record its copy and a little
+Python. With a cold cache LMDB reads raw bytes [[speedup LMDB, raw bytes, cold]] as
+fast, and readahead matters: off, each 4 KiB page of a record is a separate read
+([[over LMDB, raw bytes, cold, readahead off | LMDB, raw bytes, cold]] the rate with it
+on). Decoding dominates a warm epoch, which is where reduced-size
 and GPU decoding come in.""",
     ),
     "cpu/cpu_augment": Notes(
@@ -431,12 +454,14 @@ The faults pass goes through a loopback proxy, in a process of its own, that ans
 10 % of requests 503 SlowDown, cuts 1 % of bodies short, changes a byte in 1 % and
 stalls 1 % for 30 s.""",
         """\
-fastload and litdata read a cold bucket level (across four runs fastload 0.63 to 0.74x
-the raw GETs, litdata 0.65 to 0.71x), ahead of WebDataset, MosaicML
-Streaming and Ray Data; on 2 cores the server, the downloads and the workers share the
-CPU, and every reader here is CPU-bound (Swift's own processes take most of it). The
-cold pass through obstore (fastload's client for the other stores) is level with
-boto3's (0.67 to 0.74x). With faults injected the epoch is exact,
+fastload and litdata read a cold bucket about level (fastload
+[[speedup fastload, cold cache]] the raw GETs, litdata [[speedup litdata]] in this run),
+ahead of WebDataset, MosaicML Streaming and Ray Data; on 2 cores the server, the
+downloads and the workers share the CPU, and every reader here is CPU-bound (Swift's
+own processes take most of it). The cold pass through obstore (fastload's client for
+the other stores) is about level with boto3's
+([[speedup fastload, cold cache, obstore client]]). With faults injected the epoch is
+exact,
 every corrupted body caught by the shard's hash; hedged reads shorten it. The summary
 counts the faults, the hedges and the longest wait for a batch over 20 cold runs.""",
     ),
@@ -708,7 +733,7 @@ def section(path: Path, results: Path, page: Path) -> list[str]:
     if notes_in_rows:
         lines += ["", "Notes:", "", *dict.fromkeys(notes_in_rows)]
     if notes.findings:
-        lines += ["", notes.findings]
+        lines += ["", quoted(notes.findings, data.get("rows", []), name)]
     details = []
     if data.get("settings"):
         details += ["| setting | value |", "|---|---|"]
@@ -721,6 +746,43 @@ def section(path: Path, results: Path, page: Path) -> list[str]:
         lines += ["", "</details>"]
     lines += ["", f"Source: {', '.join(sources)}.", ""]
     return lines
+
+
+#: ``[[kind ROW]]`` or ``[[kind ROW | OTHER]]`` in a note's findings.
+FIGURE = re.compile(
+    r"\[\[(speedup|cpu share|cpu above|cpu|over)\s([^|\]]+?)(?:\s\|\s([^\]]+?))?\]\]"
+)
+
+
+def quoted(text: str, rows: list[dict], name: str) -> str:
+    """``text`` with each figure it quotes (see :class:`Notes`) read from ``rows``; a
+    row the result does not have is an error naming it (the findings need rewriting)."""
+    by_name = {row["name"]: row for row in rows}
+
+    def row(wanted: str) -> dict:
+        if wanted not in by_name:
+            raise KeyError(f"{name}: the findings quote the row {wanted!r}, which it lacks")
+        return by_name[wanted]
+
+    def cpu(wanted: str) -> float:
+        found = row(wanted)
+        return float(next(v for k, v in found.items() if k.startswith("CPU ms/")))
+
+    def figure(match: re.Match[str]) -> str:
+        kind, first, second = (None if g is None else " ".join(g.split()) for g in match.groups())
+        if kind == "speedup":
+            return f"{row(first)['speedup']:.2f}x"
+        if kind == "cpu":
+            return f"{cpu(first):.2f}"
+        if second is None:
+            raise ValueError(f"{name}: [[{kind} ...]] compares two rows: [[{kind} A | B]]")
+        if kind == "over":
+            return f"{row(first)['per_second'] / row(second)['per_second']:.2f}x"
+        if kind == "cpu share":
+            return f"{100 * cpu(first) / cpu(second):.0f} %"
+        return f"{cpu(first) - cpu(second):.2f}"
+
+    return FIGURE.sub(figure, text)
 
 
 def committed(path: Path) -> str:

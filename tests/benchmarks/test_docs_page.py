@@ -171,3 +171,39 @@ def test_a_ratio_without_rounds_has_no_range():
     assert docs_page.figure(rows["base"], rows) == "1.00x"  # the baseline itself
     assert docs_page.figure(rows["one"], rows) == "2.00x"  # not timed round by round
     assert docs_page.figure(rows["two"], rows, bold=True) == "**3.00x** (2.00 to 4.00)"
+
+
+ROWS = [
+    {"name": "baseline", "per_second": 100.0, "speedup": 1.0, "CPU ms/image": 2.0},
+    {"name": "fastload: image folder", "per_second": 185.0, "speedup": 1.85,
+     "CPU ms/image": 1.9},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[[speedup fastload: image folder]] at [[cpu fastload: image folder]] ms",
+     "1.85x at 1.90 ms"),
+    ("[[over fastload: image folder | baseline]]", "1.85x"),
+    ("[[cpu share fastload: image folder | baseline]] of its CPU", "95 % of its CPU"),
+    ("[[cpu above baseline |\n  fastload: image folder]] ms more", "0.10 ms more"),
+    ("no figure: 2.3x is a goal", "no figure: 2.3x is a goal"),
+])  # fmt: skip
+def test_a_figure_the_findings_quote_is_read_from_the_results_rows(text, expected):
+    assert docs_page.quoted(text, ROWS, "cpu/peers") == expected
+
+
+def test_a_figure_of_a_row_the_result_lacks_is_refused_naming_the_row():
+    with pytest.raises(KeyError, match="cpu/peers: the findings quote the row 'FFCV'"):
+        docs_page.quoted("[[speedup FFCV]]", ROWS, "cpu/peers")
+
+
+def test_no_figure_is_written_into_the_findings_of_a_result_with_rows():
+    """The findings of a result file with rows quote its figures through placeholders: a
+    ratio written out (``1.87x``) would go stale when the result is measured again. A
+    goal is a figure of its own (``the goal of 2.3x``)."""
+    written = {
+        name: re.findall(r"(?<!goal of )\b\d+\.\d+x\b", notes.findings)
+        for name, notes in docs_page.NOTES.items()
+        if notes.findings and name.startswith("cpu/")
+    }
+    assert {name: found for name, found in written.items() if found} == {}
