@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -533,3 +534,73 @@ def test_a_table_inside_a_shard_that_is_not_the_indexs_is_named_with_its_url(
     with pytest.raises(ShardIndexError, match=rf"^s3://data/inside/{name} \(its member table\): "
                        "its SHA-256 differs from the index's"):  # fmt: skip
         dataset[dataset.shard_range(1)[0]]
+
+
+def deleted_files_held_open(folder: Path) -> list[str]:
+    """The files under ``folder`` this process holds open though they were deleted (their
+    space is not freed while it does)."""
+    held = []
+    for descriptor in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(descriptor)
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+        if target.startswith(str(folder)) and target.endswith(" (deleted)"):
+            held.append(target)
+    return held
+
+
+def test_a_pass_closes_the_shards_it_opened_so_the_next_reads_the_cache_anew(
+    url, aws, tmp_path
+):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")
+    sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
+    loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0)
+    first = torch.cat([labels for _, labels in loader]).tolist()
+    shutil.rmtree(tmp_path / "fastload-shards")  # the cache emptied between passes
+    assert deleted_files_held_open(tmp_path) == []  # the pass let its shards go
+    asked = gets_of(dataset.transport)
+    second = torch.cat([labels for _, labels in loader]).tolist()
+    assert sorted(second) == sorted(first) == sorted(dataset[i][1] for i in range(24))
+    # every shard downloaded again, once, and read from the new file
+    assert sorted(name.rsplit("/", 1)[1] for name in asked) == sorted(
+        shard.name for shard in dataset.shards
+    )
+    assert deleted_files_held_open(tmp_path) == []
+
+
+def test_an_evicted_shard_is_let_go_by_its_reader_so_its_space_is_freed(
+    folder, aws, tmp_path
+):
+    url = "s3://data/small-shards"
+    write_shards(folder, url, shard_size=8_000)
+    largest = max(shard.size for shard in ShardedDataset(url, cache_dir=tmp_path).shards)
+    dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor", download_ahead=1,
+                             cache_limit=3 * largest)  # fmt: skip
+    assert len(dataset.shards) >= 6  # several evictions a pass
+    sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=1)
+    held = []
+    for _ in FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0):
+        # at most the shard left last, evicted since: let go when the next one opens
+        held.append(len(deleted_files_held_open(tmp_path)))
+    assert max(held) <= 1 and deleted_files_held_open(tmp_path) == []
+
+
+def test_two_downloaders_never_share_a_part_name(url, aws, tmp_path):
+    import threading
+
+    dataset = ShardedDataset(url, cache_dir=tmp_path)
+    node, shard = dataset.transport.node, dataset.shards[0]
+    names = {node.part(shard.name)}
+    thread = threading.Thread(target=lambda: names.add(node.part(shard.name)))
+    thread.start()
+    thread.join()
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        names.add(pool.apply(node.part, (shard.name,)))
+    assert len(names) == 3 and all(path.parent == node.folder for path in names)
+    # a download leaves another downloader's part alone
+    node.folder.mkdir(parents=True, exist_ok=True)
+    theirs = node.folder / f".{shard.name}.part"
+    theirs.write_bytes(b"another downloader's bytes")
+    dataset.transport.local_path(shard)
+    assert theirs.read_bytes() == b"another downloader's bytes"

@@ -162,6 +162,7 @@ class ShardedDataset(ImageDataset):
         # the first global index of each shard: a binary search finds a sample's shard
         self._starts: list[int] = np.cumsum([0] + [shard.count for shard in self.shards]).tolist()
         self._files: dict[int, int] = {}  # shard number -> descriptor, in this process
+        self._passes = 0  # passes begun by fetch_ahead: only the last one's end closes
         self._tables: OrderedDict[int, MemberTable] = OrderedDict()  # shard -> its members
         self._pid = os.getpid()
 
@@ -180,21 +181,34 @@ class ShardedDataset(ImageDataset):
         """The sample indices shard number ``shard`` holds."""
         return range(self._starts[shard], self._starts[shard + 1])
 
-    def fetch_ahead(self, order: list[int]) -> DownloadAhead | None:
-        """Start downloading the shards of ``order`` (sample indices, in the order they
-        will be read) into the node's cache, ahead of the reader; the loader says how far
-        it has handed the order out (``reached(position)``) and ends it (``stop()``).
-        None from a folder, or with no depth to download ahead."""
-        if self.transport is None or not (self.download_ahead or self.download_ahead_bytes):
+    def fetch_ahead(self, order: list[int]) -> BucketPass | None:
+        """A pass over ``order`` (sample indices, in the order they will be read) from
+        object storage: its shards downloaded into the node's cache ahead of the reader
+        (with a depth to download ahead); the loader says how far it has handed the order
+        out (``reached(position)``) and ends the pass (``stop()``), which lets go of the
+        shards this process opened. None from a folder."""
+        if self.transport is None:
             return None
-        return download_ahead(
-            self.transport,
-            self.shards,
-            self._starts,
-            order,
-            ahead=self.download_ahead,
-            ahead_bytes=self.download_ahead_bytes,
-        )
+        downloads = None
+        if self.download_ahead or self.download_ahead_bytes:
+            downloads = download_ahead(
+                self.transport,
+                self.shards,
+                self._starts,
+                order,
+                ahead=self.download_ahead,
+                ahead_bytes=self.download_ahead_bytes,
+            )
+        self._passes += 1
+        return BucketPass(self, self._passes, downloads)
+
+    def _close_shards(self, *, evicted_only: bool = False) -> None:
+        """Close this process's descriptors of the shards (``evicted_only``: of those the
+        cache has evicted since, whose space they hold); the next read opens anew."""
+        for shard, descriptor in list(self._files.items()):
+            if not evicted_only or os.fstat(descriptor).st_nlink == 0:
+                del self._files[shard]
+                os.close(descriptor)
 
     def shard_of(self, index: int) -> int:
         return self.locate(index)[0]
@@ -227,6 +241,8 @@ class ShardedDataset(ImageDataset):
         self._own_process()
         descriptor = self._files.pop(shard, None)
         if descriptor is None:
+            if self.transport is not None:  # a new shard: let go of the evicted ones
+                self._close_shards(evicted_only=True)
             descriptor = self._open(shard)
             if len(self._files) >= OPEN_SHARDS:  # the least recently read goes
                 os.close(self._files.pop(next(iter(self._files))))
@@ -355,3 +371,27 @@ class ShardedDataset(ImageDataset):
 
     def __repr__(self) -> str:
         return f"ShardedDataset({str(self.path)!r}, samples={len(self)}, shards={len(self.shards)})"
+
+
+class BucketPass:
+    """A pass over a shard set in object storage, as a loader drives it
+    (:meth:`ShardedDataset.fetch_ahead`): its download-ahead, if any, and at its end the
+    shards its process opened let go, unless a later pass has begun (a pass left
+    unfinished and collected later must not close the next one's shards)."""
+
+    def __init__(
+        self, dataset: ShardedDataset, number: int, downloads: DownloadAhead | None
+    ) -> None:
+        self.dataset, self.number, self.downloads = dataset, number, downloads
+
+    def reached(self, position: int) -> None:
+        if self.downloads is not None:
+            self.downloads.reached(position)
+
+    def stop(self) -> None:
+        try:
+            if self.downloads is not None:
+                self.downloads.stop()
+        finally:
+            if self.dataset._passes == self.number:
+                self.dataset._close_shards()

@@ -205,7 +205,7 @@ class CachedShards:
         lacks it); the file enters the cache with its hash recorded beside it. A shard
         indexed without a hash (``""``: being scanned) is recorded with the one computed."""
         url = f"{self.url}/{shard.name}"
-        part = path.with_name(f".{shard.name}.part")
+        part = self.node.part(shard.name)
         spans = byte_spans(shard.size, self.bucket.chunk)
         try:
             if self.node.read_only:
@@ -249,7 +249,7 @@ class CachedShards:
         table = None
         if table_wanted(self, shard):
             name = table_name(shard.name)
-            table = (name, part.with_name(f".{name}.{os.getpid()}.part"))  # not another's
+            table = (name, self.node.part(name))
         try:
             sha256, table_sha256 = self.bucket.download(shard.name, part, spans, table)
         except BaseException:
@@ -319,7 +319,7 @@ def _into_cache(shards: CachedShards, shard: Shard) -> bytes:
             return cached
         data = _fetched(shards, name, shard)
         if not shards.node.read_only:
-            part = shards.cache / f".{name}.part"
+            part = shards.node.part(name)
             try:
                 part.write_bytes(data)
             except OSError:  # a full or read-only disk: read it again next time

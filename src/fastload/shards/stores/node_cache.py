@@ -29,6 +29,7 @@ from fastload.shards.format.index import INDEX
 __all__ = ["PLAN_STALE_S", "READ_ONLY", "NodeCache", "check_cache", "folder_name"]
 
 _PLAN = ".plan-"  # + host + pid: the shards a process sharing the cache reads next
+_PART = ".part"  # a download under way: ".NAME~HOST~PID~THREAD.part"
 #: A plan of another host (or container) whose process cannot be asked whether it lives:
 #: dropped once it has not been rewritten for this long (a reader rewrites its plan as it
 #: moves through its windows).
@@ -84,6 +85,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _part_alive(path: Path) -> bool:
+    """Whether the downloader of the part ``path`` (see :meth:`NodeCache.part`) may still
+    write it: a process of this host that lives, or a part of another host (or of no
+    owner named) written to recently."""
+    owner = path.name.removesuffix(_PART).rsplit("~", 3)
+    if len(owner) == 4 and owner[1] == _HOST and owner[2].isdigit():
+        return _alive(int(owner[2]))
+    try:
+        return time.time() - path.stat().st_mtime < PLAN_STALE_S
+    except FileNotFoundError:
+        return False
+
+
 def _plan_alive(path: Path) -> bool:
     host, _, pid = path.stem.removeprefix(_PLAN).rpartition("-")
     if host == _HOST and pid.isdigit():
@@ -134,9 +148,22 @@ class NodeCache:
         return {**self.__dict__, "_locks": {}, "_locks_pid": -1}  # locks stay in their process
 
     def use_index(self, digest: str | None, names: frozenset[str]) -> None:
-        """Cache the shards ``names`` of the index of ``digest`` (None: a scanned one)."""
+        """Cache the shards ``names`` of the index of ``digest`` (None: a scanned one);
+        the parts its dead downloaders left go."""
         self.folder = self.source / ("scanned" if digest is None else f"index-{digest[:16]}")
         self.names = names
+        if not self.read_only:
+            for entry in self.folder.glob(f".*{_PART}"):
+                if not _part_alive(entry):
+                    entry.unlink(missing_ok=True)
+
+    def part(self, name: str) -> Path:
+        """Where this thread downloads ``name`` before it enters the cache: a file of its
+        own (its host, process and thread in the name), so that two downloaders never
+        write one file, even where the lock between them is gone (a cache emptied under a
+        running pass)."""
+        owner = f"{_HOST}~{os.getpid()}~{threading.get_native_id()}"
+        return self.folder / f".{name}~{owner}{_PART}"
 
     @property
     def scanned(self) -> bool:
@@ -259,8 +286,11 @@ class NodeCache:
                 stat = entry.stat()
             except FileNotFoundError:  # evicted or renamed by another process meanwhile
                 continue
-            if entry.name.endswith(".part"):
-                in_flight += stat.st_size
+            if entry.name.endswith(_PART):
+                if _part_alive(entry):
+                    in_flight += stat.st_size
+                else:  # a dead downloader's: nobody finishes it
+                    entry.unlink(missing_ok=True)
             elif entry.is_file() and not entry.name.startswith(".") and entry.name != INDEX:
                 cached.append((entry, stat))
         never = len(uses) + 1  # after any planned use
