@@ -550,9 +550,7 @@ def deleted_files_held_open(folder: Path) -> list[str]:
     return held
 
 
-def test_a_pass_closes_the_shards_it_opened_so_the_next_reads_the_cache_anew(
-    url, aws, tmp_path
-):
+def test_a_pass_closes_the_shards_it_opened_so_the_next_reads_the_cache_anew(url, aws, tmp_path):
     dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")
     sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
     loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0)
@@ -569,9 +567,7 @@ def test_a_pass_closes_the_shards_it_opened_so_the_next_reads_the_cache_anew(
     assert deleted_files_held_open(tmp_path) == []
 
 
-def test_an_evicted_shard_is_let_go_by_its_reader_so_its_space_is_freed(
-    folder, aws, tmp_path
-):
+def test_an_evicted_shard_is_let_go_by_its_reader_so_its_space_is_freed(folder, aws, tmp_path):
     url = "s3://data/small-shards"
     write_shards(folder, url, shard_size=8_000)
     largest = max(shard.size for shard in ShardedDataset(url, cache_dir=tmp_path).shards)
