@@ -104,3 +104,32 @@ def test_a_set_up_that_fails_half_way_is_undone():
     with pytest.raises(subprocess.CalledProcessError), link:
         pass
     assert leftovers(link) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(why_not() is not None, reason=f"no shaped link here: {why_not()}")
+def test_a_shard_set_is_read_exactly_from_s3_across_the_link(tmp_path, monkeypatch):
+    boto3 = pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
+    from fastload import FastLoader, ImageFolder, make_image_folder
+    from fastload.shards import ShardedDataset, ShardShuffle, write_shards
+    from fastload.testing.s3server import LocalS3, swift_installed
+
+    if not swift_installed():
+        pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
+    folder = make_image_folder(tmp_path / "images", num_classes=2, images_per_class=6,
+                               size=(32, 24))  # fmt: skip
+    with ShapedLink(rtt_ms=40, rate="50mbit") as link:
+        with LocalS3(host=link.server_address, launch=link.inside) as server:
+            assert server.endpoint.startswith(f"http://{link.server_address}:")
+            for name, value in server.environment().items():
+                monkeypatch.setenv(name, value)
+            boto3.client("s3", **server.client_options()).create_bucket(Bucket="data")
+            write_shards(folder, "s3://data/set", shard_size=5_000)
+            dataset = ShardedDataset("s3://data/set", cache_dir=tmp_path / "cache")
+            sampler = ShardShuffle(dataset, global_batch_size=4, seed=0, window=2)
+            loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0)
+            labels = [label for _, batch in loader for label in batch.tolist()]
+        assert link.delay_cpu_seconds() > 0  # the requests crossed the delayed link
+    reference = ImageFolder(folder)
+    assert labels == [reference[index][1] for index in sampler.rank_order()]
+    assert leftovers(link) == []

@@ -2,7 +2,8 @@
 (``pip install '.[testing]'``) with its S3 API (``s3api`` and ``tempauth`` in the proxy's
 pipeline, ``slo`` for multipart uploads), every server in one process (``workers = 0``),
 its data in a temporary folder. It checks request signatures and serves range reads, as
-S3 does.
+S3 does. Given a ``host`` and a ``launch`` (a shaped link's address and its ``inside``),
+it serves from another network namespace, across a link with a cloud's latency.
 
 Example::
 
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +57,9 @@ use = egg:swift#{kind}
 """
 
 
-def _proxy_conf(root: Path, port: int) -> str:
+def _proxy_conf(root: Path, host: str, port: int) -> str:
     return f"""[DEFAULT]
-bind_ip = 127.0.0.1
+bind_ip = {host}
 bind_port = {port}
 workers = 0
 swift_dir = {root / "etc"}
@@ -91,17 +93,24 @@ user_test_tester = {SECRET_KEY} .admin
 
 
 class LocalS3:
-    """Start Swift's four servers on free ports; ``endpoint`` is the S3 endpoint. Stopped
-    and its folder removed on exit."""
+    """Start Swift's four servers on free ports; ``endpoint`` is the S3 endpoint, on
+    ``host``. Each server's command goes through ``launch`` first (None: run as it is).
+    Stopped and its folder removed on exit."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        launch: Callable[[list[str]], list[str]] | None = None,
+    ) -> None:
         if not swift_installed():
             raise RuntimeError(
                 "the local S3 server needs OpenStack Swift: pip install '.[testing]'"
             )
         self.root = Path(tempfile.mkdtemp(prefix="fastload-s3-"))
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.host, self.port = host, free_port()
+        self.endpoint = f"http://{host}:{self.port}"
+        self._launch = launch or list
         self._processes: list[subprocess.Popen[bytes]] = []
 
     def client_options(self) -> dict[str, Any]:
@@ -146,9 +155,11 @@ class LocalS3:
             for arguments in steps:
                 subprocess.run([builder, ring, *arguments], check=True, capture_output=True)
             (etc / f"{kind}-server.conf").write_text(_server_conf(self.root, kind, port))
-        (etc / "proxy-server.conf").write_text(_proxy_conf(self.root, self.port))
+        (etc / "proxy-server.conf").write_text(_proxy_conf(self.root, self.host, self.port))
         for kind in (*_SERVERS, "proxy"):
-            command = [str(_bin(f"swift-{kind}-server")), str(etc / f"{kind}-server.conf")]
+            command = self._launch(
+                [str(_bin(f"swift-{kind}-server")), str(etc / f"{kind}-server.conf")]
+            )
             with open(self.root / f"{kind}.log", "wb") as log:  # the server keeps its own copy
                 self._processes.append(
                     subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -172,7 +183,7 @@ class LocalS3:
     def restart_endpoint(self) -> None:
         """Start the S3 endpoint again on its port, and wait until it answers."""
         etc = self.root / "etc"
-        command = [str(_bin("swift-proxy-server")), str(etc / "proxy-server.conf")]
+        command = self._launch([str(_bin("swift-proxy-server")), str(etc / "proxy-server.conf")])
         with open(self.root / "proxy.log", "ab") as log:
             self._processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
         self._wait_until_it_answers()
