@@ -465,6 +465,27 @@ exact,
 every corrupted body caught by the shard's hash; hedged reads shorten it. The summary
 counts the faults, the hedges and the longest wait for a batch over 20 cold runs.""",
     ),
+    "cpu/object_storage_link_40ms_400mbit": Notes(
+        "Streaming shards from S3 across a 40 ms, 400 Mbit/s link",
+        """\
+The S3 run again (`--link 40,400mbit`), with the server behind a link with a cloud's
+latency and bandwidth: Swift in a network namespace of the benchmark's own, reached over
+a veth pair, each way limited to 400 Mbit/s and each receiving side delaying what it gets
+by 20 ms (`benchmarks/lib/shaped_link.py`, `benchmarks/lib/delay_queue.py`). 2,000
+generated 500x375 JPEGs in shards of 2 MB (more than 5 times the download-ahead depth),
+3 interleaved rounds after a warm-up; the raw GETs at 8, 16 and 32 at once, the fastest
+the baseline; fastload cold at the default depth (8 shards) and at 16. The delay programs'
+CPU per sample is a column of its own (not in the other CPU column). litdata and MosaicML
+Streaming were not installed for this run.""",
+        """\
+A first reading, not yet the measurement the goal asks for: the best raw GETs reached
+half the link here (the summary gives MB/s and the share), so the passes are still
+CPU-bound on these 2 cores (Swift, the delay programs and the readers share them). On it,
+fastload cold reads at [[speedup fastload, cold cache]] the best raw GETs
+([[speedup fastload, cold cache, download_ahead=16]] at 16 shards ahead), warm at
+[[speedup fastload, warm cache]] of local disk; WebDataset [[speedup WebDataset]], Ray
+Data [[speedup Ray Data]].""",
+    ),
     "cpu/object_storage_gs": Notes(
         "Streaming shards from Google Cloud Storage",
         "The same passes as the S3 run (`--store gs`), from fake-gcs-server on 127.0.0.1 "

@@ -25,10 +25,18 @@ and its workers; for the peers, every process under this one, as Ray's workers a
 raylet's children; every row counts the local S3 server's processes, and Ray's runtime,
 up through all rounds, while it idles).
 
+With ``--link RTT_MS,RATE`` (S3), the server runs behind a link with a cloud's latency and
+bandwidth (:mod:`benchmarks.lib.shaped_link`: a namespace of its own, the rate each way,
+the delay on each receiving side): the raw GETs at each ``--parallel`` count, the fastest
+the baseline, their MB/s and share of the link in the summary (below 90 % of it, the pass
+is still CPU-bound here); fastload cold at each ``--download-ahead`` depth; the delay
+programs' CPU per sample a column of its own. Where shaping is not permitted here (not
+root, no namespaces, no iptables), the summary says why and the run goes on unshaped.
+
 Usage:
     python benchmarks/object_storage.py [--store s3|gs|az] [--images 2000]
-        [--shard-size 8MB] [--workers 2] [--parallel 4] [--rounds 3] [--out DIR] [--plot]
-        [--smoke]
+        [--shard-size 8MB] [--workers 2] [--parallel 4 ...] [--download-ahead 8 ...]
+        [--link 40,400mbit] [--rounds 3] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shutil
+import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -49,6 +59,7 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
 
 from benchmarks.lib.common import Row, describe, interleaved, plot, report, results_folder
 from benchmarks.lib.data import DATA, jpeg_folder
+from benchmarks.lib.shaped_link import ShapedLink, parse_link, rate_bits, why_not
 from benchmarks.lib.streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
@@ -89,15 +100,16 @@ def cold(
 
 
 class Store:
-    """The server of ``--store`` on 127.0.0.1, with the bucket ``bench``: where its shards
-    go and the storage options that reach it."""
+    """The server of ``--store`` on 127.0.0.1, or behind ``link`` (S3), with the bucket
+    ``bench``: where its shards go and the storage options that reach it."""
 
-    def __init__(self, scheme: str, stack: ExitStack) -> None:
+    def __init__(self, scheme: str, stack: ExitStack, link: ShapedLink | None = None) -> None:
         self.scheme = scheme
         if scheme == "s3":
             import boto3
 
-            self.server = stack.enter_context(LocalS3())
+            behind = {} if link is None else {"host": link.server_address, "launch": link.inside}
+            self.server = stack.enter_context(LocalS3(**behind))
             boto3.client("s3", **self.server.client_options()).create_bucket(Bucket="bench")
         elif scheme == "gs":
             from fastload.testing.gcsserver import LocalGCS
@@ -209,13 +221,17 @@ def obstore_on_s3(store: Store, cache: Path, args) -> dict[str, Callable[[], dic
     return {"fastload, cold cache, obstore client": cold(dataset, cache, args)}
 
 
-def raw_gets(store: Store, dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
-    """Every shard fetched whole, ``--parallel`` at once, by the store's client (boto3 for
+def raw_gets(
+    store: Store, dataset: ShardedDataset, parallel: int
+) -> Callable[[], dict[str, float]]:
+    """Every shard fetched whole, ``parallel`` at once, by the store's client (boto3 for
     S3, obstore for the others) in this process."""
     if store.scheme == "s3":
         import boto3
+        from botocore.config import Config
 
-        client = boto3.client("s3", **store.options())
+        connections = Config(max_pool_connections=max(10, parallel))
+        client = boto3.client("s3", **store.options(), config=connections)
 
         def fetch(name: str) -> int:
             return len(client.get_object(Bucket="bench", Key=f"shards/{name}")["Body"].read())
@@ -236,7 +252,7 @@ def raw_gets(store: Store, dataset: ShardedDataset, args) -> Callable[[], dict[s
 
     def run() -> dict[str, float]:
         cpu, start = cpu_seconds_of_tree(), time.perf_counter()
-        with ThreadPoolExecutor(args.parallel) as pool:
+        with ThreadPoolExecutor(parallel) as pool:
             list(pool.map(fetch, names))
         return {"seconds": time.perf_counter() - start,
                 "cpu": cpu_seconds_of_tree() - cpu, "samples": len(dataset)}  # fmt: skip
@@ -268,18 +284,51 @@ def peer_passes(
     return passes, notes
 
 
+def counting_delay(run: Callable[[], dict[str, float]], link: ShapedLink):
+    """``run``, which also counts the CPU seconds the link's delay programs spent in it."""
+
+    def counted() -> dict[str, float]:
+        before = link.delay_cpu_seconds()
+        result = run()
+        return result | {"delay_cpu": link.delay_cpu_seconds() - before}
+
+    return counted
+
+
+def link_summary(link: ShapedLink | str | None, rows: list[Row], shard_bytes: int) -> dict:
+    """The link, and each raw pass's rate in MB/s and as a share of it."""
+    if link is None:
+        return {"link": "none: loopback, the server on this machine's cores"}
+    if isinstance(link, str):
+        return {"link": link}
+    capacity = rate_bits(link.rate) / 8 / 1e6
+    raw = {}
+    for row in rows:
+        if row.name.startswith("raw") and row.measurement is not None:
+            rate = shard_bytes / row.measurement.median / 1e6
+            share = rate / capacity
+            raw[row.name] = {"MB/s": round(rate, 1), "share of the link": round(share, 2)}
+            if share < 0.9:
+                raw[row.name]["note"] = "below 90 % of the link: still CPU-bound here"
+    return {"link": {"rtt_ms": link.rtt_ms, "rate": link.rate, "MB/s": capacity},
+            "raw GETs": raw}  # fmt: skip
+
+
 def row_of(name: str, runs: list[dict[str, float]], truth: dict[str, int] | None = None) -> Row:
     """A measured row; with ``truth``, a note where a pass read other samples than that."""
     seconds = Measurement(tuple(run["seconds"] for run in runs))
     cpu = sorted(run["cpu"] for run in runs)[len(runs) // 2]
+    extra = {"CPU ms/sample": f"{1000 * cpu / runs[0]['samples']:.3f}"}
+    if "delay_cpu" in runs[0]:
+        delay = sorted(run["delay_cpu"] for run in runs)[len(runs) // 2]
+        extra["delay CPU ms/sample"] = f"{1000 * delay / runs[0]['samples']:.3f}"
     wrong = [f"{run[key]:g} {key}" for run in runs for key in truth or {}
              if run[key] != truth[key]]  # fmt: skip
     note = f"read {', '.join(wrong)}; the shards hold {truth}" if wrong else None
     versus = ("fastload, local disk" if "warm" in name
               else "fastload, cold cache, via the proxy" if "faults" in name else None)  # fmt: skip
-    return Row(name, seconds, int(runs[0]["samples"]),
-               {"CPU ms/sample": f"{1000 * cpu / runs[0]['samples']:.3f}"},
-               versus=versus, note=note)  # fmt: skip
+    return Row(name, seconds, int(runs[0]["samples"]), extra, versus=versus,
+               note=note)  # fmt: skip
 
 
 def main() -> None:
@@ -288,7 +337,18 @@ def main() -> None:
     parser.add_argument("--shard-size", type=int, default=8 << 20)
     parser.add_argument("--batch-size", type=int, default=40)  # 2000 samples: 50 batches
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--parallel", type=int, default=4, help="GETs at once, raw")
+    parser.add_argument(
+        "--parallel", type=int, nargs="+", default=[4],
+        help="GETs at once, raw: a pass each, the fastest the baseline",
+    )  # fmt: skip
+    parser.add_argument(
+        "--download-ahead", type=int, nargs="+", default=[8],
+        help="fastload cold at each depth (shards downloaded ahead)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--link", type=parse_link, default=None,
+        help="RTT_MS,RATE: the S3 server behind a shaped link, e.g. 40,400mbit",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
@@ -310,13 +370,22 @@ def main() -> None:
             "object_storage.py needs OpenStack Swift and boto3: pip install swift boto3"
         )
 
+    # a signal unwinds the set-up as an error does: the link and the servers torn down
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     folder = jpeg_folder(DATA / f"jpeg-{args.images}", max(1, args.images // 10))
     work = Path(tempfile.mkdtemp(prefix="fastload-object-storage-"))
+    link: ShapedLink | str | None = None
     try:
         local = work / "shards"
         write_shards(folder, local, shard_size=args.shard_size)
         with ExitStack() as servers:
-            store = Store(args.store, servers)
+            if args.link is not None:
+                why = why_not()
+                if why is None and args.store != "s3":
+                    why = "the GCS and Azure servers do not run behind a link yet"
+                link = (f"not shaped ({why}): loopback" if why is not None
+                        else servers.enter_context(ShapedLink(*args.link)))  # fmt: skip
+            store = Store(args.store, servers, link if isinstance(link, ShapedLink) else None)
             options = store.options()
             # the same shards as the local set (files kept byte for byte), as a user writes
             write_shards(folder, store.url, shard_size=args.shard_size, storage_options=options)
@@ -326,11 +395,21 @@ def main() -> None:
                                       storage_options=options)  # fmt: skip
             on_disk = ShardedDataset(local, decode=None)
             truth = expected(local)
+            # the first depth is the dataset's default row; the others named by their depth
+            depths = {
+                depth: ShardedDataset(store.url, decode=None, cache_dir=work / f"cache-{depth}",
+                                      storage_options=options, download_ahead=depth)
+                for depth in args.download_ahead if depth != remote.download_ahead
+            }  # fmt: skip
             with ExitStack() as stack:  # what a peer started (Ray) stops before the server
                 faults = proxied(store, work / "faulty-cache", args, stack, **FAULTS)
                 variants = {
-                    f"raw parallel GETs ({args.parallel} at once)": raw_gets(store, on_disk, args),
+                    **{f"raw parallel GETs ({parallel} at once)": raw_gets(store, on_disk, parallel)
+                       for parallel in args.parallel},
                     "fastload, cold cache": cold(remote, work / "cache", args),
+                    **{f"fastload, cold cache, download_ahead={depth}": cold(
+                        dataset, work / f"cache-{depth}", args)
+                       for depth, dataset in depths.items()},
                     "fastload, cold cache, no hedging": cold(
                         unhedged, work / "unhedged-cache", args, hedging=False
                     ),
@@ -347,7 +426,11 @@ def main() -> None:
                     ),
                 }  # fmt: skip
                 passes, notes = peer_passes(store, local, work / "peers", args, stack)
-                results = interleaved(variants | passes, rounds=args.rounds)
+                timed_passes = variants | passes
+                if isinstance(link, ShapedLink):
+                    timed_passes = {name: counting_delay(run, link)
+                                    for name, run in timed_passes.items()}  # fmt: skip
+                results = interleaved(timed_passes, rounds=args.rounds)
                 summary = {
                     "faults injected": FAULTS | dict(faults.proxy.counts),  # type: ignore[attr-defined]
                     # the downloads ahead run in the loader's process: most of the requests
@@ -364,11 +447,21 @@ def main() -> None:
             rows.append(row_of(name, runs, None if name.startswith("raw") else truth))
     rows += [Row(name, None, args.images, note=note) for name, note in notes.items()]
     rows.sort(key=lambda row: list(variants | PEERS).index(row.name))
+    raw = [row for row in rows if row.name.startswith("raw") and row.per_second is not None]
+    baseline = max(raw, key=lambda row: row.per_second or 0.0).name  # the best raw rate
+    summary |= link_summary(link, rows, sum(shard.size for shard in on_disk.shards))
+    name = "object_storage" if args.store == "s3" else f"object_storage_{args.store}"
+    if isinstance(link, ShapedLink):  # a result of its own per link: loopback's stays
+        name += f"_link_{link.rtt_ms:g}ms_{link.rate}"
     result = report(
-        "object_storage" if args.store == "s3" else f"object_storage_{args.store}", rows,
-        baseline=f"raw parallel GETs ({args.parallel} at once)", unit="samples",
-        settings={key: value for key, value in vars(args).items() if key != "out"}
-        | {"server": SERVERS[args.store], "data": "500x375 JPEG, bytes only",
+        name, rows,
+        baseline=baseline, unit="samples",
+        settings={key: value for key, value in vars(args).items() if key not in ("out", "link")}
+        | {"link": None if args.link is None else ",".join(map(str, args.link))}
+        | {"server": SERVERS[args.store] + (
+               f", behind a {link.rtt_ms:g} ms, {link.rate} link in a namespace of its own"
+               if isinstance(link, ShapedLink) else ""),
+           "data": "500x375 JPEG, bytes only",
            "peers": {name: peer.version() for name, peer in PEERS.items()}},
         out=args.out, summary=summary,
     )  # fmt: skip

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ShapedLink", "parse_link", "why_not"]
+__all__ = ["ShapedLink", "parse_link", "rate_bits", "why_not"]
 
 DELAY_SCRIPT = Path(__file__).with_name("delay_queue.py")
 #: The /30 between the two namespaces: link-local space, never routed off the machine.
@@ -49,6 +49,18 @@ def parse_link(text: str) -> tuple[float, str]:
     if milliseconds < 0 or not rate or not rate.rstrip("bitps").rstrip("kmg").isdigit():
         raise ValueError(f"--link {text!r}: give RTT_MS,RATE, e.g. 40,400mbit")
     return milliseconds, rate
+
+
+def rate_bits(rate: str) -> float:
+    """A tc rate in bits per second.
+
+    Example:
+        >>> rate_bits("400mbit"), rate_bits("1gbit")
+        (400000000.0, 1000000000.0)
+    """
+    number = rate.rstrip("bitps")
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9}.get(number[-1:].lower(), 1.0)
+    return float(number.rstrip("kmgKMG")) * scale
 
 
 def why_not() -> str | None:

@@ -111,3 +111,38 @@ def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(t
             assert row["note"] is None, f"{name}: {row['note']}"  # other bytes or labels
         else:
             assert row["per_second"] is None and row["note"], name
+
+
+@pytest.mark.slow
+def test_a_run_behind_a_shaped_link_says_the_link_and_the_raw_rates_share_of_it(
+    tmp_path: Path,
+):
+    pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
+    if not swift_installed():
+        pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
+    from benchmarks.lib.shaped_link import why_not
+
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "object_storage.py"), "--smoke", "--out", str(tmp_path),
+         "--link", "20,100mbit", "--parallel", "4", "8", "--download-ahead", "8", "2"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    # a result of its own per link (the loopback run's stays)
+    name = "object_storage" if why_not() else "object_storage_link_20ms_100mbit"
+    result = json.loads((tmp_path / f"{name}.json").read_text())
+    rows = {row["name"]: row for row in result["rows"]}
+    assert_measured(result, [*MEASURED, "raw parallel GETs (8 at once)",
+                             "fastload, cold cache, download_ahead=2"])  # fmt: skip
+    raw = ["raw parallel GETs (4 at once)", "raw parallel GETs (8 at once)"]
+    best = max(raw, key=lambda name: rows[name]["per_second"])
+    assert rows[best]["speedup"] == 1.0  # the fastest raw pass is the baseline
+    if why_not() is not None:  # the run goes on unshaped, and says why
+        assert result["summary"]["link"] == f"not shaped ({why_not()}): loopback"
+        return
+    assert result["summary"]["link"] == {"rtt_ms": 20.0, "rate": "100mbit", "MB/s": 12.5}
+    for name in raw:
+        share = result["summary"]["raw GETs"][name]
+        assert 0 < share["share of the link"] <= 1.05  # no faster than the link
+        assert float(rows[name]["delay CPU ms/sample"]) >= 0
+    assert "behind a 20 ms, 100mbit link" in result["settings"]["server"]
