@@ -448,7 +448,11 @@ def main() -> None:
     rows += [Row(name, None, args.images, note=note) for name, note in notes.items()]
     rows.sort(key=lambda row: list(variants | PEERS).index(row.name))
     raw = [row for row in rows if row.name.startswith("raw") and row.per_second is not None]
-    baseline = max(raw, key=lambda row: row.per_second or 0.0).name  # the best raw rate
+    baseline = (  # the best raw rate; with none measured, the first raw row says why
+        max(raw, key=lambda row: row.per_second or 0.0).name
+        if raw
+        else f"raw parallel GETs ({args.parallel[0]} at once)"
+    )
     summary |= link_summary(link, rows, sum(shard.size for shard in on_disk.shards))
     name = "object_storage" if args.store == "s3" else f"object_storage_{args.store}"
     if isinstance(link, ShapedLink):  # a result of its own per link: loopback's stays
