@@ -790,3 +790,22 @@ def test_a_bucket_reader_refuses_no_attempts_or_no_parallel_reads(tmp_path):
         S3Bucket("s3://bucket/set", parallel=0)
     with pytest.raises(ValueError, match="attempts must be an int >= 1, got 0"):
         CachedShards(S3Bucket("s3://bucket/set"), cache_dir=tmp_path, attempts=0)
+
+
+def test_a_dead_downloaders_part_goes_only_where_it_is_this_indexs_download(tmp_path):
+    cache = NodeCache(tmp_path, "s3://bucket/set", None)
+    cache.use_index("0" * 64, frozenset({"s0.tar"}))
+    cache.folder.mkdir(parents=True)
+    dead = 2**22 + 1  # above any pid this machine hands out
+    host = cache.part("s0.tar").name.split("~")[1]
+    parts = {
+        name: cache.folder / name
+        for name in (f".s0.tar~{host}~{dead}~1.part",  # a dead downloader's: goes
+                     f".s0.tar.idx~{host}~{dead}~1.part",  # its table's too
+                     f".s0.tar~{host}~{os.getpid()}~1.part",  # a live one's: stays
+                     f".notes.txt~{host}~{dead}~1.part")  # not a download of the index
+    }  # fmt: skip
+    for path in parts.values():
+        path.write_bytes(b"x")
+    cache.use_index("0" * 64, frozenset({"s0.tar"}))
+    assert sorted(path.name for path in cache.folder.iterdir()) == sorted(list(parts)[2:])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fastload._checks import check_int
-from fastload.shards.format.index import INDEX
+from fastload.shards.format.index import INDEX, TABLE
 
 __all__ = ["PLAN_STALE_S", "READ_ONLY", "NodeCache", "check_cache", "folder_name"]
 
@@ -85,13 +85,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _part_alive(path: Path) -> bool:
-    """Whether the downloader of the part ``path`` (see :meth:`NodeCache.part`) may still
-    write it: a process of this host that lives, or a part of another host (or of no
-    owner named) written to recently."""
-    owner = path.name.removesuffix(_PART).rsplit("~", 3)
-    if len(owner) == 4 and owner[1] == _HOST and owner[2].isdigit():
-        return _alive(int(owner[2]))
+def _owner_alive(path: Path, host: str, pid: str) -> bool:
+    """Whether the process that writes ``path`` (``pid`` on ``host``) may still: one of
+    this host that lives, or a file of another host (or of no owner named) written to
+    within :data:`PLAN_STALE_S`."""
+    if host == _HOST and pid.isdigit():
+        return _alive(int(pid))
     try:
         return time.time() - path.stat().st_mtime < PLAN_STALE_S
     except FileNotFoundError:
@@ -100,12 +99,14 @@ def _part_alive(path: Path) -> bool:
 
 def _plan_alive(path: Path) -> bool:
     host, _, pid = path.stem.removeprefix(_PLAN).rpartition("-")
-    if host == _HOST and pid.isdigit():
-        return _alive(int(pid))
-    try:
-        return time.time() - path.stat().st_mtime < PLAN_STALE_S
-    except FileNotFoundError:
-        return False
+    return _owner_alive(path, host, pid)
+
+
+def _part_alive(path: Path) -> bool:
+    """Whether the downloader of the part ``path`` (see :meth:`NodeCache.part`) may
+    still write it."""
+    owner = path.name.removesuffix(_PART).rsplit("~", 3)
+    return _owner_alive(path, *owner[1:3]) if len(owner) == 4 else _owner_alive(path, "", "")
 
 
 def check_cache(cache_dir: str | os.PathLike[str] | None, cache_limit: int | None) -> None:
@@ -154,8 +155,7 @@ class NodeCache:
         self.names = names
         if not self.read_only:
             for entry in self.folder.glob(f".*{_PART}"):
-                if not _part_alive(entry):
-                    entry.unlink(missing_ok=True)
+                self._drop_if_dead(entry)
 
     def part(self, name: str) -> Path:
         """Where this thread downloads ``name`` before it enters the cache: a file of its
@@ -287,10 +287,8 @@ class NodeCache:
             except FileNotFoundError:  # evicted or renamed by another process meanwhile
                 continue
             if entry.name.endswith(_PART):
-                if _part_alive(entry):
+                if not self._drop_if_dead(entry):
                     in_flight += stat.st_size
-                else:  # a dead downloader's: nobody finishes it
-                    entry.unlink(missing_ok=True)
             elif entry.is_file() and not entry.name.startswith(".") and entry.name != INDEX:
                 cached.append((entry, stat))
         never = len(uses) + 1  # after any planned use
@@ -312,6 +310,16 @@ class NodeCache:
                     (self.folder / f".{entry.name}.sha256").unlink(missing_ok=True)
                     entry.unlink(missing_ok=True)
                     total -= stat.st_size
+        return True
+
+    def _drop_if_dead(self, part: Path) -> bool:
+        """Remove ``part`` where a dead downloader left it (nobody finishes it) and it is
+        a download of this index's own files (a shard or its table): whether it went."""
+        name = part.name.removesuffix(_PART).rsplit("~", 3)[0].removeprefix(".")
+        mine = name in self.names or name.removesuffix(TABLE) in self.names
+        if not mine or _part_alive(part):
+            return False
+        part.unlink(missing_ok=True)
         return True
 
     def owns(self, name: str) -> bool:
