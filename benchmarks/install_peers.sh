@@ -22,3 +22,10 @@ fi
 $PIP numba terminaltables pytorch_pfn_extras fastprogress psutil assertpy imgcat fastargs \
     && $PIP --no-deps --no-build-isolation ffcv==1.0.2 \
     || echo "FFCV did not install: peers.py will report it" >&2
+
+$PIP webdataset litdata 'ray[data]' || echo "a streaming peer did not install: object_storage.py will report it" >&2
+# mosaicml-streaming 0.13 pins numpy<2.2 and transformers<5: without its pins, with the
+# modules it imports
+$PIP --no-deps mosaicml-streaming \
+    && $PIP brotli 'python-snappy<1' 'zstd<2' 'xxhash<4' 'catalogue<3' 'transformers>=5' \
+    || echo "MosaicML Streaming did not install: object_storage.py will report it" >&2

@@ -26,13 +26,9 @@ its runtime are setup, not timed.
 
 Each pass counts the samples, JPEG bytes and the sum of the labels it read (checked
 against the shards), and the CPU seconds of this process and of every process under it
-(Ray's workers are its raylet's children). Installing them beside fastload's pins::
-
-    pip install webdataset litdata 'ray[data]'
-    # mosaicml-streaming 0.13 pins numpy<2.2 and transformers<5: without its pins, with
-    # the modules it imports
-    pip install --no-deps mosaicml-streaming
-    pip install brotli 'python-snappy<1' 'zstd<2' 'xxhash<4' 'catalogue<3' 'transformers>=5'
+(Ray's workers are its raylet's children). ``bash benchmarks/install_peers.sh`` installs
+them beside fastload's pins (MosaicML Streaming without its own: it pins numpy<2.2 and
+transformers<5).
 """
 
 from __future__ import annotations
@@ -329,7 +325,6 @@ class Peer:
     module: str  # what must import, with ``attribute``, for the peer to run
     attribute: str
     distribution: str  # its package's name, for its version
-    install: str
     reader: Callable[[Bench], Pass]
 
     def unavailable(self) -> str | None:
@@ -338,7 +333,7 @@ class Peer:
             found = hasattr(importlib.import_module(self.module), self.attribute)
         except ImportError as error:
             if isinstance(error, ModuleNotFoundError) and error.name == self.module.split(".")[0]:
-                return f"not installed here ({self.install})"
+                return "not installed here (bash benchmarks/install_peers.sh)"
             return f"installed but does not import: {type(error).__name__}: {error}"[:300]
         return None if found else f"{self.module} here has no {self.attribute}"
 
@@ -350,13 +345,8 @@ class Peer:
 
 
 PEERS = {
-    "MosaicML Streaming": Peer(
-        "streaming", "StreamingDataset", "mosaicml-streaming",
-        "pip install --no-deps mosaicml-streaming, then its imports: see streaming_peers.py",
-        mosaic,
-    ),
-    "litdata": Peer("litdata", "StreamingDataset", "litdata", "pip install litdata", litdata),
-    "WebDataset": Peer("webdataset", "WebDataset", "webdataset", "pip install webdataset",
-                       webdataset),
-    "Ray Data": Peer("ray.data", "read_webdataset", "ray", "pip install 'ray[data]'", ray_data),
+    "MosaicML Streaming": Peer("streaming", "StreamingDataset", "mosaicml-streaming", mosaic),
+    "litdata": Peer("litdata", "StreamingDataset", "litdata", litdata),
+    "WebDataset": Peer("webdataset", "WebDataset", "webdataset", webdataset),
+    "Ray Data": Peer("ray.data", "read_webdataset", "ray", ray_data),
 }  # fmt: skip

@@ -17,7 +17,7 @@ from benchmarks.lib import delay_queue
 from benchmarks.lib.shaped_link import ShapedLink, parse_link, why_not
 
 
-def test_the_bind_asks_for_the_queue_metadata_only_and_room_for_a_burst():
+def test_the_bind_asks_for_the_queue_metadata_only_room_for_a_burst_and_whole_gso_packets():
     bind, params = delay_queue.bind_messages(7, length=4096)
     length, kind, flags = struct.unpack_from("=IHH", bind)
     assert (length, kind, flags) == (len(bind), 0x302, 1 | 4)  # config, a request acked
@@ -26,6 +26,10 @@ def test_the_bind_asks_for_the_queue_metadata_only_and_room_for_a_burst():
     # copy mode META (no packet bytes), then the queue's length
     assert params[20:32] == struct.pack("=HH", 9, 2) + struct.pack(">IB", 0, 1) + b"\0" * 3
     assert params[32:40] == struct.pack("=HH", 8, 3) + struct.pack(">I", 4096)
+    # a segmentation-offloaded packet queued whole, not cut into MTU-sized ones first
+    assert params[40:56] == (struct.pack("=HH", 8, 5) + struct.pack(">I", 4)
+                             + struct.pack("=HH", 8, 4) + struct.pack(">I", 4))  # fmt: skip
+    assert len(params) == 56
 
 
 def test_a_batch_verdict_accepts_every_packet_up_to_the_one_named():
