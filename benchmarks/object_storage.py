@@ -433,9 +433,9 @@ def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | Non
         baseline=baseline, unit="samples",
         settings={key: value for key, value in vars(args).items() if key not in ("out", "link")}
         | {"link": None if wanted is None else f"{wanted[0]:g},{wanted[1]}"}
-        | {"server": SERVERS[args.store] + (
-               f", behind a {link.rtt_ms:g} ms, {link.rate} link in a namespace of its own"
-               if isinstance(link, ShapedLink) else ""),
+        | {"server": (SERVERS[args.store].replace("127.0.0.1", "a namespace of its own")
+                      + f", behind a {link.rtt_ms:g} ms, {link.rate} link"
+                      if isinstance(link, ShapedLink) else SERVERS[args.store]),
            "data": "500x375 JPEG, bytes only",
            "peers": {name: peer.version() for name, peer in PEERS.items()}},
         out=args.out, summary=summary,
