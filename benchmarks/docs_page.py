@@ -102,6 +102,23 @@ CHECK_TABLE = "\n".join(
     + [f"| `{part}` | {budget} | {what} |" for part, budget, what in CHECK_PARTS]
 )
 
+
+def link_method(rate: str, delay_ms: int) -> str:
+    """How a run of object_storage.py across a shaped link was made (its findings differ)."""
+    return f"""\
+The S3 run (`benchmarks/object_storage.py`, a run per link by default) with the
+server behind a link with a cloud's latency and bandwidth: Swift in a network namespace
+of the benchmark's own, reached over a veth pair, each way limited to {rate} and each
+receiving side delaying what it gets by {delay_ms} ms (`benchmarks/lib/shaped_link.py`,
+`benchmarks/lib/delay_queue.py`). 8,000 generated 500x375 JPEGs (about 420 MB) in 52
+shards of 8 MB (more than 5 times the download-ahead depth), 5 interleaved rounds after a
+warm-up, medians; the raw GETs at 8, 16 and 32 at once, the fastest the baseline (the
+summary gives each one's MB/s and share of the link); fastload cold at the default depth
+(8 shards ahead) and at 16; every peer installed (`bash benchmarks/install_peers.sh`).
+The delay programs' CPU per sample is a column of its own (the other CPU column counts
+it too: they are this process's children)."""
+
+
 #: Result file (its path under results/, no suffix) -> notes, in the page's order. A file
 #: not listed here still gets its section, after these, with its table and no prose.
 NOTES: dict[str, Notes] = {
@@ -468,18 +485,7 @@ counts the faults, the hedges and the longest wait for a batch over 20 cold runs
     ),
     "cpu/object_storage_link_40ms_400mbit": Notes(
         "Streaming shards from S3 across a 40 ms, 400 Mbit/s link",
-        """\
-The S3 run (`benchmarks/object_storage.py`, a run per link by default) with the
-server behind a link with a cloud's latency and bandwidth: Swift in a network namespace
-of the benchmark's own, reached over a veth pair, each way limited to 400 Mbit/s and each
-receiving side delaying what it gets by 20 ms (`benchmarks/lib/shaped_link.py`,
-`benchmarks/lib/delay_queue.py`). 8,000 generated 500x375 JPEGs (about 420 MB) in 52
-shards of 8 MB (more than 5 times the download-ahead depth), 5 interleaved rounds after a
-warm-up, medians; the raw GETs at 8, 16 and 32 at once, the fastest the baseline (the
-summary gives each one's MB/s and share of the link); fastload cold at the default depth
-(8 shards ahead) and at 16; every peer installed (`bash benchmarks/install_peers.sh`).
-The delay programs' CPU per sample is a column of its own (the other CPU column counts
-it too: they are this process's children).""",
+        link_method("400 Mbit/s", 20),
         """\
 With latency in the way the readers spread out, and the raw GETs fill most of the link
 (see the summary; on loopback the server's CPU was the limit). fastload cold reads at
@@ -496,18 +502,7 @@ which is the limit of both).""",
     ),
     "cpu/object_storage_link_20ms_1gbit": Notes(
         "Streaming shards from S3 across a 20 ms, 1 Gbit/s link",
-        """\
-The S3 run (`benchmarks/object_storage.py`, a run per link by default) with the
-server behind a link with a cloud's latency and bandwidth: Swift in a network namespace
-of the benchmark's own, reached over a veth pair, each way limited to 1 Gbit/s and each
-receiving side delaying what it gets by 10 ms (`benchmarks/lib/shaped_link.py`,
-`benchmarks/lib/delay_queue.py`). 8,000 generated 500x375 JPEGs (about 420 MB) in 52
-shards of 8 MB (more than 5 times the download-ahead depth), 5 interleaved rounds after a
-warm-up, medians; the raw GETs at 8, 16 and 32 at once, the fastest the baseline (the
-summary gives each one's MB/s and share of the link); fastload cold at the default depth
-(8 shards ahead) and at 16; every peer installed (`bash benchmarks/install_peers.sh`).
-The delay programs' CPU per sample is a column of its own (the other CPU column counts
-it too: they are this process's children).""",
+        link_method("1 Gbit/s", 10),
         """\
 fastload cold reads at [[speedup fastload, cold cache]] the best raw GETs at its default
 depth, [[speedup fastload, cold cache, download_ahead=16]] at 16 shards ahead, and
