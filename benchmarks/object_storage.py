@@ -181,8 +181,7 @@ def proxied(
 
 
 #: --store -> the server it starts, in the result's settings.
-SERVERS = {"s3": "OpenStack Swift s3api on 127.0.0.1", "gs": "fake-gcs-server on 127.0.0.1",
-           "az": "Azurite (blob) on 127.0.0.1"}  # fmt: skip
+SERVERS = {"s3": "OpenStack Swift s3api", "gs": "fake-gcs-server", "az": "Azurite (blob)"}
 
 #: 10 % of requests answered 503 SlowDown, 1 % of bodies cut short, 1 % with a byte
 #: changed, 1 % stalled 30 s (every n-th request: n not multiples of one another)
@@ -433,9 +432,9 @@ def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | Non
         baseline=baseline, unit="samples",
         settings={key: value for key, value in vars(args).items() if key not in ("out", "link")}
         | {"link": None if wanted is None else f"{wanted[0]:g},{wanted[1]}"}
-        | {"server": (SERVERS[args.store].replace("127.0.0.1", "a namespace of its own")
-                      + f", behind a {link.rtt_ms:g} ms, {link.rate} link"
-                      if isinstance(link, ShapedLink) else SERVERS[args.store]),
+        | {"server": SERVERS[args.store] + (
+               f" in a namespace of its own, behind a {link.rtt_ms:g} ms, {link.rate} link"
+               if isinstance(link, ShapedLink) else " on 127.0.0.1"),
            "data": "500x375 JPEG, bytes only",
            "peers": {name: peer.version() for name, peer in PEERS.items()}},
         out=args.out, summary=summary,

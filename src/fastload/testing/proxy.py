@@ -1,8 +1,7 @@
 """An HTTP proxy on 127.0.0.1 (or another of this machine's addresses) in front of an
-object store's server, for the tests and
-benchmarks: the faults object stores show under load, on a fixed schedule, and requests
-rewritten where a test server speaks another dialect than the client
-(:mod:`fastload.testing.gcsserver`).
+object store's server, for the tests and benchmarks: the faults object stores show under
+load, on a fixed schedule, and requests rewritten where a test server speaks another
+dialect than the client (:mod:`fastload.testing.gcsserver`).
 
 Example::
 
@@ -87,11 +86,12 @@ class FaultyProxy:
                 if stall and number % stall == 0:
                     proxy.counts["stall"] += 1
                     time.sleep(stall_s)
-                host = target.hostname or "127.0.0.1"
-                connection = http.client.HTTPConnection(host, target.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                connection = http.client.HTTPConnection(
+                    target.hostname or "127.0.0.1", target.port, timeout=60
+                )
+                dropped = ("connection",) if keep_host else ("connection", "host")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 if not keep_host:
-                    headers = {k: v for k, v in headers.items() if k.lower() != "host"}
                     headers["Host"] = target.netloc
                 method, path, answer = self.command, self.path, None
                 if rewrite is not None:
