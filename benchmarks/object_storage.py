@@ -32,8 +32,9 @@ and 20 ms / 1 Gbit/s;
 ``--link RTT_MS,RATE ...`` names others, ``--link none`` the loopback. Each link's run:
 the raw GETs at each ``--parallel`` count, the fastest the baseline, their MB/s and
 share of the link in the summary (below 90 % of it, the pass is still CPU-bound here);
-fastload cold at each ``--download-ahead`` depth; the delay programs' CPU per sample a
-column of its own. Where shaping is not permitted here (not root, no namespaces, no
+fastload cold with the depth that follows the link (the default row; the depth it
+reached in the summary) and at each fixed ``--download-ahead`` depth; the delay programs'
+CPU per sample a column of its own. Where shaping is not permitted here (not root, no namespaces, no
 iptables), one run on the loopback says why, and the links are not measured.
 
 Usage:
@@ -365,11 +366,11 @@ def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | Non
                                       storage_options=options)  # fmt: skip
             on_disk = ShardedDataset(local, decode=None)
             truth = expected(local)
-            # the first depth is the dataset's default row; the others named by their depth
+            # the default row's depth follows the link; the others fixed, named by their depth
             depths = {
                 depth: ShardedDataset(store.url, decode=None, cache_dir=work / f"cache-{depth}",
                                       storage_options=options, download_ahead=depth)
-                for depth in args.download_ahead if depth != remote.download_ahead
+                for depth in args.download_ahead
             }  # fmt: skip
             with ExitStack() as stack:  # what a peer started (Ray) stops before the server
                 faults = proxied(store, work / "faulty-cache", args, stack, **FAULTS)
@@ -406,6 +407,8 @@ def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | Non
                     # the downloads ahead run in the loader's process: most of the requests
                     "hedged reads in the faults pass, the loader's process": hedges(faults),
                     "cold runs": cold_runs(remote, work / "cache", args, truth),
+                    # the default row's: where following the link led it
+                    "download depth reached, shards": remote.download_depth,
                 }
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -455,7 +458,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--download-ahead", type=int, nargs="+", default=[8, 16],
-        help="fastload cold at each depth (shards downloaded ahead)",
+        help="fastload cold at each fixed depth (shards downloaded ahead) too, beside the "
+        "default row's depth that follows the link",
     )  # fmt: skip
     parser.add_argument(
         "--link", type=link_argument, nargs="+", default=[parse_link(text) for text in LINKS],

@@ -293,7 +293,7 @@ class Sized:
 
         self.shards = [SimpleNamespace(size=size, samples=[None]) for _ in range(count)]
         self.transport = SimpleNamespace(cache_limit=limit) if remote else None
-        self.download_ahead, self.download_ahead_bytes = 8, None
+        self.download_depth, self.download_ahead_bytes = 8, None
 
 
 @pytest.mark.parametrize(

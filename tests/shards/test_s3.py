@@ -81,7 +81,7 @@ def test_the_client_comes_from_arguments_as_well_as_the_environment(url, server,
 def test_the_loaders_process_downloads_ahead_of_its_workers(url, aws, tmp_path):
     dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")
     sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
-    assert len(dataset.shards) <= dataset.download_ahead + 1  # all claimed before batch 1
+    assert len(dataset.shards) <= dataset.download_depth + 1  # all claimed before batch 1
     loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=2)
     asked = gets_of(dataset.transport)  # this process's GETs (a worker's client is its own)
     labels = torch.cat([labels for _, labels in loader]).tolist()

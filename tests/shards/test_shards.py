@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -627,6 +628,114 @@ def test_a_depth_in_bytes_fetches_the_shards_ahead_whose_sizes_fit_it(many, dept
     wait_for(lambda: len(fetches.fetched) >= fetched)
     # the shard being read, the next one always, then as many as the bytes allow
     assert sorted(fetches.fetched) == sorted(first_use[:fetched])
+    list(batches)
+
+
+class Gated:
+    """A transport over ``count`` shards of 100 bytes whose downloads end when the test
+    lets each go (at most 10 s later: a bound, not a measurement)."""
+
+    def __init__(self, count: int) -> None:
+        from fastload.shards.format.index import Shard
+
+        self.cache_limit = None
+        self.shards = [Shard(name=f"s{i:04d}.tar", size=100, sha256="", count=2)
+                       for i in range(count)]  # fmt: skip
+        self.let_go = {shard.name: threading.Event() for shard in self.shards}
+        self.started: list[str] = []
+
+    def plan(self, names: list[str]) -> None:
+        pass
+
+    def forget_plan(self) -> None:
+        pass
+
+    def prefetch(self, shard, use: int, claimed=lambda: None) -> bool:
+        claimed()
+        self.started.append(shard.name)
+        self.let_go[shard.name].wait(10)
+        return True
+
+
+@pytest.mark.parametrize("grows_to", [4, None], ids=["follows the link", "fixed"])
+def test_a_depth_left_to_the_link_grows_when_the_reader_enters_a_shard_still_downloading(
+    grows_to,
+):
+    from fastload.shards.stores.download_ahead import download_ahead
+
+    transport = Gated(12)
+    names = [shard.name for shard in transport.shards]
+    starts = list(range(0, 24, 2))  # 2 samples a shard, read shard after shard
+    downloads = download_ahead(transport, transport.shards, starts, list(range(24)),
+                               ahead=2, grows_to=grows_to)  # fmt: skip
+    try:
+        wait_for(lambda: len(transport.started) >= 3)
+        # shards 1 and 2 still downloading: the first ones, started together, never late
+        downloads.reached(2)
+        downloads.reached(4)
+        assert downloads.ahead == 2
+        downloads.reached(6)  # shard 3 still downloading: one deeper
+        deeper = 3 if grows_to else 2
+        assert downloads.ahead == deeper
+        wait_for(lambda: len(transport.started) >= 4 + deeper)
+        assert sorted(transport.started) == names[: 4 + deeper]  # as deep as that, no more
+        transport.let_go[names[4]].set()
+        wait_for(lambda: 4 in downloads.ended)
+        downloads.reached(8)  # shard 4 downloaded in time: as deep as before
+        assert downloads.ahead == deeper
+        downloads.reached(10)  # shards 5 and 6 late: one deeper, then no deeper than 4
+        downloads.reached(12)
+        assert downloads.ahead == (4 if grows_to else 2)
+    finally:
+        for event in transport.let_go.values():
+            event.set()
+        downloads.stop()
+
+
+@pytest.mark.parametrize(("limit", "deepest"), [(None, 32), (100 * 20, 10), (100 * 4, 8),
+                                               (100 * 200, 32)])  # fmt: skip
+def test_a_depth_left_to_the_link_grows_to_half_what_the_cache_holds(limit, deepest):
+    from fastload.shards.stores import download_ahead
+
+    shards = Plans(50, limit).shards
+    assert download_ahead.deepest(limit, shards) == deepest
+
+
+class NeverAhead(Fetches):
+    """:class:`Fetches` whose downloads end only when the test lets them: the reader
+    enters every shard while it is still downloading."""
+
+    def __init__(self, dataset: ShardedDataset) -> None:
+        super().__init__(dataset)
+        self.let_go = threading.Event()
+
+    def prefetch(self, shard, use: int, claimed=lambda: None) -> bool:
+        self.claimed.append(self.shards.index(shard))
+        claimed()
+        self.let_go.wait(10)  # a bound, not a measurement
+        self.fetched.append(self.shards.index(shard))
+        return True
+
+
+@pytest.mark.parametrize("download_ahead", [None, 8])
+def test_the_next_pass_starts_as_deep_as_following_the_link_led_the_last(many, download_ahead):
+    from fastload.shards.stores.download_ahead import START_DEPTH
+
+    dataset = ShardedDataset(many, decode="tensor", download_ahead=download_ahead)
+    dataset.transport = fetches = NeverAhead(dataset)
+    sampler = ShardShuffle(dataset, global_batch_size=1, seed=1, window=1)
+    loader = FastLoader(dataset, batch_size=1, sampler=sampler, num_workers=0)
+    assert dataset.download_depth == START_DEPTH == 8
+    try:
+        assert len(list(loader)) == 72
+    finally:
+        fetches.let_go.set()
+    # 18 shards entered one after another, all but the first 9 (started together) late
+    assert dataset.download_depth == (8 + 9 if download_ahead is None else 8)
+    claimed = len(fetches.claimed)
+    batches = iter(loader)
+    next(batches)  # claimed before the first batch: the shard being read and the depth
+    assert len(fetches.claimed) - claimed == (18 if download_ahead is None else 9)
     list(batches)
 
 

@@ -32,7 +32,12 @@ from fastload.shards.format.naming import selected_members
 from fastload.shards.format.scan import scanned_index
 from fastload.shards.format.table import MemberTable
 from fastload.shards.stores.connect import connect, is_remote
-from fastload.shards.stores.download_ahead import DownloadAhead, download_ahead
+from fastload.shards.stores.download_ahead import (
+    START_DEPTH,
+    DownloadAhead,
+    deepest,
+    download_ahead,
+)
 from fastload.shards.stores.node_cache import check_cache
 from fastload.shards.stores.transport import Transport
 
@@ -79,11 +84,16 @@ class ShardedDataset(ImageDataset):
 
     From object storage, under a :class:`~fastload.FastLoader` whose sampler publishes its
     order (:class:`~fastload.shards.ShardShuffle`), a thread of the loader's process
-    downloads ahead of the workers (:meth:`fetch_ahead`): the next ``download_ahead``
-    shards past the one being read, or, with ``download_ahead_bytes``, the next shards
-    whose sizes add up to at most that many bytes (a depth that means the same for 8 MB
-    shards as for 1 GB ones; the next shard always). ``download_ahead=0`` and no bytes:
-    each shard is fetched by the first worker that reads it.
+    downloads ahead of the workers (:meth:`fetch_ahead`). By default the depth follows
+    the link: it starts at ``START_DEPTH`` shards past the one being read and grows by
+    one each time the reader enters a shard still downloading, up to ``DEEPEST`` (under
+    ``cache_limit``: half the shards it holds), and the next pass starts where the last
+    ended (:class:`~fastload.shards.stores.download_ahead.DownloadAhead`). An int
+    ``download_ahead`` fixes the depth at that many shards; ``download_ahead_bytes`` at
+    the next shards whose sizes add up to at most that many bytes (a depth that means
+    the same for 8 MB shards as for 1 GB ones; the next shard always).
+    ``download_ahead=0`` and no bytes: each shard is fetched by the first worker that
+    reads it.
 
     Members are read by their offsets in the index with ``os.pread`` on a file opened
     once per process (fork- and spawn-safe; at most ``OPEN_SHARDS`` open at once).
@@ -117,11 +127,19 @@ class ShardedDataset(ImageDataset):
         cache_limit: int | None = None,
         storage_options: dict[str, Any] | None = None,
         keys: Sequence[str] | str | None = None,
-        download_ahead: int = 8,
+        download_ahead: int | None = None,
         download_ahead_bytes: int | None = None,
     ) -> None:
         super().__init__(transform, target_transform, decode, min_size, transforms)
-        self.download_ahead = check_int(download_ahead, "download_ahead", low=0)
+        #: The fixed depth given, or None: the depth follows the link.
+        self.download_ahead: int | None = None
+        #: The depth the next pass starts at (a depth that follows the link: where the
+        #: last one ended).
+        self.download_depth = START_DEPTH
+        if download_ahead is not None:
+            self.download_ahead = self.download_depth = check_int(
+                download_ahead, "download_ahead", low=0
+            )
         self.download_ahead_bytes = (
             None
             if download_ahead_bytes is None
@@ -190,14 +208,19 @@ class ShardedDataset(ImageDataset):
         if self.transport is None:
             return None
         downloads = None
-        if self.download_ahead or self.download_ahead_bytes:
+        if self.download_depth or self.download_ahead_bytes:
+            grows_to = None
+            if self.download_ahead is None:  # the depth follows the link
+                grows_to = max(self.download_depth,
+                               deepest(self.transport.cache_limit, self.shards))  # fmt: skip
             downloads = download_ahead(
                 self.transport,
                 self.shards,
                 self._starts,
                 order,
-                ahead=self.download_ahead,
+                ahead=self.download_depth,
                 ahead_bytes=self.download_ahead_bytes,
+                grows_to=grows_to,
             )
         self._passes += 1
         return BucketPass(self, self._passes, downloads)
@@ -392,6 +415,8 @@ class BucketPass:
         try:
             if self.downloads is not None:
                 self.downloads.stop()
+                if self.dataset.download_ahead is None:  # the next pass starts this deep
+                    self.dataset.download_depth = self.downloads.ahead
         finally:
             if self.dataset._passes == self.number:
                 self.dataset._close_shards()

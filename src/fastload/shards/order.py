@@ -282,7 +282,7 @@ def _warn_if_the_cache_cannot_hold(dataset: ShardedDataset, window: int) -> None
     if limit is None:
         return
     sizes = sorted(shard.size for shard in dataset.shards)
-    ahead, ahead_bytes = dataset.download_ahead, dataset.download_ahead_bytes
+    ahead, ahead_bytes = dataset.download_depth, dataset.download_ahead_bytes
     if ahead_bytes is None:
         needed = sum(sizes[-(window + ahead) :])  # the largest shards, to be safe
         held = f"window {window} + download_ahead {ahead} shards"

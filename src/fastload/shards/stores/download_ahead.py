@@ -13,7 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 from fastload.shards.format.index import Shard
 from fastload.shards.stores.transport import Transport
 
-__all__ = ["CLAIM_WAIT_S", "PLAN_HORIZON", "DownloadAhead", "download_ahead", "plan_horizon"]
+__all__ = [
+    "CLAIM_WAIT_S",
+    "DEEPEST",
+    "PLAN_HORIZON",
+    "START_DEPTH",
+    "DownloadAhead",
+    "deepest",
+    "download_ahead",
+    "plan_horizon",
+]
 
 #: At most this long the reader waits for the download-ahead to claim its first shards
 #: (a bound: claiming takes a lock, or finds it held, at once).
@@ -23,6 +32,21 @@ CLAIM_WAIT_S = 10.0
 #: no more than the cache holds, and a plan of every shard left, written each time the
 #: reader enters one, would cost O(shards) each time: O(shards^2) an epoch.
 PLAN_HORIZON = 256
+
+
+#: The depth a download-ahead starts at when the dataset leaves it to the link
+#: (``download_ahead=None``), and the most it grows to (:class:`DownloadAhead`).
+START_DEPTH, DEEPEST = 8, 32
+
+
+def deepest(cache_limit: int | None, shards: list[Shard]) -> int:
+    """The most a depth left to the link grows to: :data:`DEEPEST`, or, under
+    ``cache_limit``, half the shards (of the mean size) it holds, the other half left to
+    the shards being read (never below :data:`START_DEPTH`)."""
+    if cache_limit is None or not shards:
+        return DEEPEST
+    mean = max(1, sum(shard.size for shard in shards) // len(shards))
+    return max(START_DEPTH, min(DEEPEST, cache_limit // mean // 2))
 
 
 def plan_horizon(cache_limit: int | None, shards: list[Shard]) -> int:
@@ -39,7 +63,15 @@ class DownloadAhead:
     at most ``ahead`` shards past the one the reader has reached (with ``ahead_bytes``:
     the shards past it whose sizes add up to at most that), and keeps the cache's plan
     (the shards read now, then the next ones, :func:`plan_horizon` of them) up to date
-    for its eviction."""
+    for its eviction.
+
+    With ``grows_to`` above ``ahead``, the depth follows the link: each time the reader
+    enters a shard whose download has not ended, the depth grows by one, up to
+    ``grows_to``. Downloads stay ahead once the shards in flight cover one download's
+    time at the reader's pace (Little's law): on a long link that time is many round
+    trips of a connection's slow start, not one, so the depth it needs grows with the
+    latency more than with the bandwidth. The shards the pass starts with are not
+    counted: started together, they end together whatever the depth."""
 
     def __init__(
         self,
@@ -49,9 +81,14 @@ class DownloadAhead:
         *,
         ahead: int,
         ahead_bytes: int | None = None,
+        grows_to: int | None = None,
     ) -> None:
         self.transport, self.shards, self.ahead = transport, shards, ahead
         self.ahead_bytes = ahead_bytes
+        self.grows_to = ahead if grows_to is None or ahead_bytes is not None else grows_to
+        self._first_wave = ahead  # (in order of first use) the shards started together
+        #: (In order of first use) the shards whose downloads have ended.
+        self.ended: set[int] = set()
         self.horizon = plan_horizon(transport.cache_limit, shards)
         self.spans: dict[int, list[int]] = {}  # shard -> [first, last] position of use
         for position, shard in enumerate(shards_of_samples):
@@ -66,6 +103,10 @@ class DownloadAhead:
         self.stopped = False
         #: Set once the first fetches have claimed their shards (see :meth:`_run`).
         self.claimed_first = threading.Event()
+        # a download per shard within the depth at once: the readers of a window want
+        # all its shards (by bytes: up to 16 at once)
+        self._threads = max(1, self.grows_to + 1 if ahead_bytes is None else 16)
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="fastload-shard-fetch")
         self.thread = threading.Thread(
             target=self._run, name="fastload-download-ahead", daemon=True
         )
@@ -82,6 +123,9 @@ class DownloadAhead:
             return
         with self.condition:
             self.position, self._reached = position, shard
+            late = shard > self._first_wave and shard not in self.ended
+            if late and self.ahead < self.grows_to:
+                self.ahead += 1
             self.condition.notify()
 
     def stop(self) -> None:
@@ -89,6 +133,9 @@ class DownloadAhead:
             self.stopped = True
             self.condition.notify()
         self.thread.join()
+        # the downloads not started are dropped (the loop may have ended before the
+        # stop, its last ones still queued), those under way finish in the background
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self.transport.forget_plan()
 
     def plan(self) -> list[int]:
@@ -109,10 +156,7 @@ class DownloadAhead:
         return number <= reached + 1 or self.total[number] - self.total[reached] <= self.ahead_bytes
 
     def _run(self) -> None:
-        # a download per shard within the depth at once: the readers of a window want
-        # all its shards (by bytes: up to 16 at once)
-        threads = max(1, self.ahead + 1 if self.ahead_bytes is None else 16)
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="fastload-shard-fetch")
+        threads = self._threads
         # The fetches started before the reader moves claim their shards (take their
         # locks) before the loader hands out its first index: a worker that reads one
         # then waits for that download instead of starting its own.
@@ -135,27 +179,27 @@ class DownloadAhead:
                 claim = threading.Event()
                 if claims is not None:
                     claims.append(claim)
-                pool.submit(self._fetch, shard, plan.index(shard) if shard in plan else 0, claim)
+                self._pool.submit(self._fetch, number, plan.index(shard) if shard in plan else 0, claim)
             if claims is not None:
                 self._all_claimed(claims)
         finally:
             self.claimed_first.set()  # (stopped or failed: the reader waits no longer)
-            # stop() (a break, an error in the loop) waits for no download: those not
-            # started are dropped, those under way finish in the background
-            pool.shutdown(wait=False, cancel_futures=self.stopped)
+            self._pool.shutdown(wait=False, cancel_futures=self.stopped)
 
     def _all_claimed(self, claims: list[threading.Event]) -> None:
         for claim in claims:
             claim.wait()
         self.claimed_first.set()
 
-    def _fetch(self, shard: int, use: int, claim: threading.Event) -> None:
+    def _fetch(self, number: int, use: int, claim: threading.Event) -> None:
+        """Fetch the ``number``-th shard in order of first use."""
         try:
-            self.transport.prefetch(self.shards[shard], use, claimed=claim.set)
+            self.transport.prefetch(self.shards[self.first_use[number]], use, claimed=claim.set)
         except Exception:  # the worker that reads it fetches it again and says why
             return
         finally:
             claim.set()
+            self.ended.add(number)
 
     def _shard_at(self, position: int) -> int:
         """The number (in order of first use) of the last shard first used by ``position``."""
@@ -170,6 +214,7 @@ def download_ahead(
     *,
     ahead: int,
     ahead_bytes: int | None = None,
+    grows_to: int | None = None,
 ) -> DownloadAhead:
     """A :class:`DownloadAhead` of ``order``'s samples (``starts``: each shard's first
     sample index), once its first downloads have claimed their shards: a worker that reads
@@ -177,7 +222,8 @@ def download_ahead(
     # the order's indices are in range: a bisect each, not shard_of's checks
     shards_of_samples = [bisect.bisect_right(starts, index) - 1 for index in order]
     downloads = DownloadAhead(
-        transport, shards, shards_of_samples, ahead=ahead, ahead_bytes=ahead_bytes
-    )
+        transport, shards, shards_of_samples, ahead=ahead, ahead_bytes=ahead_bytes,
+        grows_to=grows_to,
+    )  # fmt: skip
     downloads.claimed_first.wait(CLAIM_WAIT_S)
     return downloads
