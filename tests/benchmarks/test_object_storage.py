@@ -47,7 +47,7 @@ def installed_peers(folder: Path) -> dict[str, bool]:
 #: What every run measures, on every server.
 MEASURED = ["raw parallel GETs (8 at once)", "raw parallel GETs (16 at once)",
             "raw parallel GETs (32 at once)", "fastload, cold cache",
-            "fastload, cold cache, download_ahead=16",
+            "fastload, cold cache, download_ahead=8", "fastload, cold cache, download_ahead=16",
             "fastload, cold cache, no hedging", "fastload, warm cache", "fastload, local disk",
             "fastload, cold cache, via the proxy",
             "fastload, cold cache, via the proxy, faults injected",
@@ -59,6 +59,7 @@ def assert_measured(result: dict, measured: list[str]) -> None:
     rows = {row["name"]: row for row in result["rows"]}
     assert all(rows[name]["per_second"] > 0 and rows[name]["note"] is None for name in measured)
     summary = result["summary"]
+    assert summary["download depth reached, shards"] >= 8  # the default's, from 8 up
     assert summary["faults injected"]["slow_down"] > 0  # and the pass read the right bytes
     assert summary["hedged reads in the faults pass, the loader's process"]["requests"] > 0
     assert summary["cold runs"]["runs"] == 2 and summary["cold runs"]["wrong"] == 0
@@ -111,7 +112,7 @@ def test_a_small_run_measures_every_variant_and_installed_peer_or_says_why_not(t
     rows = {row["name"]: row for row in result["rows"]}
     here = importlib.util.find_spec("obstore") is not None
     obstore = ["fastload, cold cache, obstore client"] if here else []
-    measured = [*MEASURED[:6], *obstore, *MEASURED[6:]]
+    measured = [*MEASURED[:7], *obstore, *MEASURED[7:]]
     assert_measured(result, measured)
     peers = [name for name in rows if name not in measured]
     assert peers == list(PEERS)
