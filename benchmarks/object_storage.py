@@ -23,7 +23,8 @@ equivalent:
 Rounds are interleaved after a warm-up round; medians; CPU ms per sample (this process
 and its workers; for the peers, every process under this one, as Ray's workers are its
 raylet's children; every row counts the local S3 server's processes, and Ray's runtime,
-up through all rounds, while it idles).
+up through all rounds, while it idles), and the server's processes' share of it a column
+of its own (the reader's is the rest, less the delay programs' behind a link).
 
 The server runs behind a link with a cloud's latency and bandwidth
 (:mod:`benchmarks.lib.shaped_link`: a namespace of its own, the rate each way, the delay
@@ -34,8 +35,8 @@ the raw GETs at each ``--parallel`` count, the fastest the baseline, their MB/s 
 share of the link in the summary (below 90 % of it, the pass is still CPU-bound here);
 fastload cold with the depth that follows the link (the default row; the depth it
 reached in the summary) and at each fixed ``--download-ahead`` depth; the delay programs'
-CPU per sample a column of its own. Where shaping is not permitted here (not root, no namespaces, no
-iptables), one run on the loopback says why, and the links are not measured.
+CPU per sample a column of its own. Where shaping is not permitted here (not root, no
+namespaces, no iptables), one run on the loopback says why, and the links are not measured.
 
 Usage:
     python benchmarks/object_storage.py [--store s3|gs|az] [--images 8000]
@@ -64,7 +65,15 @@ if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
 from benchmarks.lib.common import Row, describe, interleaved, plot, report, results_folder
 from benchmarks.lib.data import DATA, jpeg_folder
 from benchmarks.lib.shaped_link import ShapedLink, parse_link, rate_bits, why_not
-from benchmarks.lib.streaming_peers import PEERS, Bench, cpu_seconds_of_tree, expected, sizes, timed
+from benchmarks.lib.streaming_peers import (
+    PEERS,
+    Bench,
+    cpu_seconds_of,
+    cpu_seconds_of_tree,
+    expected,
+    sizes,
+    timed,
+)
 from fastload import FastLoader
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.testing.proxy import ProxyProcess
@@ -287,13 +296,17 @@ def peer_passes(
     return passes, notes
 
 
-def counting_delay(run: Callable[[], dict[str, float]], link: ShapedLink):
-    """``run``, which also counts the CPU seconds the link's delay programs spent in it."""
+def counting_parts(run: Callable[[], dict[str, float]], store: Store, link: ShapedLink | None):
+    """``run``, which also counts the CPU seconds the server's processes spent in it, and
+    those of the link's delay programs (the pass's CPU split by process)."""
+    parts = {"server_cpu": lambda: cpu_seconds_of(store.server.pids)}
+    if link is not None:
+        parts["delay_cpu"] = link.delay_cpu_seconds
 
     def counted() -> dict[str, float]:
-        before = link.delay_cpu_seconds()
+        before = {name: seconds() for name, seconds in parts.items()}
         result = run()
-        return result | {"delay_cpu": link.delay_cpu_seconds() - before}
+        return result | {name: seconds() - before[name] for name, seconds in parts.items()}
 
     return counted
 
@@ -322,9 +335,10 @@ def row_of(name: str, runs: list[dict[str, float]], truth: dict[str, int] | None
     seconds = Measurement(tuple(run["seconds"] for run in runs))
     cpu = sorted(run["cpu"] for run in runs)[len(runs) // 2]
     extra = {"CPU ms/sample": f"{1000 * cpu / runs[0]['samples']:.3f}"}
-    if "delay_cpu" in runs[0]:
-        delay = sorted(run["delay_cpu"] for run in runs)[len(runs) // 2]
-        extra["delay CPU ms/sample"] = f"{1000 * delay / runs[0]['samples']:.3f}"
+    for part, column in (("server_cpu", "server"), ("delay_cpu", "delay")):
+        if part in runs[0]:
+            spent = sorted(run[part] for run in runs)[len(runs) // 2]
+            extra[f"{column} CPU ms/sample"] = f"{1000 * spent / runs[0]['samples']:.3f}"
     wrong = [f"{run[key]:g} {key}" for run in runs for key in truth or {}
              if run[key] != truth[key]]  # fmt: skip
     note = f"read {', '.join(wrong)}; the shards hold {truth}" if wrong else None
@@ -398,10 +412,9 @@ def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | Non
                     ),
                 }  # fmt: skip
                 passes, notes = peer_passes(store, local, work / "peers", args, stack)
-                timed_passes = variants | passes
-                if isinstance(link, ShapedLink):
-                    timed_passes = {name: counting_delay(run, link)
-                                    for name, run in timed_passes.items()}  # fmt: skip
+                shaped = link if isinstance(link, ShapedLink) else None
+                timed_passes = {name: counting_parts(run, store, shaped)
+                                for name, run in (variants | passes).items()}  # fmt: skip
                 results = interleaved(timed_passes, rounds=args.rounds)
                 summary = {
                     "faults injected": FAULTS | dict(faults.proxy.counts),  # type: ignore[attr-defined]

@@ -116,7 +116,13 @@ def cpu_seconds_of_tree() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     done = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime
-    pending = _children(os.getpid())
+    return total + cpu_seconds_of(_children(os.getpid()))
+
+
+def cpu_seconds_of(pids: list[int]) -> float:
+    """CPU seconds of the processes ``pids`` and of every live process under them, each
+    with the children it has finished (those gone count nothing)."""
+    total, pending = 0.0, list(pids)
     while pending:
         pid = pending.pop()
         try:

@@ -58,6 +58,10 @@ def assert_measured(result: dict, measured: list[str]) -> None:
     """Every pass in ``measured`` ran and read the shards' own samples, faults included."""
     rows = {row["name"]: row for row in result["rows"]}
     assert all(rows[name]["per_second"] > 0 and rows[name]["note"] is None for name in measured)
+    # the CPU split by process: the server's share of each pass's, and some in all
+    server = {name: float(rows[name]["server CPU ms/sample"]) for name in measured}
+    assert all(0 <= server[name] <= float(rows[name]["CPU ms/sample"]) for name in measured)
+    assert sum(server.values()) > 0
     summary = result["summary"]
     assert summary["download depth reached, shards"] >= 8  # the default's, from 8 up
     assert summary["faults injected"]["slow_down"] > 0  # and the pass read the right bytes
@@ -158,8 +162,8 @@ def test_a_run_behind_shaped_links_says_each_link_and_the_raw_rates_share_of_it(
         result = json.loads((tmp_path / f"{prefix}_link_{link}.json").read_text())
         rows = {row["name"]: row for row in result["rows"]}
         raw = ["raw parallel GETs (4 at once)", "raw parallel GETs (8 at once)"]
-        assert_measured(result, [*raw, *MEASURED[3:4], "fastload, cold cache, download_ahead=2",
-                                 *MEASURED[5:]])  # fmt: skip
+        assert_measured(result, [*raw, *MEASURED[3:5], "fastload, cold cache, download_ahead=2",
+                                 *MEASURED[6:]])  # fmt: skip
         best = max(raw, key=lambda name: rows[name]["per_second"])
         assert rows[best]["speedup"] == 1.0  # the fastest raw pass is the baseline
         rtt, rate = link.split("_")

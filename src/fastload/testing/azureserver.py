@@ -72,6 +72,11 @@ class LocalAzurite:
         self.endpoint = f"http://{host}:{self.port}/{ACCOUNT}"
         self._process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pids(self) -> list[int]:
+        """The ID of Azurite's process, while it runs."""
+        return [] if self._process is None else [self._process.pid]
+
     def __enter__(self) -> LocalAzurite:
         command = [str(self.binary), "--blobHost", self.host, "--blobPort", str(self.port),
                    "--location", str(self.root), "--silent", "--skipApiVersionCheck",

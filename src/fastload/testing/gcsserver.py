@@ -94,6 +94,11 @@ class LocalGCS:
                                    host=host, keep_host=False, launch=launch)  # fmt: skip
         self.endpoint = ""  # the proxy's, once started
 
+    @property
+    def pids(self) -> list[int]:
+        """The IDs of its processes (fake-gcs-server and its proxy), while it runs."""
+        return ([] if self._process is None else [self._process.pid]) + self._proxy.pids
+
     def __enter__(self) -> LocalGCS:
         address = f"{self.host}:{self.port}"
         command = [str(_binary()), "-scheme", "http", "-backend", "memory",

@@ -181,6 +181,11 @@ class ProxyProcess:
         return self
 
     @property
+    def pids(self) -> list[int]:
+        """Its process's ID, while it runs (a benchmark counts its CPU)."""
+        return [] if self._process is None else [self._process.pid]
+
+    @property
     def counts(self) -> dict[str, int]:
         """The requests it forwarded, and the faults it made (see :class:`FaultyProxy`)."""
         assert self._process is not None and self._process.stdin is not None

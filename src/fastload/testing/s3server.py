@@ -113,6 +113,11 @@ class LocalS3:
         self._launch = launch or list
         self._processes: list[subprocess.Popen[bytes]] = []
 
+    @property
+    def pids(self) -> list[int]:
+        """The IDs of its processes (Swift's proxy and storage servers), while it runs."""
+        return [process.pid for process in self._processes]
+
     def client_options(self) -> dict[str, Any]:
         """What ``boto3.client("s3", ...)`` needs to reach it."""
         return {

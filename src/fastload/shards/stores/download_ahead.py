@@ -179,7 +179,8 @@ class DownloadAhead:
                 claim = threading.Event()
                 if claims is not None:
                     claims.append(claim)
-                self._pool.submit(self._fetch, number, plan.index(shard) if shard in plan else 0, claim)
+                use = plan.index(shard) if shard in plan else 0
+                self._pool.submit(self._fetch, number, use, claim)
             if claims is not None:
                 self._all_claimed(claims)
         finally:
