@@ -45,8 +45,7 @@ def deepest(cache_limit: int | None, shards: list[Shard]) -> int:
     the shards being read (never below :data:`START_DEPTH`)."""
     if cache_limit is None or not shards:
         return DEEPEST
-    mean = max(1, sum(shard.size for shard in shards) // len(shards))
-    return max(START_DEPTH, min(DEEPEST, cache_limit // mean // 2))
+    return max(START_DEPTH, min(DEEPEST, cache_limit // _mean_size(shards) // 2))
 
 
 def plan_horizon(cache_limit: int | None, shards: list[Shard]) -> int:
@@ -54,8 +53,12 @@ def plan_horizon(cache_limit: int | None, shards: list[Shard]) -> int:
     holds (shards of the mean size) where that is more."""
     if cache_limit is None or not shards:
         return PLAN_HORIZON
-    mean = max(1, sum(shard.size for shard in shards) // len(shards))
-    return max(PLAN_HORIZON, cache_limit // mean + 1)
+    return max(PLAN_HORIZON, cache_limit // _mean_size(shards) + 1)
+
+
+def _mean_size(shards: list[Shard]) -> int:
+    """The shards' mean size in bytes (at least 1), for how many a cache limit holds."""
+    return max(1, sum(shard.size for shard in shards) // len(shards))
 
 
 class DownloadAhead:
