@@ -34,6 +34,8 @@ def smoke_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    # kept: a variant that failed prints its process's error there, not in the JSON's note
+    (out / "stderr.txt").write_text(completed.stderr)
     return out
 
 
@@ -65,6 +67,8 @@ def test_the_smoke_plan_selects_the_cuda_tests_and_every_variant(smoke_plan: Pat
             for row in json.loads((smoke_plan / f"{name}.json").read_text())["rows"]
         }
         assert rows.pop("NVIDIA DALI, CPU decode")["note"].startswith("not installed")
+        failed = {row["name"]: row["note"] for row in rows.values() if row["per_second"] is None}
+        assert not failed, f"{name}: {failed}\n" + (smoke_plan / "stderr.txt").read_text()[-4000:]
         assert all(row["per_second"] > 0 for row in rows.values()), name
         assert "the step alone: one cached batch" in rows
     small = json.loads((smoke_plan / "small_batches.json").read_text())["rows"]
