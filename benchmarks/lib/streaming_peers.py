@@ -136,7 +136,9 @@ def cpu_seconds_of(pids: list[int]) -> float:
 
 def timed(batches: Callable[[], Batches]) -> dict[str, float]:
     """One pass: its seconds, CPU seconds, the samples, JPEG bytes and label sum it read,
-    and the longest wait for a batch."""
+    and the longest wait for a batch. The writes of the passes before are on disk first:
+    the kernel's writeback of another pass's downloads is not charged to this one."""
+    os.sync()
     cpu, start = cpu_seconds_of_tree(), time.perf_counter()
     samples = size = labels = 0
     longest, before = 0.0, start
