@@ -103,11 +103,23 @@ CHECK_TABLE = "\n".join(
 )
 
 
-def link_method(rate: str, delay_ms: int) -> str:
+#: --store -> its server as the link sections name it, and what its run leaves out.
+LINK_STORES = {
+    "s3": ("The S3 run", "Swift", "every peer installed (`bash benchmarks/install_peers.sh`)"),
+    "gs": ("The Google Cloud Storage run (`--store gs`)",
+           "fake-gcs-server and its upload-translating proxy",
+           "the raw GETs through obstore, in this process; the peers run against S3 only"),
+    "az": ("The Azure Blob Storage run (`--store az`)", "Azurite",
+           "the raw GETs through obstore, in this process; the peers run against S3 only"),
+}  # fmt: skip
+
+
+def link_method(rate: str, delay_ms: int, store: str = "s3") -> str:
     """How a run of object_storage.py across a shaped link was made (its findings differ)."""
+    run, server, peers = LINK_STORES[store]
     return f"""\
-The S3 run (`benchmarks/object_storage.py`, a run per link by default) with the
-server behind a link with a cloud's latency and bandwidth: Swift in a network namespace
+{run} (`benchmarks/object_storage.py`, a run per link by default) with the
+server behind a link with a cloud's latency and bandwidth: {server} in a network namespace
 of the benchmark's own, reached over a veth pair, each way limited to {rate} and each
 receiving side delaying what it gets by {delay_ms} ms (`benchmarks/lib/shaped_link.py`,
 `benchmarks/lib/delay_queue.py`). 8,000 generated 500x375 JPEGs (about 420 MB) in 52
@@ -115,9 +127,22 @@ shards of 8 MB (more than 5 times the download-ahead depth), 5 interleaved round
 warm-up, medians; the raw GETs at 8, 16 and 32 at once, the fastest the baseline (the
 summary gives each one's MB/s and share of the link); fastload cold at its default depth,
 which follows the link (from 8 shards ahead; the depth it reached is in the summary), and
-at fixed depths of 8 and 16; every peer installed (`bash benchmarks/install_peers.sh`).
-The delay programs' CPU per sample is a column of its own (the other CPU column counts
-it too: they are this process's children)."""
+at fixed depths of 8 and 16; {peers}. The server's and the delay programs' CPU per sample
+are columns of their own where the run has them (the other CPU column counts them too)."""
+
+
+def link_findings(store: str) -> str:
+    """What a GCS or Azure run across a link found: the cold pass against the raw GETs,
+    warm, faults (their peers are in the S3 sections)."""
+    return f"""\
+fastload cold reads at [[speedup fastload, cold cache]] the best raw GETs at its default
+depth, [[speedup fastload, cold cache, download_ahead=8]] at a fixed 8 shards ahead and
+[[speedup fastload, cold cache, download_ahead=16]] at 16. Warm, fastload reads at
+[[speedup fastload, warm cache]] of local disk. With faults injected the epoch is exact, and
+its time over the clean pass's through the same proxy is
+[[over fastload, cold cache, via the proxy | fastload, cold cache, via the proxy, faults injected]].
+The 20 cold runs are in the summary. The peers read from S3 only: the S3 sections compare
+them on the same links ({store} is read through obstore, fastload's client for it)."""
 
 
 #: Result file (its path under results/, no suffix) -> notes, in the page's order. A file
@@ -517,6 +542,18 @@ shards ahead and [[speedup fastload, cold cache, download_ahead=16]] at 16, and
 [[speedup WebDataset]], Ray Data [[speedup Ray Data]]. Warm, fastload reads at
 [[speedup fastload, warm cache]] of local disk.""",
     ),
+    **{
+        f"cpu/object_storage_{store}_link_{name}": Notes(
+            f"Streaming shards from {title} across a {label} link",
+            link_method(rate, delay_ms, store),
+            link_findings(title),
+        )
+        for store, title in (("gs", "Google Cloud Storage"), ("az", "Azure Blob Storage"))
+        for name, label, rate, delay_ms in (
+            ("40ms_400mbit", "40 ms, 400 Mbit/s", "400 Mbit/s", 20),
+            ("20ms_600mbit", "20 ms, 600 Mbit/s", "600 Mbit/s", 10),
+        )
+    },
     "cpu/object_storage_gs": Notes(
         "Streaming shards from Google Cloud Storage",
         "The same passes as the S3 run (`--store gs`), from fake-gcs-server on 127.0.0.1 "
