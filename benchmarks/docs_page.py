@@ -131,7 +131,7 @@ at fixed depths of 8 and 16; {peers}. The server's and the delay programs' CPU p
 are columns of their own where the run has them (the other CPU column counts them too)."""
 
 
-def link_findings(store: str) -> str:
+def link_findings(server: str) -> str:
     """What a GCS or Azure run across a link found: the cold pass against the raw GETs,
     warm, faults (their peers are in the S3 sections)."""
     return f"""\
@@ -142,7 +142,7 @@ depth, [[speedup fastload, cold cache, download_ahead=8]] at a fixed 8 shards ah
 its time over the clean pass's through the same proxy is
 [[over fastload, cold cache, via the proxy | fastload, cold cache, via the proxy, faults injected]].
 The 20 cold runs are in the summary. The peers read from S3 only: the S3 sections compare
-them on the same links ({store} is read through obstore, fastload's client for it)."""
+them on the same links ({server} is read through obstore, fastload's client for it)."""
 
 
 #: Result file (its path under results/, no suffix) -> notes, in the page's order. A file
