@@ -587,6 +587,49 @@ def test_an_evicted_shard_is_let_go_by_its_reader_so_its_space_is_freed(folder, 
     assert deleted_files_held_open(tmp_path) == []
 
 
+def test_a_shard_counts_as_cached_only_checked_and_with_its_table(
+    url, server, folder, aws, tmp_path
+):
+    dataset = ShardedDataset(url, cache_dir=tmp_path / "inside")
+    transport, shard = dataset.transport, dataset.shards[0]
+    assert not transport.cached(shard)
+    transport.open(shard)
+    assert transport.cached(shard)
+    (transport.cache / f".{shard.name}.sha256").write_text("f" * 64)  # not the index's
+    assert not transport.cached(shard)
+    client = boto3.client("s3", **server.client_options())
+    beside = ShardedDataset(put_version_3(client, folder, "cached", tmp_path / "written"),
+                            cache_dir=tmp_path / "beside")  # fmt: skip
+    transport, shard = beside.transport, beside.shards[0]
+    transport.open(shard)
+    (transport.cache / f".{shard.name}.idx.sha256").unlink()  # its table not kept
+    assert not transport.cached(shard)
+    transport.table(shard)
+    assert transport.cached(shard)
+
+
+def test_a_warm_pass_locks_each_shard_once_to_read_it_and_downloads_none(
+    url, aws, tmp_path, monkeypatch
+):
+    dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")
+    sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
+    loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0)
+    cold = torch.cat([labels for _, labels in loader]).tolist()
+    node, locked = dataset.transport.node, Counter[str]()
+    lock = node.locked
+
+    def counted(name: str, **wait):
+        locked[name] += 1
+        return lock(name, **wait)
+
+    monkeypatch.setattr(node, "locked", counted)
+    asked = gets_of(dataset.transport)
+    warm = torch.cat([labels for _, labels in loader]).tolist()
+    assert warm == cold and asked == []
+    # the reader's open alone: the download-ahead passed every cached shard over
+    assert locked == Counter(shard.name for shard in dataset.shards)
+
+
 def test_two_downloaders_never_share_a_part_name(url, aws, tmp_path):
     import threading
 

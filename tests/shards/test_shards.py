@@ -485,7 +485,8 @@ def test_the_command_line_converts_describes_and_verifies_a_shard_set(folder, tm
 class Fetches:
     """The transport of a shard set in object storage, over a local folder: the readers
     open the folder's files; the download-ahead's calls are recorded: the shards claimed
-    and fetched (by number) and the plans announced."""
+    and fetched (by number) and the plans announced. The shards numbered in ``in_cache``
+    are as if a pass before had left them in the cache."""
 
     cache_limit = None
 
@@ -494,6 +495,10 @@ class Fetches:
         self.claimed: list[int] = []
         self.fetched: list[int] = []
         self.planned: list[str] | None = None
+        self.in_cache: set[int] = set()
+
+    def cached(self, shard) -> bool:
+        return self.shards.index(shard) in self.in_cache
 
     def open(self, shard) -> int:
         return os.open(self.folder / shard.name, os.O_RDONLY)
@@ -644,6 +649,9 @@ class Gated:
         self.let_go = {shard.name: threading.Event() for shard in self.shards}
         self.started: list[str] = []
 
+    def cached(self, shard) -> bool:
+        return False
+
     def plan(self, names: list[str]) -> None:
         pass
 
@@ -739,6 +747,30 @@ def test_the_next_pass_starts_as_deep_as_following_the_link_led_the_last(many, d
     list(batches)
 
 
+def test_a_shard_the_cache_holds_is_neither_claimed_nor_fetched_ahead(many):
+    dataset, fetches = in_a_bucket(many)
+    sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=2)
+    order = sampler.rank_order()
+    first_use = first_uses(dataset, order)
+    fetches.in_cache = set(first_use[::2])  # every other shard, as a pass before left them
+    loader = FastLoader(dataset, batch_size=12, sampler=sampler, num_workers=0)
+    labels = torch.cat([labels for _, labels in loader]).tolist()
+    assert labels == [dataset[index][1] for index in order]
+    # the others fetched, each once
+    uncached = [shard for shard in first_use if shard not in fetches.in_cache]
+    assert sorted(fetches.claimed) == sorted(fetches.fetched) == sorted(uncached)
+
+
+def test_a_warm_pass_never_deepens_a_depth_left_to_the_link(many):
+    dataset = ShardedDataset(many, decode="tensor")
+    dataset.transport = fetches = NeverAhead(dataset)  # a download would never end...
+    fetches.in_cache = set(range(len(dataset.shards)))  # ...but every shard is cached
+    sampler = ShardShuffle(dataset, global_batch_size=1, seed=1, window=1)
+    assert len(list(FastLoader(dataset, batch_size=1, sampler=sampler, num_workers=0))) == 72
+    # every shard entered counts as downloaded: none late, the depth where it started
+    assert fetches.claimed == [] and dataset.download_depth == 8
+
+
 def test_no_depth_downloads_nothing_ahead(many):
     dataset, fetches = in_a_bucket(many, download_ahead=0)
     sampler = ShardShuffle(dataset, global_batch_size=12, seed=1, window=2)
@@ -755,6 +787,9 @@ class Plans:
         self.cache_limit, self.plans = cache_limit, []
         self.shards = [Shard(name=f"s{i:04d}.tar", size=100, sha256="", count=2)
                        for i in range(count)]  # fmt: skip
+
+    def cached(self, shard) -> bool:
+        return False
 
     def plan(self, names: list[str]) -> None:
         self.plans.append(names)

@@ -163,6 +163,15 @@ class CachedShards:
             assert path is not None
             return os.open(path, os.O_RDONLY)
 
+    def cached(self, shard: Shard) -> bool:
+        """Whether the shard is in the cache, checked (and its member table beside it,
+        where it has one): read without the shard's lock, so a hint for the download-ahead
+        (:meth:`open` locks and checks again: a shard evicted since is fetched then)."""
+        checked = self.node.checked_hash(shard.name)
+        if checked is None or (shard.sha256 and checked != shard.sha256):
+            return False
+        return (self.cache / shard.name).exists() and not table_wanted(self, shard)
+
     def prefetch(self, shard: Shard, use: int, claimed: Callable[[], None] = lambda: None) -> bool:
         """Download the shard now, for a read ``use`` places down this process's plan,
         and its member table (the workers that read it find both in the cache); not when

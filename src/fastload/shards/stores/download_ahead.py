@@ -66,7 +66,8 @@ class DownloadAhead:
     at most ``ahead`` shards past the one the reader has reached (with ``ahead_bytes``:
     the shards past it whose sizes add up to at most that), and keeps the cache's plan
     (the shards read now, then the next ones, :func:`plan_horizon` of them) up to date
-    for its eviction.
+    for its eviction. A shard the cache holds already is passed over, counted as
+    downloaded: a warm pass fetches, locks and claims nothing.
 
     With ``grows_to`` above ``ahead``, the depth follows the link: each time the reader
     enters a shard whose download has not ended, the depth grows by one, up to
@@ -179,6 +180,11 @@ class DownloadAhead:
                 if plan != announced:  # it moves with the reader, not with each fetch
                     self.transport.plan([self.shards[number].name for number in plan])
                     announced = plan
+                if self.transport.cached(self.shards[shard]):
+                    # a warm pass: nothing to fetch or claim (the lock, the hash and the
+                    # stamp of a fetch would cost the reader's time shard by shard)
+                    self.ended.add(number)
+                    continue
                 claim = threading.Event()
                 if claims is not None:
                     claims.append(claim)

@@ -6,7 +6,7 @@ new module with a :class:`~fastload.shards.stores.bucket.Bucket` of its own, nam
 
 The dataset reads through ``open`` (a shard as a local file, fetched into the node's
 cache first); the download-ahead thread (:mod:`~fastload.shards.stores.download_ahead`)
-calls ``plan`` and ``prefetch``, so that the shards the next batches read are in the
+calls ``plan``, ``cached`` and ``prefetch``, so that the shards the next batches read are in the
 cache before the workers ask for them.
 """
 
@@ -41,6 +41,10 @@ class Transport(Protocol):
 
     def local_path(self, shard: Shard) -> Path:
         """``shard``'s file in the cache, fetched first if it is not there."""
+
+    def cached(self, shard: Shard) -> bool:
+        """Whether ``shard`` (and its member table) is in the cache now, checked: a hint
+        taken without its lock (a read still locks and checks it)."""
 
     def prefetch(self, shard: Shard, use: int, claimed: Callable[[], None] = ...) -> bool:
         """Bring ``shard`` into the cache now, for a read ``use`` places down the plan;
