@@ -12,8 +12,9 @@ equivalent:
   S3, obstore for the others), nothing else (the ceiling a reader of this server reaches here);
 - fastload, cold: ShardedDataset on the bucket in ShardShuffle's order through
   FastLoader, its cache emptied before each pass;
-- fastload, warm: the same, the cache filled by the pass before;
-- fastload, local disk: ShardedDataset on the shard folder;
+- fastload, warm: the same, the cache filled by the pass before (``WARM_EPOCHS`` epochs
+  a timed pass: one is shorter than the noise here);
+- fastload, local disk: ShardedDataset on the shard folder (as many epochs);
 - MosaicML Streaming, litdata, WebDataset, Ray Data: each reads the same samples from the
   same server, cold, in its own format where it has one (written and uploaded before the
   rounds, untimed) and its own usual way; see lib/streaming_peers.py. A peer that is not
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import shutil
 import signal
 import sys
@@ -80,8 +82,14 @@ from fastload.testing.proxy import ProxyProcess
 from fastload.testing.s3server import LocalS3, swift_installed
 from fastload.tools.measure import Measurement
 
+#: Epochs a warm or local-disk pass reads: one is a fraction of a second here, shorter
+#: than the machine's noise between rounds.
+WARM_EPOCHS = 5
 
-def epoch_of(dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
+
+def epoch_of(dataset: ShardedDataset, args, epochs: int = 1) -> Callable[[], dict[str, float]]:
+    """A timed pass of ``epochs`` epochs through FastLoader (its ``epochs`` kept in the
+    result: its samples, bytes and labels are that many epochs')."""
     sampler = ShardShuffle(dataset, global_batch_size=args.batch_size, seed=0, window=4)
     loader = FastLoader(
         dataset,
@@ -91,7 +99,8 @@ def epoch_of(dataset: ShardedDataset, args) -> Callable[[], dict[str, float]]:
         collate_fn=sizes,
         persistent_workers=False,
     )  # fmt: skip  (a cold pass starts cold)
-    return lambda: timed(lambda: loader)
+    return lambda: timed(lambda: itertools.chain.from_iterable(
+        loader for _ in range(epochs))) | {"epochs": epochs}  # fmt: skip
 
 
 def cold(
@@ -331,7 +340,8 @@ def link_summary(link: ShapedLink | str | None, rows: list[Row], shard_bytes: in
 
 
 def row_of(name: str, runs: list[dict[str, float]], truth: dict[str, int] | None = None) -> Row:
-    """A measured row; with ``truth``, a note where a pass read other samples than that."""
+    """A measured row; with ``truth`` (an epoch's), a note where a pass read other
+    samples than that many epochs of it."""
     seconds = Measurement(tuple(run["seconds"] for run in runs))
     cpu = sorted(run["cpu"] for run in runs)[len(runs) // 2]
     extra = {"CPU ms/sample": f"{1000 * cpu / runs[0]['samples']:.3f}"}
@@ -340,8 +350,10 @@ def row_of(name: str, runs: list[dict[str, float]], truth: dict[str, int] | None
             spent = sorted(run[part] for run in runs)[len(runs) // 2]
             extra[f"{column} CPU ms/sample"] = f"{1000 * spent / runs[0]['samples']:.3f}"
     wrong = [f"{run[key]:g} {key}" for run in runs for key in truth or {}
-             if run[key] != truth[key]]  # fmt: skip
-    note = f"read {', '.join(wrong)}; the shards hold {truth}" if wrong else None
+             if run[key] != truth[key] * run.get("epochs", 1)]  # fmt: skip
+    epochs = int(runs[0].get("epochs", 1))
+    note = (f"read {', '.join(wrong)} in {epochs} epoch(s); an epoch of the shards holds "
+            f"{truth}" if wrong else None)  # fmt: skip
     versus = ("fastload, local disk" if "warm" in name
               else "fastload, cold cache, via the proxy" if "faults" in name else None)  # fmt: skip
     return Row(name, seconds, int(runs[0]["samples"]), extra, versus=versus,
@@ -400,8 +412,8 @@ def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | Non
                         unhedged, work / "unhedged-cache", args, hedging=False
                     ),
                     **obstore_on_s3(store, work / "obstore-cache", args),
-                    "fastload, warm cache": epoch_of(remote, args),
-                    "fastload, local disk": epoch_of(on_disk, args),
+                    "fastload, warm cache": epoch_of(remote, args, WARM_EPOCHS),
+                    "fastload, local disk": epoch_of(on_disk, args, WARM_EPOCHS),
                     "fastload, cold cache, via the proxy": proxied(
                         store, work / "proxied-cache", args, stack
                     ),
@@ -448,7 +460,8 @@ def measure(args, folder: Path, wanted: tuple[float, str] | None, why: str | Non
         name, rows,
         baseline=baseline, unit="samples",
         settings={key: value for key, value in vars(args).items() if key not in ("out", "link")}
-        | {"link": None if wanted is None else f"{wanted[0]:g},{wanted[1]}"}
+        | {"link": None if wanted is None else f"{wanted[0]:g},{wanted[1]}",
+           "warm_epochs": WARM_EPOCHS}
         | {"server": SERVERS[args.store] + (
                f" in a namespace of its own, behind a {link.rtt_ms:g} ms, {link.rate} link"
                if isinstance(link, ShapedLink) else " on 127.0.0.1"),
