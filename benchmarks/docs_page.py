@@ -127,8 +127,9 @@ shards of 8 MB (more than 5 times the download-ahead depth), 5 interleaved round
 warm-up, medians; the raw GETs at 8, 16 and 32 at once, the fastest the baseline (the
 summary gives each one's MB/s and share of the link); fastload cold at its default depth,
 which follows the link (from 8 shards ahead; the depth it reached is in the summary), and
-at fixed depths of 8 and 16; {peers}. The server's and the delay programs' CPU per sample
-are columns of their own where the run has them (the other CPU column counts them too)."""
+at fixed depths of 8 and 16; the warm and local-disk passes read 5 epochs each
+(`WARM_EPOCHS`); {peers}. The server's and the delay programs' CPU per sample are columns
+of their own where the run has them (the other CPU column counts them too)."""
 
 
 def link_findings(server: str) -> str:
@@ -520,7 +521,9 @@ link (the depth it reached is in the summary), against
 [[speedup fastload, cold cache, download_ahead=8]] at a fixed 8 shards ahead (the old
 default) and [[speedup fastload, cold cache, download_ahead=16]] at 16;
 [[speedup fastload, cold cache, obstore client]] through obstore's client (in its store
-processes, off the loader's interpreter lock); litdata reads at [[speedup litdata]],
+processes, off the loader's interpreter lock) and [[speedup fastload, cold cache, no hedging]]
+without hedged reads (a hedge asks for a whole shard again, on a link the downloads
+already fill); litdata reads at [[speedup litdata]],
 MosaicML Streaming [[speedup MosaicML Streaming]], WebDataset [[speedup WebDataset]],
 Ray Data [[speedup Ray Data]]. Warm, fastload reads at [[speedup fastload, warm cache]]
 of local disk. With faults injected the epoch is exact and takes
@@ -536,8 +539,9 @@ The shorter, fatter link, at 600 Mbit/s rather than 1 Gbit/s: at 1 Gbit/s the ra
 filled two thirds of the link on these two cores, and the run measured the CPU. fastload
 cold reads at [[speedup fastload, cold cache]] the best raw GETs at its default depth
 (following the link), [[speedup fastload, cold cache, download_ahead=8]] at a fixed 8
-shards ahead and [[speedup fastload, cold cache, download_ahead=16]] at 16, and
-[[speedup fastload, cold cache, obstore client]] through obstore's client; litdata
+shards ahead and [[speedup fastload, cold cache, download_ahead=16]] at 16,
+[[speedup fastload, cold cache, obstore client]] through obstore's client and
+[[speedup fastload, cold cache, no hedging]] without hedged reads; litdata
 [[speedup litdata]], MosaicML Streaming [[speedup MosaicML Streaming]], WebDataset
 [[speedup WebDataset]], Ray Data [[speedup Ray Data]]. Warm, fastload reads at
 [[speedup fastload, warm cache]] of local disk.""",
