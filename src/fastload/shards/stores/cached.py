@@ -167,10 +167,7 @@ class CachedShards:
         """Whether the shard is in the cache, checked (and its member table beside it,
         where it has one): read without the shard's lock, so a hint for the download-ahead
         (:meth:`open` locks and checks again: a shard evicted since is fetched then)."""
-        checked = self.node.checked_hash(shard.name)
-        if checked is None or (shard.sha256 and checked != shard.sha256):
-            return False
-        return (self.cache / shard.name).exists() and not table_wanted(self, shard)
+        return self._checked(shard) and not table_wanted(self, shard)
 
     def prefetch(self, shard: Shard, use: int, claimed: Callable[[], None] = lambda: None) -> bool:
         """Download the shard now, for a read ``use`` places down this process's plan,
@@ -200,14 +197,21 @@ class CachedShards:
         """(Under the shard's lock.) Its file, downloaded if absent or not the indexed
         one: a file is trusted by the SHA-256 recorded beside it when it was checked."""
         path = self.cache / shard.name
-        checked = self.node.checked_hash(shard.name) if path.exists() else None
-        # "": a shard being scanned, whose hash this node recorded when it came
-        if checked is None or (shard.sha256 and checked != shard.sha256):
+        if not self._checked(shard):
             if not self.node.make_room(shard.size, use):
                 return None
             self._download(shard, path)
         self.node.used(path)
         return path
+
+    def _checked(self, shard: Shard) -> bool:
+        """Whether the shard's file is in the cache under a hash record that is the
+        index's (any record, for a shard indexed without a hash: one being scanned,
+        whose hash this node recorded when it came)."""
+        if not (self.cache / shard.name).exists():
+            return False
+        checked = self.node.checked_hash(shard.name)
+        return checked is not None and (not shard.sha256 or checked == shard.sha256)
 
     def _download(self, shard: Shard, path: Path) -> None:
         """The bucket's download of the shard (with its member table where the cache

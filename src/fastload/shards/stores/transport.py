@@ -6,8 +6,8 @@ new module with a :class:`~fastload.shards.stores.bucket.Bucket` of its own, nam
 
 The dataset reads through ``open`` (a shard as a local file, fetched into the node's
 cache first); the download-ahead thread (:mod:`~fastload.shards.stores.download_ahead`)
-calls ``plan``, ``cached`` and ``prefetch``, so that the shards the next batches read are in the
-cache before the workers ask for them.
+calls ``plan``, ``cached`` and ``prefetch``, so that the shards the next batches read
+are in the cache before the workers ask for them.
 """
 
 from __future__ import annotations
