@@ -630,6 +630,25 @@ def test_a_warm_pass_locks_each_shard_once_to_read_it_and_downloads_none(
     assert locked == Counter(shard.name for shard in dataset.shards)
 
 
+def test_a_new_reader_of_a_warm_cache_locks_each_shard_once_for_its_table_and_samples(
+    url, folder, aws, tmp_path, monkeypatch
+):
+    ShardedDataset(url, cache_dir=tmp_path).verify()  # every shard in the cache
+    dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")  # no table read yet
+    node, locked = dataset.transport.node, Counter[str]()
+    lock = node.locked
+
+    def counted(name: str, **wait):
+        locked[name] += 1
+        return lock(name, **wait)
+
+    monkeypatch.setattr(node, "locked", counted)
+    loader = FastLoader(dataset, batch_size=4, shuffle=False, num_workers=0)
+    labels = torch.cat([labels for _, labels in loader]).tolist()
+    assert labels == [label for _, label in ImageFolder(folder)]
+    assert locked == Counter(shard.name for shard in dataset.shards)
+
+
 def test_two_downloaders_never_share_a_part_name(url, aws, tmp_path):
     import threading
 

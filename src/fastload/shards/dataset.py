@@ -26,7 +26,7 @@ from fastload.shards.format.index import (
     file_sha256,
     load_index,
 )
-from fastload.shards.format.layout import checked_table, load_table, table_place
+from fastload.shards.format.layout import checked_table, load_table, table_at_end, table_place
 from fastload.shards.format.members import IMAGES, decode_member
 from fastload.shards.format.naming import selected_members
 from fastload.shards.format.scan import scanned_index
@@ -251,6 +251,9 @@ class ShardedDataset(ImageDataset):
 
     def _read_table(self, shard: int) -> MemberTable:
         facts = self.shards[shard]
+        if facts.table_inside:  # from the descriptor its samples are read through
+            where = table_place(str(self.path), facts)
+            return checked_table(table_at_end(self._descriptor(shard), facts, where), where, facts)
         if self.transport is not None and facts.samples is None:
             where = table_place(str(self.path), facts)
             return checked_table(self.transport.table(facts), where, facts)
@@ -261,6 +264,18 @@ class ShardedDataset(ImageDataset):
             self._files, self._tables, self._pid = {}, OrderedDict(), os.getpid()
 
     def _read(self, shard: int, member: Member) -> bytes:
+        descriptor = self._descriptor(shard)
+        data = os.pread(descriptor, member.size, member.offset)
+        if len(data) != member.size:
+            raise ShardIndexError(
+                f"{self._where(shard)}: {member.extension} member cut short "
+                f"({len(data)} of {member.size} bytes at {member.offset})"
+            )
+        return data
+
+    def _descriptor(self, shard: int) -> int:
+        """This process's descriptor of shard ``shard``, opened on first use (one open,
+        and from a bucket one lock of the shard, serves its table and its samples)."""
         self._own_process()
         descriptor = self._files.pop(shard, None)
         if descriptor is None:
@@ -270,13 +285,7 @@ class ShardedDataset(ImageDataset):
             if len(self._files) >= OPEN_SHARDS:  # the least recently read goes
                 os.close(self._files.pop(next(iter(self._files))))
         self._files[shard] = descriptor  # last: the most recently read
-        data = os.pread(descriptor, member.size, member.offset)
-        if len(data) != member.size:
-            raise ShardIndexError(
-                f"{self._where(shard)}: {member.extension} member cut short "
-                f"({len(data)} of {member.size} bytes at {member.offset})"
-            )
-        return data
+        return descriptor
 
     def _open(self, shard: int) -> int:
         if self.transport is not None:  # opened under the shard's lock, in the cache
