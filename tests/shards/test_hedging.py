@@ -1,10 +1,12 @@
-"""Hedged reads: a request that runs past the threshold is asked again and the first
-answer wins, within a budget of hedges. Requests here block on events, so that what is
-asserted never depends on how fast the machine is."""
+"""Hedged reads: a request whose bytes stop for the threshold is asked again and the
+first answer wins, within a budget of hedges; one whose bytes keep coming is not. Requests
+here block on events, so that what is asserted never depends on how fast the machine is
+(the one that keeps sending leaves a margin of 40 times its pace)."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -20,7 +22,8 @@ class Blocking:
         self.attempts = 0
         self._lock = threading.Lock()
 
-    def __call__(self) -> int:
+    def __call__(self, heard) -> int:
+        heard()  # a first piece, then silence
         with self._lock:
             self.attempts += 1
             attempt = self.attempts
@@ -29,13 +32,27 @@ class Blocking:
         return attempt
 
 
-def test_a_request_past_the_threshold_is_answered_by_its_hedge():
+def test_a_request_silent_past_the_threshold_is_answered_by_its_hedge():
     hedged, request = Hedged(parallel=2, floor_s=0.01), Blocking()
     try:
         assert hedged.call(request) == 2  # the first attempt is still blocked
     finally:
         request.release.set()
     assert hedged.counts == {"requests": 1, "hedged": 1, "hedge won": 1}
+
+
+def test_a_request_whose_bytes_keep_coming_is_never_hedged_however_long_it_runs():
+    hedged, attempts = Hedged(parallel=2, floor_s=1.0, budget=1.0), []
+
+    def slow_but_sending(heard) -> str:
+        attempts.append(1)
+        for _ in range(100):  # 2.5 s in all, a piece every 25 ms: never 1 s silent
+            heard()
+            time.sleep(0.025)
+        return "whole"
+
+    assert hedged.call(slow_but_sending) == "whole"
+    assert attempts == [1] and hedged.counts == {"requests": 1, "hedged": 0, "hedge won": 0}
 
 
 def test_hedges_stay_within_their_budget():
@@ -50,7 +67,7 @@ def test_hedges_stay_within_their_budget():
         second.release.set()
     assert hedged.counts == {"requests": 2, "hedged": 1, "hedge won": 1}
     for _ in range(38):
-        hedged.call(lambda: 0)
+        hedged.call(lambda heard: 0)
     assert hedged._may_hedge()  # 40 requests: a second hedge is within 5 %
 
 
@@ -61,7 +78,7 @@ def test_an_attempt_that_fails_leaves_the_other_to_answer_and_both_failing_raise
         """The first attempt blocks until the hedge ran, then fails: no clock decides."""
         hedge_ran, calls = threading.Event(), []
 
-        def request() -> str:
+        def request(heard) -> str:
             calls.append(1)
             if len(calls) == 1:
                 hedge_ran.wait()

@@ -23,10 +23,11 @@ import json
 import struct
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 if __package__:
     from fastload.shards.stores.hedging import Hedged
@@ -34,7 +35,9 @@ else:  # run as a script (see ObstoreBucket): the module beside it, not the whol
     sys.path.insert(0, str(Path(__file__).parent))
     from hedging import Hedged  # type: ignore[no-redef]
 
+T = TypeVar("T")
 BODY_ATTEMPTS = 5
+PIECE = 256 << 10  # bytes of a body at a time: each tells the hedging that bytes still come
 _LENGTH = struct.Struct("<I")
 
 
@@ -75,7 +78,7 @@ def kind(error: BaseException) -> str:
     return "cut" if isinstance(error, CutShort) else "other"
 
 
-def again_if_cut(read: Any) -> Any:
+def again_if_cut(read: Callable[[], T]) -> T:
     """``read()`` (bytes, or obstore's buffer of them, not copied), again with backoff
     doubling from 0.1 s while the answer is cut short or fails on the way (obstore
     retries a request, not a body read half-way); an answer the store gave (missing,
@@ -120,14 +123,21 @@ class Server:
 
         return again_if_cut(lambda: obstore.get(self.store, name).bytes())
 
-    def ranged(self, name: str, first: int, last: int) -> Any:
+    def ranged(self, name: str, first: int, last: int, heard: Callable[[], None]) -> list[Any]:
+        """Bytes ``first`` to ``last`` of ``name``, in pieces (obstore's buffers, not
+        copied), ``heard()`` as each arrives."""
         import obstore
 
-        def one() -> Any:
-            body = obstore.get_range(self.store, name, start=first, end=last + 1)
-            if len(body) != last - first + 1:
+        def one() -> list[Any]:
+            answer = obstore.get(self.store, name, options={"range": (first, last + 1)})
+            heard()
+            pieces = []
+            for piece in answer.stream(min_chunk_size=PIECE):
+                heard()
+                pieces.append(piece)
+            if sum(map(len, pieces)) != last - first + 1:
                 raise CutShort(f"bytes {first}-{last} cut short {BODY_ATTEMPTS} times")
-            return body
+            return pieces
 
         return again_if_cut(one)
 
@@ -135,11 +145,16 @@ class Server:
         """The spans, in parallel, written in order into ``path``; their SHA-256."""
         digest = hashlib.sha256()
         with open(path, "wb") as file:
-            hedged = self.pool.map(lambda span: self.hedged.call(lambda: self.ranged(name, *span)),
-                                   spans)  # fmt: skip
-            for body in hedged:
-                digest.update(body)
-                file.write(body)
+            hedged = self.pool.map(
+                lambda span: self.hedged.call(
+                    lambda heard: self.ranged(name, span[0], span[1], heard)
+                ),
+                spans,
+            )
+            for pieces in hedged:
+                for piece in pieces:
+                    digest.update(piece)
+                    file.write(piece)
         return digest.hexdigest()
 
     def download_with(self, header: dict[str, Any]) -> dict[str, Any]:

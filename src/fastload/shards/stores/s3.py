@@ -18,7 +18,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,9 @@ from fastload.shards.stores.hedging import Hedged
 __all__ = ["S3Bucket"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
+#: Bytes read from a body at a time: each read tells the hedging that bytes still come
+#: (well under the hedging's floor at a connection's share of a saturated link).
+PIECE = 256 << 10
 _BODY_ATTEMPTS = 5
 _setup = threading.Lock()  # a process's client and thread pool are made once
 # botocore's parsed service models, kept from the first client a process makes: a forked
@@ -163,9 +166,10 @@ class S3Bucket:
         try:
             digest = hashlib.sha256()
             with open(part, "wb") as file:
-                for body in self._bodies(name, spans, pool, hedged):
-                    digest.update(body)
-                    file.write(body)
+                for pieces in self._bodies(name, spans, pool, hedged):
+                    for piece in pieces:
+                        digest.update(piece)
+                        file.write(piece)
         finally:
             table_sha256 = beside.result() if beside is not None else None  # never raises
         return digest.hexdigest(), table_sha256
@@ -182,9 +186,9 @@ class S3Bucket:
 
     def _bodies(
         self, name: str, spans: list[tuple[int, int]], pool: ThreadPoolExecutor, hedged: Hedged
-    ) -> Iterator[bytes]:
-        def get(span: tuple[int, int]) -> bytes:
-            return hedged.call(lambda: self._get_range(name, span))
+    ) -> Iterator[list[bytes]]:
+        def get(span: tuple[int, int]) -> list[bytes]:
+            return hedged.call(lambda heard: self._get_range(name, span, heard))
 
         if len(spans) == 1:  # one request: no thread of its own
             yield get(spans[0])
@@ -202,8 +206,11 @@ class S3Bucket:
             return None
         return hashlib.sha256(data).hexdigest()
 
-    def _get_range(self, name: str, span: tuple[int, int]) -> bytes:
-        """One ranged GET. botocore retries a request that fails (throttling, 5xx, a
+    def _get_range(
+        self, name: str, span: tuple[int, int], heard: Callable[[], None]
+    ) -> list[bytes]:
+        """One ranged GET, its body in pieces of :data:`PIECE` bytes, ``heard()`` as
+        each arrives. botocore retries a request that fails (throttling, 5xx, a
         timeout); a body cut short while it is read is retried here, with the same
         backoff doubling from 0.1 s."""
         from botocore.exceptions import (
@@ -219,11 +226,15 @@ class S3Bucket:
                 response = self.client().get_object(
                     Bucket=self.bucket, Key=self.key(name), Range=f"bytes={first}-{last}"
                 )
-                body = bytes(response["Body"].read())
-                if len(body) != last - first + 1:
-                    raise IncompleteReadError(actual_bytes=len(body),
-                                              expected_bytes=last - first + 1)  # fmt: skip
-                return body
+                heard()
+                pieces, size = [], 0
+                while piece := response["Body"].read(PIECE):
+                    heard()
+                    pieces.append(piece)
+                    size += len(piece)
+                if size != last - first + 1:
+                    raise IncompleteReadError(actual_bytes=size, expected_bytes=last - first + 1)
+                return pieces
             except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError):
                 if attempt == _BODY_ATTEMPTS - 1:
                     raise OSError(
