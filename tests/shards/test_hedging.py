@@ -1,7 +1,7 @@
 """Hedged reads: a request whose bytes stop for the threshold is asked again and the
 first answer wins, within a budget of hedges; one whose bytes keep coming is not. Requests
 here block on events, so that what is asserted never depends on how fast the machine is
-(the one that keeps sending leaves a margin of 40 times its pace)."""
+(those that keep sending leave a margin of 30 to 50 times their pace)."""
 
 from __future__ import annotations
 
@@ -42,17 +42,57 @@ def test_a_request_silent_past_the_threshold_is_answered_by_its_hedge():
 
 
 def test_a_request_whose_bytes_keep_coming_is_never_hedged_however_long_it_runs():
-    hedged, attempts = Hedged(parallel=2, floor_s=1.0, budget=1.0), []
+    hedged, attempts = Hedged(parallel=2, floor_s=0.5, budget=1.0), []
 
     def slow_but_sending(heard) -> str:
         attempts.append(1)
-        for _ in range(100):  # 2.5 s in all, a piece every 25 ms: never 1 s silent
+        for _ in range(100):  # 1 s in all, a piece every 10 ms: never 0.5 s silent
             heard()
-            time.sleep(0.025)
+            time.sleep(0.01)
         return "whole"
 
     assert hedged.call(slow_but_sending) == "whole"
     assert attempts == [1] and hedged.counts == {"requests": 1, "hedged": 0, "hedge won": 0}
+
+
+def keep_sending(release: threading.Event):
+    """A request that sends a piece every 10 ms until ``release`` is set: never silent."""
+
+    def request(heard) -> str:
+        while not release.wait(0.01):
+            heard()
+        return "sent"
+
+    return request
+
+
+def test_a_request_queued_for_a_thread_is_not_silent_while_it_waits():
+    hedged, release = Hedged(parallel=1, floor_s=0.3, budget=1.0), threading.Event()
+    busy = [threading.Thread(target=hedged.call, args=(keep_sending(release),)) for _ in "ab"]
+    for thread in busy:  # both threads of first attempts taken
+        thread.start()
+    threading.Timer(1.0, release.set).start()  # then the queued request runs
+    try:
+        assert hedged.call(lambda heard: "queued, then at once") == "queued, then at once"
+    finally:
+        release.set()
+        for thread in busy:
+            thread.join()
+    assert hedged.counts == {"requests": 3, "hedged": 0, "hedge won": 0}
+
+
+def test_a_hedge_is_not_queued_behind_first_attempts():
+    hedged, release, request = Hedged(parallel=1, floor_s=0.05), threading.Event(), Blocking()
+    busy = threading.Thread(target=hedged.call, args=(keep_sending(release),))
+    busy.start()  # one thread of first attempts taken, the other the blocked request's
+    threading.Timer(10.0, release.set).start()  # (a hedge queued behind it would wait this)
+    try:
+        assert hedged.call(request) == 2
+        assert not release.is_set()  # answered by a hedge that did not wait for a thread
+    finally:
+        release.set()
+        request.release.set()
+        busy.join()
 
 
 def test_hedges_stay_within_their_budget():

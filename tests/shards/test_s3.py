@@ -67,10 +67,23 @@ def test_a_bucket_reads_back_as_the_folder_does(url, folder, aws, tmp_path):
     for index in range(len(dataset)):
         image, label = dataset[index]
         assert label == reference[index][1] and np.array_equal(image, reference[index][0])
+    assert files_open_under(dataset.transport.cache)  # the reads' descriptors, kept
     dataset.verify()
+    assert files_open_under(dataset.transport.cache) == []  # it closes what it opened
     cached = dataset.transport.cache  # the index's own namespace under cache_dir
     assert cached.is_relative_to(tmp_path / "fastload-shards")
     assert sorted(p.name for p in cached.glob("*.tar")) == [s.name for s in dataset.shards]
+
+
+def files_open_under(folder: Path) -> list[str]:
+    """The files under ``folder`` this process holds open."""
+    targets = []
+    for descriptor in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        except FileNotFoundError:  # the listing's own descriptor, closed since
+            continue
+    return sorted(target for target in targets if target.startswith(str(folder)))
 
 
 def test_the_client_comes_from_arguments_as_well_as_the_environment(url, server, tmp_path):

@@ -366,12 +366,15 @@ class ShardedDataset(ImageDataset):
                 raise ShardIndexError(
                     f"{self.path}: shard {name} is listed {times} times in the index"
                 )
-        for number, shard in enumerate(self.shards):  # shard by shard: each fetched once
-            self._check_overlaps(number)
-            if file_sha256(self._local_file(number)) != shard.sha256:
-                raise ShardIndexError(
-                    f"{self._where(number)}: its SHA-256 differs from the index's"
-                )
+        try:
+            for number, shard in enumerate(self.shards):  # shard by shard: each fetched once
+                self._check_overlaps(number)
+                if file_sha256(self._local_file(number)) != shard.sha256:
+                    raise ShardIndexError(
+                        f"{self._where(number)}: its SHA-256 differs from the index's"
+                    )
+        finally:
+            self._close_shards()  # the tables' reads opened every shard
 
     def _check_overlaps(self, number: int) -> None:
         """No two members of shard ``number`` share a byte (its table read and checked)."""

@@ -154,7 +154,9 @@ def checked_table(data: bytes, where: str, shard: Shard) -> MemberTable:
 
 
 def load_table(folder: Path, shard: Shard) -> MemberTable:
-    """``shard``'s members: inline (versions 1 and 2) or its table in ``folder``, checked.
+    """``shard``'s members: inline (versions 1 and 2) or its table beside it in ``folder``
+    (version 3), checked (one inside its shard, version 4, is read through the shard's
+    descriptor: :func:`table_at_end`).
 
     Raises:
         ShardIndexError: A table that is missing or fails :func:`checked_table`.
@@ -162,12 +164,6 @@ def load_table(folder: Path, shard: Shard) -> MemberTable:
     if shard.samples is not None:
         return MemberTable.of(shard.samples)
     where = table_place(str(folder), shard)
-    if shard.table_inside:
-        descriptor = os.open(folder / shard.name, os.O_RDONLY)
-        try:
-            return checked_table(table_at_end(descriptor, shard, where), where, shard)
-        finally:
-            os.close(descriptor)
     try:
         data = (folder / table_name(shard.name)).read_bytes()
     except FileNotFoundError:

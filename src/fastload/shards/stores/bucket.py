@@ -30,7 +30,7 @@ class Bucket(Protocol):
     writable: bool
     #: Concurrent requests of one download.
     parallel: int
-    #: Whether a ranged read slower than most recent ones is asked again
+    #: Whether a ranged read whose bytes stop coming is asked again
     #: (:mod:`~fastload.shards.stores.hedging`).
     hedging: bool
 

@@ -13,13 +13,12 @@ shared by the node's processes (one of them downloads a shard), evicted past
 ``cache_limit`` bytes by next use (each reader announces the shards it reads next:
 :meth:`CachedShards.plan`, which the download-ahead calls).
 
-A shard's member table is served (:func:`table_of`, unchecked: the reader checks every
-table against the index) from where it is:
+A shard's member table inside its shard (index version 4) is the last bytes of the
+shard's file, read by the dataset through the descriptor it reads the samples through.
+One that is not is served (:func:`table_of`, unchecked: the reader checks every table
+against the index) from where it is:
 
-- inside its shard (index version 4): the last bytes of the shard's file, once the shard
-  is in the node's cache (a reader needs both: it waits for the shard's download, or
-  makes it);
-- beside it (version 3): an object of its own, brought in the shard's download (the
+- beside its shard (version 3): an object of its own, brought in the shard's download (the
   bucket's, asked for both) and kept in the node's cache (:func:`keep_table`), trusted
   by the hash recorded beside it; else one whole GET, asked again while its SHA-256 is
   not the index's;
@@ -46,7 +45,6 @@ from fastload.shards.format.index import (
     parse_index,
     table_name,
 )
-from fastload.shards.format.layout import table_at_end, table_place
 from fastload.shards.stores.bucket import Bucket
 from fastload.shards.stores.node_cache import READ_ONLY, NodeCache
 
@@ -288,13 +286,7 @@ class CachedShards:
 
 
 def table_of(shards: CachedShards, shard: Shard) -> bytes:
-    """The bytes of ``shard``'s member table (see the module), unchecked."""
-    if shard.table_inside:  # the shard's own last bytes: it brings its table
-        descriptor = shards.open(shard)
-        try:
-            return table_at_end(descriptor, shard, table_place(shards.url, shard))
-        finally:
-            os.close(descriptor)
+    """The bytes of ``shard``'s member table beside it (see the module), unchecked."""
     name = table_name(shard.name)
     cached = _cached(shards, name, shard)
     if cached is None:

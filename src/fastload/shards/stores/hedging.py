@@ -41,20 +41,26 @@ _FIRST = 20  # requests before the median means anything: the floor alone until 
 
 
 class Silence:
-    """How long an attempt has gone without a byte: :meth:`heard` as each arrives."""
+    """How long an attempt has gone without a byte: :meth:`begin` when it starts to run
+    (time queued for a thread is not silence), :meth:`heard` as each byte arrives."""
 
     def __init__(self) -> None:
-        self.last = time.perf_counter()
+        self.last: float | None = None
         self.longest = 0.0
+
+    def begin(self) -> None:
+        self.last = time.perf_counter()
 
     def heard(self) -> None:
         now = time.perf_counter()
+        assert self.last is not None, "heard before begin"
         self.longest = max(self.longest, now - self.last)
         self.last = now
 
     def current(self) -> float:
-        """Seconds since the last byte (or the start)."""
-        return time.perf_counter() - self.last
+        """Seconds since the last byte (or the start; 0 while it waits to start)."""
+        last = self.last
+        return 0.0 if last is None else time.perf_counter() - last
 
     def ended(self) -> float:
         """The longest silence, the one up to now included."""
@@ -71,8 +77,11 @@ class Hedged:
         self.counts = {"requests": 0, "hedged": 0, "hedge won": 0}
         self._silences: deque[float] = deque(maxlen=_WINDOW)
         self._lock = threading.Lock()
-        # two attempts per caller at most: its own thread waits, these run them
-        self._attempts = ThreadPoolExecutor(2 * parallel, thread_name_prefix="fastload-hedge")
+        # the callers' threads wait, these run their attempts: first attempts up to
+        # 2 x parallel at once (callers past that queue), hedges beside them, never
+        # queued behind first attempts
+        self._attempts = ThreadPoolExecutor(2 * parallel, thread_name_prefix="fastload-attempt")
+        self._hedges = ThreadPoolExecutor(parallel, thread_name_prefix="fastload-hedge")
 
     def threshold(self) -> float:
         """How long a request goes without a byte before it is asked again."""
@@ -97,13 +106,13 @@ class Hedged:
         with self._lock:
             self.counts["requests"] += 1
         silence = Silence()
-        first = self._attempts.submit(request, silence.heard)
+        first = self._attempts.submit(_attempt, request, silence)
         if self._done_before_silent(first, silence) or not self._may_hedge():
             answer = first.result()
             self._record(silence.ended())
             return answer
         hedge_silence = Silence()
-        second = self._attempts.submit(request, hedge_silence.heard)
+        second = self._hedges.submit(_attempt, request, hedge_silence)
         pending: set[Future[T]] = {first, second}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -131,3 +140,8 @@ class Hedged:
     def _record(self, seconds: float) -> None:
         with self._lock:
             self._silences.append(seconds)
+
+
+def _attempt(request: Callable[[Callable[[], None]], T], silence: Silence) -> T:
+    silence.begin()
+    return request(silence.heard)

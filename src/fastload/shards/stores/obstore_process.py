@@ -79,7 +79,7 @@ def kind(error: BaseException) -> str:
 
 
 def again_if_cut(read: Callable[[], T]) -> T:
-    """``read()`` (bytes, or obstore's buffer of them, not copied), again with backoff
+    """``read()`` (bytes, or obstore's buffers of them, not copied), again with backoff
     doubling from 0.1 s while the answer is cut short or fails on the way (obstore
     retries a request, not a body read half-way); an answer the store gave (missing,
     refused) is not asked again."""

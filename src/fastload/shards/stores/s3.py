@@ -33,7 +33,8 @@ __all__ = ["S3Bucket"]
 
 CHUNK = 8 << 20  # bytes per ranged GET
 #: Bytes read from a body at a time: each read tells the hedging that bytes still come
-#: (well under the hedging's floor at a connection's share of a saturated link).
+#: (a connection moving under PIECE bytes in the hedging's floor, 0.5 s, counts as
+#: stalled).
 PIECE = 256 << 10
 _BODY_ATTEMPTS = 5
 _setup = threading.Lock()  # a process's client and thread pool are made once
@@ -109,7 +110,9 @@ class S3Bucket:
 
         config = Config(
             retries={"mode": "standard", "max_attempts": 10},
-            max_pool_connections=max(10, 2 * self.parallel),
+            # a connection kept for each request at once: first attempts and hedges
+            # (Hedged) and the member tables read beside them
+            max_pool_connections=max(10, 4 * self.parallel),
             # a stalled connection is given up after 10 s, not botocore's 60
             connect_timeout=10,
             read_timeout=10,

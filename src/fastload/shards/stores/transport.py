@@ -34,7 +34,8 @@ class Transport(Protocol):
         """The shard set's index (its own, or a scan of its tars), checked."""
 
     def table(self, shard: Shard) -> bytes:
-        """The bytes of ``shard``'s member table (index version 3 or 4), unchecked."""
+        """The bytes of ``shard``'s member table beside it (index version 3), unchecked
+        (one inside its shard, version 4, is the end of the file :meth:`open` gives)."""
 
     def open(self, shard: Shard) -> int:
         """A read-only descriptor of ``shard``, fetched into the cache if it is not."""
