@@ -522,8 +522,8 @@ link (the depth it reached is in the summary), against
 default) and [[speedup fastload, cold cache, download_ahead=16]] at 16;
 [[speedup fastload, cold cache, obstore client]] through obstore's client (in its store
 processes, off the loader's interpreter lock) and [[speedup fastload, cold cache, no hedging]]
-without hedged reads (a hedge asks for a whole shard again, on a link the downloads
-already fill); litdata reads at [[speedup litdata]],
+without hedged reads (a request is hedged only once its bytes stop coming, so on a clean
+link the two read about level); litdata reads at [[speedup litdata]],
 MosaicML Streaming [[speedup MosaicML Streaming]], WebDataset [[speedup WebDataset]],
 Ray Data [[speedup Ray Data]]. Warm, fastload reads at [[speedup fastload, warm cache]]
 of local disk. With faults injected the epoch is exact and takes
