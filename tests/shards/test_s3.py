@@ -621,6 +621,18 @@ def test_a_shard_counts_as_cached_only_checked_and_with_its_table(
     assert transport.cached(shard)
 
 
+def locks_taken(node, monkeypatch) -> Counter[str]:
+    """The names ``node`` locks from now on, counted."""
+    locked, lock = Counter[str](), node.locked
+
+    def counted(name: str, **wait):
+        locked[name] += 1
+        return lock(name, **wait)
+
+    monkeypatch.setattr(node, "locked", counted)
+    return locked
+
+
 def test_a_warm_pass_locks_each_shard_once_to_read_it_and_downloads_none(
     url, aws, tmp_path, monkeypatch
 ):
@@ -628,14 +640,7 @@ def test_a_warm_pass_locks_each_shard_once_to_read_it_and_downloads_none(
     sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
     loader = FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0)
     cold = torch.cat([labels for _, labels in loader]).tolist()
-    node, locked = dataset.transport.node, Counter[str]()
-    lock = node.locked
-
-    def counted(name: str, **wait):
-        locked[name] += 1
-        return lock(name, **wait)
-
-    monkeypatch.setattr(node, "locked", counted)
+    locked = locks_taken(dataset.transport.node, monkeypatch)
     asked = gets_of(dataset.transport)
     warm = torch.cat([labels for _, labels in loader]).tolist()
     assert warm == cold and asked == []
@@ -648,14 +653,7 @@ def test_a_new_reader_of_a_warm_cache_locks_each_shard_once_for_its_table_and_sa
 ):
     ShardedDataset(url, cache_dir=tmp_path).verify()  # every shard in the cache
     dataset = ShardedDataset(url, cache_dir=tmp_path, decode="tensor")  # no table read yet
-    node, locked = dataset.transport.node, Counter[str]()
-    lock = node.locked
-
-    def counted(name: str, **wait):
-        locked[name] += 1
-        return lock(name, **wait)
-
-    monkeypatch.setattr(node, "locked", counted)
+    locked = locks_taken(dataset.transport.node, monkeypatch)
     loader = FastLoader(dataset, batch_size=4, shuffle=False, num_workers=0)
     labels = torch.cat([labels for _, labels in loader]).tolist()
     assert labels == [label for _, label in ImageFolder(folder)]
