@@ -1,12 +1,13 @@
 """Hedged reads: a request whose bytes stop for the threshold is asked again and the
 first answer wins, within a budget of hedges; one whose bytes keep coming is not. Requests
-here block on events, so that what is asserted never depends on how fast the machine is
-(those that keep sending leave a margin of 30 to 50 times their pace)."""
+here block on events, and where silence is asserted a clock the test moves tells it, so
+that what is asserted never depends on how fast the machine is."""
 
 from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
@@ -41,58 +42,83 @@ def test_a_request_silent_past_the_threshold_is_answered_by_its_hedge():
     assert hedged.counts == {"requests": 1, "hedged": 1, "hedge won": 1}
 
 
+class Clock:
+    """Time that moves only when the test moves it: what is silent is the test's say."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def until(condition) -> None:
+    """Waits (a poll, no deadline) until ``condition()`` holds."""
+    while not condition():
+        time.sleep(0.001)
+
+
 def test_a_request_whose_bytes_keep_coming_is_never_hedged_however_long_it_runs():
-    hedged, attempts = Hedged(parallel=2, floor_s=0.5, budget=1.0), []
+    clock, attempts = Clock(), []
+    hedged = Hedged(parallel=2, floor_s=0.05, budget=1.0, clock=clock)
 
     def slow_but_sending(heard) -> str:
         attempts.append(1)
-        for _ in range(100):  # 1 s in all, a piece every 10 ms: never 0.5 s silent
+        for _ in range(100):  # 20 thresholds in all, a piece every fifth of one
+            clock.advance(0.01)
             heard()
-            time.sleep(0.01)
+            time.sleep(0.002)  # (the waiting caller looks in on it meanwhile)
         return "whole"
 
     assert hedged.call(slow_but_sending) == "whole"
     assert attempts == [1] and hedged.counts == {"requests": 1, "hedged": 0, "hedge won": 0}
-
-
-def keep_sending(release: threading.Event):
-    """A request that sends a piece every 10 ms until ``release`` is set: never silent."""
-
-    def request(heard) -> str:
-        while not release.wait(0.01):
-            heard()
-        return "sent"
-
-    return request
+    assert list(hedged._silences) == [pytest.approx(0.01)]  # its longest silence, not 1 s
 
 
 def test_a_request_queued_for_a_thread_is_not_silent_while_it_waits():
-    hedged, release = Hedged(parallel=1, floor_s=0.3, budget=1.0), threading.Event()
-    busy = [threading.Thread(target=hedged.call, args=(keep_sending(release),)) for _ in "ab"]
-    for thread in busy:  # both threads of first attempts taken
-        thread.start()
-    threading.Timer(1.0, release.set).start()  # then the queued request runs
-    try:
-        assert hedged.call(lambda heard: "queued, then at once") == "queued, then at once"
-    finally:
-        release.set()
-        for thread in busy:
-            thread.join()
-    assert hedged.counts == {"requests": 3, "hedged": 0, "hedge won": 0}
+    clock, busy, ran = Clock(), [Blocking(), Blocking()], []
+    hedged = Hedged(parallel=1, floor_s=0.05, budget=1.0, clock=clock)
+
+    def queued(heard) -> str:
+        ran.append(1)
+        return "ran once"
+
+    with ThreadPoolExecutor(3) as callers:
+        try:
+            for request in busy:  # both threads of first attempts taken
+                callers.submit(hedged.call, request)
+            until(lambda: all(request.attempts == 1 for request in busy))
+            answer = callers.submit(hedged.call, queued)
+            until(lambda: hedged.counts["requests"] == 3)
+            clock.advance(1.0)  # 20 thresholds: the busy ones are hedged, the queued one not
+            until(lambda: all(request.attempts == 2 for request in busy))
+        finally:
+            for request in busy:
+                request.release.set()
+        assert answer.result() == "ran once" and ran == [1]
+    assert hedged.counts["hedged"] == 2  # the two busy ones' alone
 
 
 def test_a_hedge_is_not_queued_behind_first_attempts():
-    hedged, release, request = Hedged(parallel=1, floor_s=0.05), threading.Event(), Blocking()
-    busy = threading.Thread(target=hedged.call, args=(keep_sending(release),))
-    busy.start()  # one thread of first attempts taken, the other the blocked request's
-    threading.Timer(10.0, release.set).start()  # (a hedge queued behind it would wait this)
-    try:
-        assert hedged.call(request) == 2
-        assert not release.is_set()  # answered by a hedge that did not wait for a thread
-    finally:
-        release.set()
-        request.release.set()
-        busy.join()
+    clock, busy, request = Clock(), Blocking(), Blocking()
+    hedged = Hedged(parallel=1, floor_s=0.05, budget=1.0, clock=clock)
+    with ThreadPoolExecutor(2) as callers:
+        try:
+            answers = [callers.submit(hedged.call, busy)]
+            until(lambda: busy.attempts == 1)
+            answers.append(callers.submit(hedged.call, request))
+            until(lambda: request.attempts == 1)  # both threads of first attempts blocked
+            clock.advance(1.0)
+            # both answered by hedges while the first attempts still block (a bound for a
+            # build whose hedges queue behind them, which would never answer)
+            done, _ = wait(answers, timeout=60)
+            assert [answer.result() for answer in done] == [2, 2]
+        finally:
+            busy.release.set()
+            request.release.set()
 
 
 def test_hedges_stay_within_their_budget():

@@ -44,15 +44,16 @@ class Silence:
     """How long an attempt has gone without a byte: :meth:`begin` when it starts to run
     (time queued for a thread is not silence), :meth:`heard` as each byte arrives."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.last: float | None = None
         self.longest = 0.0
 
     def begin(self) -> None:
-        self.last = time.perf_counter()
+        self.last = self.clock()
 
     def heard(self) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         assert self.last is not None, "heard before begin"
         self.longest = max(self.longest, now - self.last)
         self.last = now
@@ -60,7 +61,7 @@ class Silence:
     def current(self) -> float:
         """Seconds since the last byte (or the start; 0 while it waits to start)."""
         last = self.last
-        return 0.0 if last is None else time.perf_counter() - last
+        return 0.0 if last is None else self.clock() - last
 
     def ended(self) -> float:
         """The longest silence, the one up to now included."""
@@ -68,12 +69,19 @@ class Silence:
 
 
 class Hedged:
-    """Calls, each asked again once its bytes stop past the threshold (see the module)."""
+    """Calls, each asked again once its bytes stop past the threshold (see the module);
+    ``clock`` tells the silences (a test gives its own)."""
 
     def __init__(
-        self, parallel: int, *, floor_s: float = 0.5, budget: float = 0.05, enabled: bool = True
+        self,
+        parallel: int,
+        *,
+        floor_s: float = 0.5,
+        budget: float = 0.05,
+        enabled: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.floor_s, self.budget, self.enabled = floor_s, budget, enabled
+        self.floor_s, self.budget, self.enabled, self.clock = floor_s, budget, enabled, clock
         self.counts = {"requests": 0, "hedged": 0, "hedge won": 0}
         self._silences: deque[float] = deque(maxlen=_WINDOW)
         self._lock = threading.Lock()
@@ -105,13 +113,13 @@ class Hedged:
         that raises leaves the other to answer; both raising, the first attempt's error)."""
         with self._lock:
             self.counts["requests"] += 1
-        silence = Silence()
+        silence = Silence(self.clock)
         first = self._attempts.submit(_attempt, request, silence)
         if self._done_before_silent(first, silence) or not self._may_hedge():
             answer = first.result()
             self._record(silence.ended())
             return answer
-        hedge_silence = Silence()
+        hedge_silence = Silence(self.clock)
         second = self._hedges.submit(_attempt, request, hedge_silence)
         pending: set[Future[T]] = {first, second}
         while pending:
