@@ -251,11 +251,10 @@ class ShardedDataset(ImageDataset):
 
     def _read_table(self, shard: int) -> MemberTable:
         facts = self.shards[shard]
+        where = table_place(str(self.path), facts)
         if facts.table_inside:  # from the descriptor its samples are read through
-            where = table_place(str(self.path), facts)
             return checked_table(table_at_end(self._descriptor(shard), facts, where), where, facts)
         if self.transport is not None and facts.samples is None:
-            where = table_place(str(self.path), facts)
             return checked_table(self.transport.table(facts), where, facts)
         return load_table(self._tables_folder or Path(self.path), facts)
 
