@@ -92,3 +92,16 @@ def resumed_rest(make: Callable[[], Any], taken: int) -> tuple[list, list]:
     resumed = make()
     resumed.load_state_dict(state)
     return rest, list(resumed)
+
+
+class FakeClock:
+    """perf_counter that only moves when told: exact timings in tests."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
+from common_utils import FakeClock
 from fastload.shards.stores.hedging import Hedged
 
 
@@ -42,19 +43,6 @@ def test_a_request_silent_past_the_threshold_is_answered_by_its_hedge():
     assert hedged.counts == {"requests": 1, "hedged": 1, "hedge won": 1}
 
 
-class Clock:
-    """Time that moves only when the test moves it: what is silent is the test's say."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def until(condition) -> None:
     """Waits (a poll, no deadline) until ``condition()`` holds."""
     while not condition():
@@ -62,7 +50,7 @@ def until(condition) -> None:
 
 
 def test_a_request_whose_bytes_keep_coming_is_never_hedged_however_long_it_runs():
-    clock, attempts = Clock(), []
+    clock, attempts = FakeClock(), []
     hedged = Hedged(parallel=2, floor_s=0.05, budget=1.0, clock=clock)
 
     def slow_but_sending(heard) -> str:
@@ -79,7 +67,7 @@ def test_a_request_whose_bytes_keep_coming_is_never_hedged_however_long_it_runs(
 
 
 def test_a_request_queued_for_a_thread_is_not_silent_while_it_waits():
-    clock, busy, ran = Clock(), [Blocking(), Blocking()], []
+    clock, busy, ran = FakeClock(), [Blocking(), Blocking()], []
     hedged = Hedged(parallel=1, floor_s=0.05, budget=1.0, clock=clock)
 
     def queued(heard) -> str:
@@ -103,7 +91,7 @@ def test_a_request_queued_for_a_thread_is_not_silent_while_it_waits():
 
 
 def test_a_hedge_is_not_queued_behind_first_attempts():
-    clock, busy, request = Clock(), Blocking(), Blocking()
+    clock, busy, request = FakeClock(), Blocking(), Blocking()
     hedged = Hedged(parallel=1, floor_s=0.05, budget=1.0, clock=clock)
     with ThreadPoolExecutor(2) as callers:
         try:

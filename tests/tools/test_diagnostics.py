@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import Dataset
 
+from common_utils import FakeClock
 from fastload import FastLoader
 from fastload.loader.tuning import tune_workers, worker_candidates
 from fastload.system import available_cpus
@@ -17,19 +18,6 @@ from fastload.tools.diagnostics import report as diagnose_module
 from fastload.tools.diagnostics.facts import Facts
 from fastload.tools.diagnostics.reliability import MIN_ITERATIONS, spread
 from fastload.tools.diagnostics.rules import recommend
-
-
-class FakeClock:
-    """perf_counter that only moves when told: exact timings in tests."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_timed_counts_iterations_and_sums_waits_exactly(monkeypatch):
