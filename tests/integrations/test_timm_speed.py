@@ -80,14 +80,15 @@ def test_pixel_noise_stays_keyed_by_sample_inside_sample_seeds():
     assert (pair != UNTOUCHED).any(dim=(1, 2, 3)).all()
 
 
-def test_mixing_uint8_rounds_to_nearest_as_timms_collate():
+@pytest.mark.parametrize("side", [8, 300])  # every pair at once; a pair at a time
+def test_mixing_uint8_rounds_to_nearest_as_timms_collate(side):
     """timm's FastCollateMixup blends uint8 in float32 and rounds (np.rint)."""
-    images = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    images = torch.randint(0, 256, (6, 3, side, side), dtype=torch.uint8)
     lam = 0.3
     params = {
-        "lam": torch.full((4,), lam), "cut": torch.zeros(4, dtype=torch.bool),
-        "top": torch.zeros(4), "left": torch.zeros(4),
-        "height": torch.zeros(4), "width": torch.zeros(4),
+        "lam": torch.full((6,), lam), "cut": torch.zeros(6, dtype=torch.bool),
+        "top": torch.zeros(6), "left": torch.zeros(6),
+        "height": torch.zeros(6), "width": torch.zeros(6),
     }  # fmt: skip
     want = np.rint(images.numpy().astype(np.float32) * lam
                    + images.flip(0).numpy().astype(np.float32) * (1 - lam))  # fmt: skip

@@ -10,6 +10,7 @@ from torchvision.transforms import InterpolationMode, v2
 from fastload._checks import check_int, finite
 from fastload.gpu.base import Params
 from fastload.gpu.functional import Fill
+from fastload.gpu.functional.dtype import back_to
 from fastload.gpu.policies import Policy, Space
 
 __all__ = ["AugMix"]
@@ -119,4 +120,4 @@ class AugMix(Policy):
                 images, params["ops"][:, chain], params["magnitudes"][:, chain]
             )
             mix = mix + params["weights"][:, chain].to(maths).view(-1, 1, 1, 1) * chained
-        return mix.to(images.dtype)
+        return back_to(mix, images.dtype)  # a convex sum: within the dtype's range

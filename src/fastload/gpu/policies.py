@@ -38,7 +38,7 @@ from fastload.gpu.functional import (
     posterize,
     solarize,
 )
-from fastload.gpu.rows import put_rows, take_rows
+from fastload.gpu.rows import apply_each_drawn
 
 __all__ = [
     "AutoAugment",
@@ -164,18 +164,14 @@ class Policy(BatchTransform):
         """Step by step, each sample's op (N, steps; -1: none) at its magnitude."""
         out = images
         for step in range(ops.shape[1]):
-            step_ops, result = ops[:, step], None
-            for index in torch.unique(step_ops).tolist():
-                if index < 0:
-                    continue
-                chosen = (step_ops == index).nonzero().squeeze(1)
-                changed = apply_op(
-                    take_rows(out, chosen), self.op_names[index], magnitudes[chosen, step],
-                    self.interpolation, self.fill,
+
+            def transform(chosen: Tensor, index: int, rows: Tensor, step: int = step) -> Tensor:
+                return apply_op(
+                    chosen, self.op_names[index], magnitudes[rows, step], self.interpolation,
+                    self.fill,
                 )  # fmt: skip
-                result = out.clone() if result is None else result
-                put_rows(result, chosen, changed.to(out.dtype))
-            out = out if result is None else result
+
+            out = apply_each_drawn(out, ops[:, step], transform)
         return out
 
 

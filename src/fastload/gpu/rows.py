@@ -3,9 +3,18 @@ drew it, gathered, then put back."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+import torch
 from torch import Tensor
 
-__all__ = ["put_rows", "take_rows"]
+__all__ = ["CPU_RUN_BYTES", "apply_each_drawn", "put_rows", "take_rows"]
+
+#: On a CPU, the samples an operation is applied to at once hold at most about this many
+#: bytes as float32 (at least one sample): an operation's intermediates then stay in the
+#: cache, where a whole batch's would stream through memory several times
+#: (benchmarks/timm_loader.py's per-op table).
+CPU_RUN_BYTES = 1 << 20
 
 
 def take_rows(images: Tensor, rows: Tensor) -> Tensor:
@@ -23,3 +32,34 @@ def put_rows(out: Tensor, rows: Tensor, values: Tensor) -> None:
         return
     for position, row in enumerate(rows.tolist()):
         out[row].copy_(values[position])
+
+
+def apply_each_drawn(
+    images: Tensor, drawn: Tensor, transform: Callable[[Tensor, int, Tensor], Tensor]
+) -> Tensor:
+    """Each sample through the operation it drew: ``drawn`` (N,) holds an operation's
+    index per sample (-1: none), and ``transform(rows_images, index, rows)`` applies
+    operation ``index`` to the samples ``rows`` that drew it, given as ``images[rows]``.
+
+    Samples that drew the same operation are transformed together: on a GPU all of them,
+    on a CPU runs of at most :data:`CPU_RUN_BYTES`. Each sample's result is its own
+    (the operations are per sample), so the runs do not change it. ``images`` itself is
+    left as it is.
+    """
+    result = None
+    for index in torch.unique(drawn).tolist():
+        if index < 0:
+            continue
+        for rows in _runs((drawn == index).nonzero().squeeze(1), images):
+            changed = transform(take_rows(images, rows), index, rows)
+            result = images.clone() if result is None else result
+            put_rows(result, rows, changed.to(images.dtype))
+    return images if result is None else result
+
+
+def _runs(rows: Tensor, images: Tensor) -> Iterator[Tensor]:
+    if images.device.type != "cpu":
+        yield rows
+        return
+    sample_bytes = 4 * images[0].numel()
+    yield from torch.split(rows, max(1, CPU_RUN_BYTES // max(1, sample_bytes)))

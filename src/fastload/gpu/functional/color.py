@@ -9,7 +9,8 @@ import functools
 import torch
 from torch import Tensor
 
-from fastload.gpu.functional.dtype import max_value
+from fastload.gpu.functional.dtype import back_to, max_value
+from fastload.gpu.functional.lookup import per_pixel
 
 __all__ = [
     "adjust_brightness",
@@ -90,9 +91,10 @@ def blend(images: Tensor, other: Tensor, factor: Tensor, *, bound: float | None 
     keep = factor.double()
     out = images * _per_sample(keep, maths) + other.to(maths) * _per_sample(1 - keep, maths)
     out = out.clamp_(0, max_value(images.dtype) if bound is None else bound)
-    return out if floating else out.to(images.dtype)
+    return out if floating else back_to(out, images.dtype)
 
 
+@per_pixel
 def adjust_brightness(images: Tensor, factor: Tensor, *, bound: float | None = None) -> Tensor:
     """Each sample times its ``factor`` (a blend with black), clamped as :func:`blend`."""
     floating = images.is_floating_point()
@@ -100,12 +102,16 @@ def adjust_brightness(images: Tensor, factor: Tensor, *, bound: float | None = N
     out = (images.to(maths) * _per_sample(factor.double(), maths)).clamp_(
         0, max_value(images.dtype) if bound is None else bound
     )
-    return out if floating else out.to(images.dtype)
+    return out if floating else back_to(out, images.dtype)
 
 
 def adjust_contrast(images: Tensor, factor: Tensor, *, bound: float | None = None) -> Tensor:
     """Each sample blended with its mean luma by its ``factor``."""
-    return blend(images, grayscale(images).mean(dim=(1, 2, 3), keepdim=True), factor, bound=bound)
+    mean = grayscale(images).mean(dim=(1, 2, 3), keepdim=True)
+    return _blend_with_value(images, mean, factor, bound=bound)
+
+
+_blend_with_value = per_pixel(blend)  # ``other`` one value per sample: a table per sample
 
 
 def adjust_saturation(images: Tensor, factor: Tensor, *, bound: float | None = None) -> Tensor:

@@ -10,6 +10,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from fastload.gpu.functional.dtype import back_to
+
 __all__ = [
     "Fill",
     "affine",
@@ -52,7 +54,7 @@ def sample_grid(images: Tensor, grid: Tensor, interpolation: str, fill: Fill) ->
             pixels = torch.where(coverage < 0.5, values.expand_as(pixels), pixels)
         else:
             pixels = (pixels - values) * coverage + values
-    return pixels if floating else pixels.round_().to(images.dtype)
+    return pixels if floating else back_to(pixels.round_(), images.dtype)
 
 
 def inverse_affine_matrices(

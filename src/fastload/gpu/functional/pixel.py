@@ -14,7 +14,8 @@ import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 from torch.nn import functional as F
 
-from fastload.gpu.functional.dtype import max_value
+from fastload.gpu.functional.dtype import back_to, max_value
+from fastload.gpu.functional.lookup import per_pixel
 
 __all__ = [
     "add_noise",
@@ -48,6 +49,7 @@ def posterize(images: Tensor, bits: Tensor) -> Tensor:
     return images & _per_sample(mask.to(torch.uint8))
 
 
+@per_pixel
 def solarize(images: Tensor, threshold: Tensor) -> Tensor:
     """Invert the values at or above each sample's ``threshold`` (on the image's scale)."""
     at_or_above = images >= _per_sample(threshold.to(torch.float64))  # not rounded to uint8
@@ -72,7 +74,7 @@ def adjust_sharpness(images: Tensor, factor: Tensor) -> Tensor:
     inner = out[..., 1:-1, 1:-1]
     inner.add_((blurred - inner) * _per_sample((1 - factor.double()).to(maths)))
     out = out.clamp_(0, max_value(images.dtype))
-    return out if floating else out.to(images.dtype)
+    return out if floating else back_to(out, images.dtype)
 
 
 def autocontrast(images: Tensor) -> Tensor:

@@ -12,6 +12,7 @@ from torch import Tensor
 from fastload._checks import check_int, check_probability, finite, pair
 from fastload.gpu.base import BatchTransform, Params, check_images
 from fastload.gpu.functional import box_mask
+from fastload.gpu.functional.dtype import back_to
 from fastload.typed_torch import share_memory
 
 __all__ = ["Mixup"]
@@ -255,14 +256,20 @@ def _blend_with_mirror(images: Tensor, lam: float) -> Tensor:
     step = max(1, BLEND_ELEMENTS // max(1, images[0].numel()))
     for start in range(0, n // 2, step):
         stop = min(start + step, n // 2)
-        mirror = torch.arange(n - 1 - start, n - 1 - stop, -1, device=images.device)
-        first, second = images[start:stop].to(maths, copy=True), images[mirror].to(maths)
-        images[start:stop] = _to_dtype(first * lam + second * (1 - lam), images.dtype)
-        images[mirror] = _to_dtype(second * lam + first * (1 - lam), images.dtype)
+        # rows start..stop-1 and their mirrors, the rows n-stop..n-1-start reversed: slices
+        # (indexing by a tensor of rows goes element by element on a CPU)
+        first = images[start:stop].to(maths, copy=True)
+        second = images[n - stop : n - start].flip(0).to(maths)
+        mixed = first * lam
+        mixed += second * (1 - lam)
+        second *= lam
+        second += first.mul_(1 - lam)  # the mirror's blend, in place: the same sums
+        images[start:stop] = _to_dtype(mixed, images.dtype)
+        images[n - stop : n - start] = _to_dtype(second, images.dtype).flip(0)
     return images
 
 
 def _to_dtype(blended: Tensor, dtype: torch.dtype) -> Tensor:
     """The blend in the images' dtype: integers rounded to nearest, as timm's
     ``FastCollateMixup`` rounds its uint8 blend."""
-    return blended.to(dtype) if dtype.is_floating_point else blended.round_().to(dtype)
+    return blended.to(dtype) if dtype.is_floating_point else back_to(blended.round_(), dtype)

@@ -19,8 +19,9 @@ from torch import Tensor
 from fastload._checks import check_int, check_probability
 from fastload.gpu.base import BatchTransform, Params
 from fastload.gpu.functional import Fill, gaussian_blur, max_value
+from fastload.gpu.functional.lookup import per_pixel
 from fastload.gpu.policies import apply_op
-from fastload.gpu.rows import put_rows, take_rows
+from fastload.gpu.rows import apply_each_drawn
 
 __all__ = ["OPERATIONS", "TimmAutoAugment", "TimmRandAugment"]
 
@@ -152,28 +153,24 @@ class _TimmOps(BatchTransform):
         height, width = images.shape[-2:]
         out = images
         for step in range(params["ops"].shape[1]):
-            step_ops, result = params["ops"][:, step], None
-            for index in torch.unique(step_ops).tolist():
-                if index < 0:
-                    continue
-                chosen = (step_ops == index).nonzero().squeeze(1)
+
+            def transform(chosen: Tensor, index: int, rows: Tensor, step: int = step) -> Tensor:
                 name = self.op_names[index]
                 op, argument, signed = OPERATIONS[name]
-                magnitude = torch.zeros(len(chosen), device=images.device)
+                magnitude = torch.zeros(len(rows), device=images.device)
                 if argument is not None:
                     magnitude = argument(
-                        params["levels"][chosen, step], width, height,
+                        params["levels"][rows, step], width, height,
                         self.translate_const, self.translate_pct,
                     )  # fmt: skip
                 if signed:
-                    magnitude = magnitude * params["signs"][chosen, step]
+                    magnitude = magnitude * params["signs"][rows, step]
                 if name == "GaussianBlurRand":  # timm: a radius uniform in [0.1, 2 * level]
                     radius_max = _MAX_RADIUS * magnitude
-                    magnitude = 0.1 + params["radii"][chosen, step] * (radius_max - 0.1)
-                changed = self._run(take_rows(out, chosen), name, op, magnitude)
-                result = out.clone() if result is None else result
-                put_rows(result, chosen, changed.to(out.dtype))
-            out = out if result is None else result
+                    magnitude = 0.1 + params["radii"][rows, step] * (radius_max - 0.1)
+                return self._run(chosen, name, op, magnitude)
+
+            out = apply_each_drawn(out, params["ops"][:, step], transform)
         return out
 
     def _with_radii(
@@ -186,15 +183,13 @@ class _TimmOps(BatchTransform):
         return params
 
     def _run(self, images: Tensor, name: str, op: str, magnitude: Tensor) -> Tensor:
-        top = max_value(images.dtype)
         if op == "GaussianBlur":  # PIL's radius is the sigma; the kernel covers 3 sigmas
             height, width = images.shape[-2:]
             half = min(math.ceil(3 * _MAX_RADIUS), height - 1, width - 1)
             sigma = magnitude.clamp(min=1e-3)  # a radius of 0 leaves the image as it is
             return gaussian_blur(images, sigma, (2 * half + 1, 2 * half + 1))
-        if op == "SolarizeAdd":  # pixels below the middle brightened by ``magnitude``
-            added = (images.float() + magnitude.view(-1, 1, 1, 1) * top / 255).clamp(max=top)
-            return torch.where(images < 128 * top / 255, added.to(images.dtype), images)
+        if op == "SolarizeAdd":
+            return solarize_add(images, magnitude)
         if op == "Solarize":
             magnitude = magnitude / 255  # apply_op takes the threshold as a fraction
         elif name.startswith(("Color", "Contrast", "Brightness", "Sharpness")) and name.endswith(
@@ -202,6 +197,15 @@ class _TimmOps(BatchTransform):
         ):
             magnitude = magnitude.clamp(min=-0.9)  # timm keeps the factor >= 0.1
         return apply_op(images, op, magnitude, self.interpolation, self.fill)
+
+
+@per_pixel
+def solarize_add(images: Tensor, amount: Tensor) -> Tensor:
+    """timm's ``SolarizeAdd``: values below the middle brightened by each sample's
+    ``amount`` (N,) on the 0..255 scale."""
+    top = max_value(images.dtype)
+    added = (images.float() + amount.view(-1, 1, 1, 1) * top / 255).clamp(max=top)
+    return torch.where(images < 128 * top / 255, added.to(images.dtype), images)
 
 
 class TimmRandAugment(_TimmOps):

@@ -1,0 +1,71 @@
+"""Per-pixel operations on uint8 images on a CPU through a lookup table per sample.
+
+An operation whose output value depends only on the input value and its sample's
+parameters (brightness, contrast against a sample's mean, solarizing) is, for uint8, a
+table of 256 entries per sample: the operation's own arithmetic on the values 0 to 255
+gives the table, and OpenCV's ``LUT`` applies it, the whole image in one pass of byte
+lookups, where the arithmetic would convert every pixel to float32 and back. The result
+is the same, bit for bit: the same operations on the same values.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec
+
+import cv2
+import torch
+from torch import Tensor
+
+__all__ = ["per_pixel", "through_tables"]
+
+P = ParamSpec("P")
+
+_VALUES = 256
+
+
+def per_pixel(
+    operation: Callable[Concatenate[Tensor, P], Tensor],
+) -> Callable[Concatenate[Tensor, P], Tensor]:
+    """Mark ``operation(images, *args)`` as per pixel: each output value a function of its
+    input value and of ``args`` broadcast per sample (shaped (N,) or (N, 1, 1, 1)). On
+    uint8 (N, C, H, W) images on a CPU it then runs through :func:`through_tables`;
+    elsewhere as it is."""
+
+    def dispatch(images: Tensor, /, *args: P.args, **kwargs: P.kwargs) -> Tensor:
+        if not _tables_pay(images):
+            return operation(images, *args, **kwargs)
+        return through_tables(images, lambda values: operation(values, *args, **kwargs))
+
+    functools.update_wrapper(dispatch, operation)  # its name, its docs, ``__wrapped__``
+    return dispatch
+
+
+def _tables_pay(images: Tensor) -> bool:
+    return (
+        images.device.type == "cpu"
+        and images.dtype == torch.uint8
+        and images.dim() == 4
+        and len(images) > 0
+        and math.prod(images.shape[1:]) > _VALUES
+    )
+
+
+def through_tables(images: Tensor, point: Callable[[Tensor], Tensor]) -> Tensor:
+    """``point(images)`` for a per-pixel ``point`` on uint8 (N, C, H, W) CPU images: each
+    sample's table is ``point`` of the values 0 to 255 (given as (N, 1, 1, 256)), applied
+    with OpenCV's ``LUT``. The output is contiguous."""
+    n, width = len(images), images.shape[-1]
+    values = torch.arange(_VALUES, dtype=torch.uint8).repeat(n, 1, 1, 1)
+    tables = point(values).reshape(n, _VALUES).contiguous()
+    source = images.contiguous()
+    out = torch.empty_like(source)
+    for sample in range(n):
+        # 2-D views: OpenCV would read a (C, H, W) array as H x W pixels of C channels
+        cv2.LUT(
+            source[sample].view(-1, width).numpy(), tables[sample].numpy(),
+            dst=out[sample].view(-1, width).numpy(),
+        )  # fmt: skip
+    return out
