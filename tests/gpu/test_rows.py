@@ -54,3 +54,10 @@ def test_nothing_drawn_leaves_the_batch_itself_and_an_op_never_writes_into_it():
     assert apply_each_drawn(images, torch.full((3,), -1), shifted) is images
     out = apply_each_drawn(images, torch.tensor([0, -1, 2]), shifted)
     assert torch.equal(images, before) and not torch.equal(out, before)
+
+
+def test_an_owned_batch_is_written_into_not_copied():
+    images = torch.zeros(4, 1, 2, 2)
+    out = apply_each_drawn(images, torch.tensor([1, -1, 1, -1]), shifted, owned=True)
+    assert out is images
+    assert images[:, 0, 0, 0].tolist() == [1.0, 0.0, 21.0, 0.0]

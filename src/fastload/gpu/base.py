@@ -389,5 +389,12 @@ def _to_host(values: dict[str, Tensor]) -> dict[str, list[Any]]:
 
 
 def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:
-    """Per sample: ``changed`` where ``apply`` is set, else ``original`` (no Python branch)."""
-    return torch.where(apply.view(-1, 1, 1, 1), changed, original)
+    """Per sample: ``changed`` where ``apply`` (N,) is set, else ``original``. On a GPU one
+    ``where`` (no Python branch); on a CPU, where ``where`` goes element by element, a copy
+    of each sample's whole image from the one it takes."""
+    if original.device.type != "cpu" or changed.shape != original.shape:
+        return torch.where(apply.view(-1, 1, 1, 1), changed, original)
+    out = torch.empty_like(original, dtype=torch.promote_types(changed.dtype, original.dtype))
+    for row, take in enumerate(apply.view(-1).expand(len(original)).tolist()):
+        out[row].copy_(changed[row] if take else original[row])
+    return out

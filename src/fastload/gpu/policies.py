@@ -171,7 +171,7 @@ class Policy(BatchTransform):
                     self.fill,
                 )  # fmt: skip
 
-            out = apply_each_drawn(out, ops[:, step], transform)
+            out = apply_each_drawn(out, ops[:, step], transform, owned=out is not images)
         return out
 
 

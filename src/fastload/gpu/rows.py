@@ -35,7 +35,11 @@ def put_rows(out: Tensor, rows: Tensor, values: Tensor) -> None:
 
 
 def apply_each_drawn(
-    images: Tensor, drawn: Tensor, transform: Callable[[Tensor, int, Tensor], Tensor]
+    images: Tensor,
+    drawn: Tensor,
+    transform: Callable[[Tensor, int, Tensor], Tensor],
+    *,
+    owned: bool = False,
 ) -> Tensor:
     """Each sample through the operation it drew: ``drawn`` (N,) holds an operation's
     index per sample (-1: none), and ``transform(rows_images, index, rows)`` applies
@@ -43,8 +47,8 @@ def apply_each_drawn(
 
     Samples that drew the same operation are transformed together: on a GPU all of them,
     on a CPU runs of at most :data:`CPU_RUN_BYTES`. Each sample's result is its own
-    (the operations are per sample), so the runs do not change it. ``images`` itself is
-    left as it is.
+    (the operations are per sample), so the runs do not change it. ``images`` is left as
+    it is, unless ``owned`` (the caller made it and lets it be written into).
     """
     result = None
     for index in torch.unique(drawn).tolist():
@@ -52,7 +56,8 @@ def apply_each_drawn(
             continue
         for rows in _runs((drawn == index).nonzero().squeeze(1), images):
             changed = transform(take_rows(images, rows), index, rows)
-            result = images.clone() if result is None else result
+            if result is None:
+                result = images if owned else images.clone()
             put_rows(result, rows, changed.to(images.dtype))
     return images if result is None else result
 

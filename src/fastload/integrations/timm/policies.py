@@ -170,7 +170,7 @@ class _TimmOps(BatchTransform):
                     magnitude = 0.1 + params["radii"][rows, step] * (radius_max - 0.1)
                 return self._run(chosen, name, op, magnitude)
 
-            out = apply_each_drawn(out, params["ops"][:, step], transform)
+            out = apply_each_drawn(out, params["ops"][:, step], transform, owned=out is not images)
         return out
 
     def _with_radii(
