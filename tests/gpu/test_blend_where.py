@@ -18,7 +18,7 @@ from fastload.gpu.base import blend_where
     n=st.integers(1, 6),
     dtypes=st.sampled_from(
         [(torch.uint8, torch.uint8), (torch.float32, torch.float32), (torch.uint8, torch.float32)]
-    ),  # fmt: skip
+    ),
     expanded=st.booleans(),
     data=st.data(),
 )
