@@ -442,10 +442,12 @@ With `inc1`, timm posterizes to 0 bits at high magnitudes, which Pillow refuses:
 rows fail in a worker (the reason is in the table). fastload's workers crop with a
 reduced-size decode, then run the policy and the mixing (on uint8, where timm's
 `FastCollateMixup` mixes) on each batch they make; the loop normalises and erases (noise
-for the erased boxes alone) on one intra-op thread. The per-op table says where the rest
-goes: the crop costs less than Pillow's, the batch RandAugment more than Pillow's
-per-image operations (its colour and point operations in float). On a GPU these stages
-run on the device; not measured there yet.""",
+for the erased boxes alone) on one intra-op thread. On a CPU the policy applies each
+operation to runs of samples that stay in the cache, its per-pixel operations through a
+lookup table per sample, and mixing blends each pair of mirrored images in turn. The
+per-op table says where the rest goes: the crop costs less than Pillow's, the batch
+RandAugment still more than Pillow's per-image operations (its warps sample a float grid,
+as torchvision's do). On a GPU these stages run on the device; not measured there yet.""",
     ),
     "cpu/loader_defaults": Notes(
         "Each loader with its own defaults",
