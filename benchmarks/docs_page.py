@@ -95,6 +95,8 @@ CHECK_PARTS = [
      "64: `DataLoader`, `FastLoader`, `FastLoader` + `DataPrefetcher`, the step alone"),
     ("cuda_new", "40 s", "the CUDA tests of the paths that had never run on a GPU: the "
      "prefetcher copying a super-batch once and cutting it on the device"),
+    ("timm_loader", "what is left", "timm's `create_loader` (its `PrefetchLoader`) vs "
+     "fastload's on the GPU: `train.py`'s recipe at 224 px, 3 rounds"),
     ("cuda_rest", "what is left", "the other CUDA tests"),
 ]  # fmt: skip
 CHECK_TABLE = "\n".join(

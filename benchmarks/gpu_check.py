@@ -16,7 +16,9 @@ then the decoders alone, memory and the CUDA tests.
                   FastLoader, FastLoader + DataPrefetcher, the step alone (40 s)
   cuda_new        the CUDA tests of the paths that had never run on a GPU (40 s):
                   cuda_tests.py --select new
-  cuda_rest       the other CUDA tests, with whatever time is left
+  timm_loader     timm's create_loader (PrefetchLoader) vs fastload's on the GPU, train.py's
+                  recipe at 224 px, 3 rounds, with whatever time is left
+  cuda_rest       the other CUDA tests, with whatever time is left after it
 
 Each part writes its JSON (and PNG) when it ends; one cut short by its budget keeps what it
 measured and says so, and ``check.json`` records every part's status as the run goes.
@@ -97,6 +99,8 @@ PLAN = [
          [*SMALL_BATCHES, "--sources", "in memory"]),
     Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 40,
          cuda_tests("new"), "cuda_tests_new"),
+    Part("timm_loader", "timm_loader.py", ["--configs", "224px", "--device", "cuda",
+         "--workers", str(available_cpus()), "--rounds", "3"], None, ["--configs", "224px"]),
     Part("cuda_rest", "cuda_tests.py", [*cuda_tests("rest"), *WORKERS], None,
          cuda_tests("rest"), "cuda_tests_rest"),
 ]  # fmt: skip

@@ -1,9 +1,11 @@
-"""timm's create_loader against fastload.integrations.timm.create_loader, on the CPU.
+"""timm's create_loader against fastload.integrations.timm.create_loader, on the CPU or a GPU.
 
 The same folder of 500x375 photo-like JPEGs, timm's own train.py recipe: RandAugment
 ``rand-m9-mstd0.5-inc1``, random erasing 0.25 in pixel mode, mixup 0.8 / cutmix 1.0
 (``FastCollateMixup`` as ``collate_fn``), 2 workers, both with ``use_prefetcher=True`` on
-device "cpu", in two configurations (``--configs``): 64 px batch 32 and 224 px batch 64.
+``--device`` (CUDA where there is one: timm's ``PrefetchLoader`` normalises and erases
+there, fastload's loader augments there too), in two configurations (``--configs``): 64 px
+batch 32 and 224 px batch 64.
 timm reads with ``create_dataset`` (PIL); fastload with its ``ImageFolder`` (OpenCV,
 crop-aware decode in the workers), its batch modules in the workers too. With ``inc1``
 timm posterizes to 0 bits at high magnitudes, which Pillow (since 11) refuses: its row
@@ -11,13 +13,14 @@ says so, and the rows without ``inc1`` (``rand-m9-mstd0.5``) are the comparison.
 
 Workers are not persistent, so that each epoch's worker processes are reaped and their
 CPU time counted. One epoch is one timed run: a warm-up epoch each, then the loaders take
-turns (interleaved); medians; CPU ms per image (this process and its workers). Then the
-per-op table: each operation of the recipe, fastload's and timm's, on the same images,
-in one thread, in ms per batch (median of the repeats).
+turns (interleaved); medians; CPU ms per image (this process and its workers); on a GPU
+an epoch ends when the device has finished its last batch. Then, on the CPU, the per-op
+table: each operation of the recipe, fastload's and timm's, on the same images, in one
+thread, in ms per batch (median of the repeats).
 
 Usage:
     python benchmarks/timm_loader.py [--configs 64px 224px] [--images 512] [--rounds 5]
-                                     [--plot] [--smoke]
+        [--device cpu|cuda] [--workers 2] [--budget-s S] [--plot] [--smoke]
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import torch
 if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
-from benchmarks.lib.common import Row, interleaved, plot, report, results_folder
+from benchmarks.lib.common import Budget, Row, interleaved, plot, report, suite_arguments
 from benchmarks.lib.data import photo_folder
 from fastload.datasets.folder import ImageFolder
 from fastload.finishing import ImageFinisher
@@ -50,7 +53,9 @@ POLICIES = {", inc1": "rand-m9-mstd0.5-inc1", "": "rand-m9-mstd0.5"}
 CLASSES = 10
 
 
-def settings(size: int, batch: int, policy: str, workers: int, mixup: Any) -> dict[str, Any]:
+def settings(
+    size: int, batch: int, policy: str, workers: int, mixup: Any, device: str = "cpu"
+) -> dict[str, Any]:
     """create_loader's arguments for train.py's recipe (both libraries take the same)."""
     return {
         "input_size": (3, size, size),
@@ -61,7 +66,7 @@ def settings(size: int, batch: int, policy: str, workers: int, mixup: Any) -> di
         "re_mode": "pixel",
         "num_workers": workers,
         "collate_fn": mixup,
-        "device": torch.device("cpu"),
+        "device": torch.device(device),
         "persistent_workers": False,
     }
 
@@ -74,7 +79,7 @@ def timm_mixup() -> Any:
     )
 
 
-def loaders(root: Path, config: str, workers: int) -> dict[str, Any]:
+def loaders(root: Path, config: str, workers: int, device: str) -> dict[str, Any]:
     """Both libraries' loaders for ``config``, with and without ``inc1``."""
     import timm.data
 
@@ -84,7 +89,7 @@ def loaders(root: Path, config: str, workers: int) -> dict[str, Any]:
     made: dict[str, Any] = {}
     for library in ("timm", "fastload"):
         for suffix, policy in POLICIES.items():
-            given = settings(size, batch, policy, workers, timm_mixup())
+            given = settings(size, batch, policy, workers, timm_mixup(), device)
             made[f"{library} create_loader, {config}{suffix}"] = (
                 timm.data.create_loader(timm.data.create_dataset("", root=str(root)), **given)
                 if library == "timm"
@@ -99,6 +104,8 @@ def epoch(loader: Any) -> tuple[float, float, int]:
     try:
         for batch, _ in loader:
             images += len(batch)
+        if torch.cuda.is_available():  # the epoch ends when the device made its last batch
+            torch.cuda.synchronize()
     except Exception as error:  # a worker's error: its first line and its cause's
         lines = str(error).strip().splitlines()
         failure = f"{lines[0]} {lines[-1]}" if len(lines) > 1 else lines[0]
@@ -209,37 +216,40 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--op-repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=results_folder())
-    parser.add_argument("--plot", action="store_true")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check it runs")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    suite_arguments(parser)
     args = parser.parse_args()
+    args.rounds = args.rounds or 5
     if args.smoke:
         CONFIGS.update({name: (32, 8) for name in CONFIGS})
         args.images, args.rounds, args.op_repeats = 32, 1, 1
+    budget = Budget(args.budget_s)
     torch.manual_seed(0)
     root = photo_folder(args.out.parent / ".timm_loader_data" if args.smoke else
                         Path(__file__).parent / ".data" / "timm_loader", args.images)  # fmt: skip
     runs = {name: lo for config in args.configs for name, lo in
-            loaders(root, config, args.workers).items()}  # fmt: skip
+            loaders(root, config, args.workers, args.device).items()}  # fmt: skip
     results = interleaved({name: (lambda lo=lo: epoch(lo)) for name, lo in runs.items()},
-                          rounds=args.rounds)  # fmt: skip
+                          rounds=args.rounds, budget=budget)  # fmt: skip
     rows = []
     for name, measured in results.items():
         versus = name.split(",")[1].strip()  # the config's timm row, without inc1
         versus = f"timm create_loader, {versus}"
         if isinstance(measured, str):
-            rows.append(Row(name, None, 0, note=f"failed: {measured}", versus=versus))
+            note = measured if measured.startswith("not run") else f"failed: {measured}"
+            rows.append(Row(name, None, 0, note=note, versus=versus))
             continue
         images = measured[0][2]
         cpu = float(np.median([c for _, c, _ in measured])) / images
         rows.append(Row(name, Measurement(tuple(w for w, _, _ in measured)), images,
                         {"CPU ms/image": f"{1000 * cpu:.2f}"}, versus=versus))  # fmt: skip
-    costs = {config: per_op_costs(root, config, args.op_repeats) for config in args.configs}
+    costs = {}  # the CPU's per-op table: on a GPU the ops run on the device
+    if args.device == "cpu" and budget.allows(0, "the per-op table"):
+        costs = {config: per_op_costs(root, config, args.op_repeats) for config in args.configs}
     table = per_op_table(costs)
     print(table, end="\n\n")
-    settings_used = {k: v for k, v in vars(args).items() if k != "out"}
+    settings_used = {k: v for k, v in vars(args).items() if k not in ("out", "budget_s")}
     settings_used["configs"] = {name: CONFIGS[name] for name in args.configs}
     versions = {
         "timm": __import__("timm").__version__,
@@ -248,7 +258,8 @@ def main() -> None:
     }
     result = report("timm_loader", rows, baseline=f"timm create_loader, {args.configs[0]}",
                     unit="images", settings=settings_used | versions, out=args.out,
-                    summary={"per_op_ms_per_batch": costs, "per_op_table": table})  # fmt: skip
+                    summary={"per_op_ms_per_batch": costs, "per_op_table": table},
+                    cut_short=budget.cut_short)  # fmt: skip
     if args.plot:
         plot(result)
 
