@@ -3,12 +3,14 @@ result is the plain arithmetic's, bit for bit, for any sizes, layouts and parame
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastload.gpu.functional import adjust_brightness, adjust_contrast, solarize
+from fastload.gpu.functional import adjust_brightness, adjust_contrast, lookup, solarize
 from fastload.gpu.functional.color import _blend_with_value, grayscale
 from fastload.gpu.functional.lookup import per_pixel, through_tables
 from fastload.integrations.timm.policies import solarize_add
@@ -37,7 +39,7 @@ CASES = {
 @given(
     case=st.sampled_from(sorted(CASES)),
     n=st.integers(1, 5),
-    height=st.integers(1, 40),
+    height=st.integers(10, 40),  # 3 x 10 x 9 values a sample: more than a table holds
     width=st.integers(9, 40),
     channels_last=st.booleans(),
     seed=st.integers(0, 2**16),
@@ -49,7 +51,12 @@ def test_tables_give_the_arithmetics_result(case, n, height, width, channels_las
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     argument = parameter(torch.rand(n, generator=generator))
-    assert torch.equal(operation(images, argument), by_arithmetic(images, argument))
+    tables = mock.patch.object(lookup, "through_tables", wraps=lookup.through_tables)
+    with tables as looked_up:
+        got = operation(images, argument)
+    want = by_arithmetic(images, argument)
+    assert looked_up.call_count == 1 and torch.equal(got, want)
+    assert got.is_contiguous(memory_format=torch.channels_last) == channels_last
 
 
 def test_every_value_of_every_sample_is_looked_up_in_its_own_table():

@@ -233,3 +233,19 @@ def test_augmix_chains_are_one_to_three_steps_and_ops_follow_torchvision():
     torch.manual_seed(1)
     again = torchvision_draws(v2.AugMix(), 3000)
     assert total_variation(drawn, reference) <= 1.25 * total_variation(again, reference) + 0.01
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("side", [16, 300])  # every sample of an op at once; one at a time
+def test_a_policy_never_writes_into_the_batch_it_is_given(device, side):
+    from fastload.integrations.timm import augment_from_string
+
+    generator = torch.Generator().manual_seed(3)
+    images = torch.randint(0, 256, (6, 3, side, side), dtype=torch.uint8, generator=generator)
+    images = images.to(device)
+    before = images.clone()
+    for policy in (gpu.RandAugment(num_ops=3), gpu.AutoAugment(), gpu.TrivialAugmentWide(),
+                   augment_from_string("rand-m9-mstd0.5-inc1", image_size=side,
+                                       mean=(0.485, 0.456, 0.406))):  # fmt: skip
+        changed = policy(images)
+        assert torch.equal(images, before) and not torch.equal(changed, before)

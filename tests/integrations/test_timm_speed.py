@@ -80,7 +80,8 @@ def test_pixel_noise_stays_keyed_by_sample_inside_sample_seeds():
     assert (pair != UNTOUCHED).any(dim=(1, 2, 3)).all()
 
 
-@pytest.mark.parametrize("side", [8, 300])  # every pair at once; a pair at a time
+# every pair at once; two pairs, then the third; a pair at a time
+@pytest.mark.parametrize("side", [8, 180, 300])
 def test_mixing_uint8_rounds_to_nearest_as_timms_collate(side):
     """timm's FastCollateMixup blends uint8 in float32 and rounds (np.rint)."""
     images = torch.randint(0, 256, (6, 3, side, side), dtype=torch.uint8)

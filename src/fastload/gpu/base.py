@@ -392,7 +392,12 @@ def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:
     """Per sample: ``changed`` where ``apply`` (N,) is set, else ``original``. On a GPU one
     ``where`` (no Python branch); on a CPU, where ``where`` goes element by element, a copy
     of each sample's whole image from the one it takes."""
-    if original.device.type != "cpu" or changed.shape != original.shape:
+    if (
+        original.device.type != "cpu"
+        or changed.device != original.device
+        or changed.shape != original.shape
+        or apply.dtype != torch.bool
+    ):
         return torch.where(apply.view(-1, 1, 1, 1), changed, original)
     out = torch.empty_like(original, dtype=torch.promote_types(changed.dtype, original.dtype))
     for row, take in enumerate(apply.view(-1).expand(len(original)).tolist()):

@@ -38,5 +38,6 @@ def back_to(values: Tensor, dtype: torch.dtype) -> Tensor:
         and values.dtype in (torch.float32, torch.float64)
         and not values.requires_grad
     ):
-        return torch.from_numpy(values.numpy().astype(np.uint8))
+        with np.errstate(invalid="ignore"):  # NaN: 0 as torch gives, without a warning
+            return torch.from_numpy(values.numpy().astype(np.uint8))
     return values.to(dtype)

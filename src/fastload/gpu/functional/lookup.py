@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Concatenate, ParamSpec
+from typing import Any, Concatenate, ParamSpec, cast
 
 import cv2
 import torch
@@ -34,13 +34,13 @@ def per_pixel(
     uint8 (N, C, H, W) images on a CPU it then runs through :func:`through_tables`;
     elsewhere as it is."""
 
-    def dispatch(images: Tensor, /, *args: P.args, **kwargs: P.kwargs) -> Tensor:
+    def dispatch(images: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         if not _tables_pay(images):
             return operation(images, *args, **kwargs)
         return through_tables(images, lambda values: operation(values, *args, **kwargs))
 
     functools.update_wrapper(dispatch, operation)  # its name, its docs, ``__wrapped__``
-    return dispatch
+    return cast(Callable[Concatenate[Tensor, P], Tensor], dispatch)
 
 
 def _tables_pay(images: Tensor) -> bool:
@@ -56,16 +56,24 @@ def _tables_pay(images: Tensor) -> bool:
 def through_tables(images: Tensor, point: Callable[[Tensor], Tensor]) -> Tensor:
     """``point(images)`` for a per-pixel ``point`` on uint8 (N, C, H, W) CPU images: each
     sample's table is ``point`` of the values 0 to 255 (given as (N, 1, 1, 256)), applied
-    with OpenCV's ``LUT``. The output is contiguous."""
-    n, width = len(images), images.shape[-1]
+    with OpenCV's ``LUT``. The output is laid out as the input is (channels last stays
+    so); other strides become contiguous."""
+    n = len(images)
     values = torch.arange(_VALUES, dtype=torch.uint8).repeat(n, 1, 1, 1)
     tables = point(values).reshape(n, _VALUES).contiguous()
-    source = images.contiguous()
+    channels_last = images.is_contiguous(memory_format=torch.channels_last)
+    if channels_last and not images.is_contiguous():
+        source = images
+        dense = source.permute(0, 2, 3, 1)  # NHWC: each sample one block of memory
+    else:
+        source = images.contiguous()
+        dense = source
     out = torch.empty_like(source)
+    written = out.permute(0, 2, 3, 1) if dense is not source else out
     for sample in range(n):
-        # 2-D views: OpenCV would read a (C, H, W) array as H x W pixels of C channels
+        # 2-D views of each sample's block: OpenCV reads a 3-D array as pixels of channels
         cv2.LUT(
-            source[sample].view(-1, width).numpy(), tables[sample].numpy(),
-            dst=out[sample].view(-1, width).numpy(),
+            dense[sample].reshape(-1, dense.shape[-1]).numpy(), tables[sample].numpy(),
+            dst=written[sample].reshape(-1, dense.shape[-1]).numpy(),
         )  # fmt: skip
     return out
