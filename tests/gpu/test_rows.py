@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common_utils import cpu_and_cuda
-from fastload.gpu.rows import CPU_RUN_BYTES, apply_each_drawn
+from fastload.gpu.rows import CPU_RUN_BYTES, apply_each_drawn, in_runs
 
 
 def shifted(images, index, rows):
@@ -61,3 +61,30 @@ def test_an_owned_batch_is_written_into_not_copied():
     out = apply_each_drawn(images, torch.tensor([1, -1, 1, -1]), shifted, owned=True)
     assert out is images
     assert images[:, 0, 0, 0].tolist() == [1.0, 0.0, 21.0, 0.0]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 9), height=st.integers(1, 400), channels_last=st.booleans())
+def test_runs_of_a_batch_give_the_whole_batchs_result_in_its_layout(
+    device, n, height, channels_last
+):
+    images = torch.rand(n, 3, height, 256, device=device)  # 1 to 341 samples a run
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    factors = torch.rand(n, device=device)
+    seen = []
+
+    def scaled(chosen, rows):
+        seen.append(range(n)[rows])
+        return (chosen * factors[rows].view(-1, 1, 1, 1)).to(torch.float64)
+
+    got = in_runs(images, scaled)
+    assert torch.equal(got, (images * factors.view(-1, 1, 1, 1)).to(torch.float64))
+    assert got.is_contiguous(memory_format=torch.channels_last) == (
+        channels_last and not images.is_contiguous()
+    )
+    per_run = max(1, CPU_RUN_BYTES // (4 * images[0].numel())) if device == "cpu" else n
+    assert [list(r) for r in seen] == [
+        list(range(start, min(start + per_run, n))) for start in range(0, n, per_run)
+    ]

@@ -22,6 +22,7 @@ from fastload.gpu.functional import (
     restore,
     to_float,
 )
+from fastload.gpu.rows import in_runs
 
 __all__ = ["ColorJitter", "Normalize", "RandomGrayscale", "ToDtype", "normalize"]
 
@@ -126,12 +127,16 @@ class ColorJitter(BatchTransform):
 
     def apply_transform(self, images: Tensor, params: Params) -> Tensor:
         bound = max_value(images.dtype)
-        out = to_float(images)
-        for index in params["order"].tolist():
-            name = self.OPERATIONS[index]
-            if name in params:
-                out = self._ADJUST[name](out, params[name], bound=bound)
-        return blend_where(params["apply"], restore(out, images.dtype), images)
+        order = [self.OPERATIONS[i] for i in params["order"].tolist()]
+        drawn = [name for name in order if name in params]
+
+        def jitter(chosen: Tensor, rows: slice) -> Tensor:
+            out = to_float(chosen)
+            for name in drawn:
+                out = self._ADJUST[name](out, params[name][rows], bound=bound)
+            return restore(out, images.dtype)
+
+        return blend_where(params["apply"], in_runs(images, jitter), images)
 
 
 class RandomGrayscale(BatchTransform):

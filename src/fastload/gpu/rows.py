@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-__all__ = ["CPU_RUN_BYTES", "apply_each_drawn", "put_rows", "take_rows"]
+__all__ = ["CPU_RUN_BYTES", "apply_each_drawn", "in_runs", "put_rows", "take_rows"]
 
 #: On a CPU, the samples an operation is applied to at once hold at most about this many
 #: bytes as float32 (at least one sample): an operation's intermediates then stay in the
@@ -62,9 +62,38 @@ def apply_each_drawn(
     return images if result is None else result
 
 
+def in_runs(images: Tensor, transform: Callable[[Tensor, slice], Tensor]) -> Tensor:
+    """``transform(images[rows], rows)`` for a per-sample ``transform`` (``rows`` a slice,
+    to take each sample's parameters with): on a GPU the whole batch at once, on a CPU
+    runs of consecutive samples of at most :data:`CPU_RUN_BYTES`, put together in one
+    batch laid out as ``images`` is."""
+    step = _run_length(images)
+    if images.device.type != "cpu" or step >= len(images):
+        return transform(images, slice(None))
+    layout = torch.contiguous_format
+    if images.is_contiguous(memory_format=torch.channels_last) and not images.is_contiguous():
+        layout = torch.channels_last
+    out = None
+    for start in range(0, len(images), step):
+        rows = slice(start, start + step)
+        part = transform(images[rows], rows)
+        if out is None:
+            shape = (len(images), *part.shape[1:])
+            out = torch.empty(shape, dtype=part.dtype, device=part.device, memory_format=layout)
+        out[rows] = part
+    assert out is not None  # images has a sample: the loop ran
+    return out
+
+
 def _runs(rows: Tensor, images: Tensor) -> Iterator[Tensor]:
     if images.device.type != "cpu":
         yield rows
         return
-    sample_bytes = 4 * images[0].numel()
-    yield from torch.split(rows, max(1, CPU_RUN_BYTES // max(1, sample_bytes)))
+    yield from torch.split(rows, _run_length(images))
+
+
+def _run_length(images: Tensor) -> int:
+    """Samples of ``images`` in a CPU run: at most :data:`CPU_RUN_BYTES` as float32."""
+    if not len(images):
+        return 1
+    return max(1, CPU_RUN_BYTES // max(1, 4 * images[0].numel()))
