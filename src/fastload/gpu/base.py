@@ -388,12 +388,19 @@ def _to_host(values: dict[str, Tensor]) -> dict[str, list[Any]]:
     return {key: value.tolist() for key, value in copies.items()}
 
 
+#: On a CPU, samples of at least this many elements are copied whole by blend_where:
+#: ``where`` picks element by element there, slower than a copy per sample for all but
+#: small images, where the copies' Python loop costs more.
+COPY_ELEMENTS = 8192
+
+
 def blend_where(apply: Tensor, changed: Tensor, original: Tensor) -> Tensor:
     """Per sample: ``changed`` where ``apply`` (N,) is set, else ``original``. On a GPU one
-    ``where`` (no Python branch); on a CPU, where ``where`` goes element by element, a copy
-    of each sample's whole image from the one it takes."""
+    ``where`` (no Python branch); on a CPU, for images of :data:`COPY_ELEMENTS` or more, a
+    copy of each sample's whole image from the one it takes."""
     if (
         original.device.type != "cpu"
+        or original.shape[1:].numel() < COPY_ELEMENTS
         or changed.device != original.device
         or changed.shape != original.shape
         or apply.dtype != torch.bool
