@@ -39,8 +39,8 @@ CASES = {
 @given(
     case=st.sampled_from(sorted(CASES)),
     n=st.integers(1, 5),
-    height=st.integers(10, 40),  # 3 x 10 x 9 values a sample: more than a table holds
-    width=st.integers(9, 40),
+    height=st.integers(12, 40),  # 3 x 12 x 30 values a sample: at least MIN_ELEMENTS
+    width=st.integers(30, 60),
     channels_last=st.booleans(),
     seed=st.integers(0, 2**16),
 )
@@ -76,11 +76,11 @@ def test_every_value_of_every_sample_is_looked_up_in_its_own_table():
     "images",
     [
         torch.zeros(0, 3, 20, 20, dtype=torch.uint8),  # no sample
-        torch.zeros(2, 1, 4, 4, dtype=torch.uint8),  # fewer pixels than a table
+        torch.zeros(2, 3, 16, 16, dtype=torch.uint8),  # under MIN_ELEMENTS a sample
         torch.zeros(2, 3, 20, 20),  # floats
         torch.zeros(3, 20, 20, dtype=torch.uint8),  # one image, not a batch
     ],
-    ids=["empty", "tiny", "float", "3-d"],
+    ids=["empty", "small", "float", "3-d"],
 )
 def test_what_a_table_does_not_pay_for_runs_as_written(images):
     calls = []
@@ -92,3 +92,7 @@ def test_what_a_table_does_not_pay_for_runs_as_written(images):
 
     assert torch.equal(double(images, 2), images * 2)
     assert calls == [images.shape]
+
+
+def test_the_sizes_tested_fall_on_both_sides_of_the_table_threshold():
+    assert 3 * 16 * 16 < lookup.MIN_ELEMENTS <= 3 * 12 * 30

@@ -19,11 +19,14 @@ import cv2
 import torch
 from torch import Tensor
 
-__all__ = ["per_pixel", "through_tables"]
+__all__ = ["MIN_ELEMENTS", "per_pixel", "through_tables"]
 
 P = ParamSpec("P")
 
 _VALUES = 256
+#: The smallest sample a table is made for: below it the arithmetic on the whole batch,
+#: in the cache, costs less than a lookup call a sample.
+MIN_ELEMENTS = 1024
 
 
 def per_pixel(
@@ -49,7 +52,7 @@ def _tables_pay(images: Tensor) -> bool:
         and images.dtype == torch.uint8
         and images.dim() == 4
         and len(images) > 0
-        and math.prod(images.shape[1:]) > _VALUES
+        and math.prod(images.shape[1:]) >= MIN_ELEMENTS
     )
 
 
@@ -70,10 +73,11 @@ def through_tables(images: Tensor, point: Callable[[Tensor], Tensor]) -> Tensor:
         dense = source
     out = torch.empty_like(source)
     written = out.permute(0, 2, 3, 1) if dense is not source else out
+    # 2-D views of each sample's block (OpenCV reads a 3-D array as pixels of channels),
+    # made by NumPy: a view a sample, cheaper there than torch's
+    rows = (n, -1, dense.shape[-1])
+    pixels, results = dense.numpy().reshape(rows), written.numpy().reshape(rows)
+    lookups = tables.numpy()
     for sample in range(n):
-        # 2-D views of each sample's block: OpenCV reads a 3-D array as pixels of channels
-        cv2.LUT(
-            dense[sample].reshape(-1, dense.shape[-1]).numpy(), tables[sample].numpy(),
-            dst=written[sample].reshape(-1, dense.shape[-1]).numpy(),
-        )  # fmt: skip
+        cv2.LUT(pixels[sample], lookups[sample], dst=results[sample])
     return out
