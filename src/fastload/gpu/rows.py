@@ -1,5 +1,5 @@
-"""Copying a batch's rows by index: the policies apply each operation to the samples that
-drew it, gathered, then put back."""
+"""A batch's samples in groups: those that drew an operation (gathered by index,
+transformed, put back), and on a CPU runs of samples small enough for the cache."""
 
 from __future__ import annotations
 
