@@ -239,6 +239,16 @@ that is missing instead of failing. The smoke run is part of the test suite
         "`DataPrefetcher`, and the step alone on one batch already on the GPU. Goal: at "
         "batch 8, fastload near the step alone at batch 8.",
     ),
+    "gpu/timm_loader": Notes(
+        "timm's create_loader vs fastload's, on the GPU",
+        "`benchmarks/timm_loader.py --device cuda` in `make gpu-check`: timm's `train.py` "
+        "recipe (RandAugment `rand-m9-mstd0.5`, and with `inc1`; pixel erasing 0.25; "
+        "`FastCollateMixup`) at 224 px, batch 64, one worker per core, 512 generated photos, "
+        "3 interleaved rounds after a warm-up. timm's loader mixes in its workers and its "
+        "`PrefetchLoader` normalises and erases on the GPU; fastload's workers crop and "
+        "augment, and its loader finishes on the GPU. An epoch ends when the GPU has made "
+        "its last batch; the loader alone, no training step.",
+    ),
     "cpu/end_to_end": Notes(
         "End to end on the CPU",
         """\
