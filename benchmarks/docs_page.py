@@ -245,9 +245,10 @@ that is missing instead of failing. The smoke run is part of the test suite
         "recipe (RandAugment `rand-m9-mstd0.5`, and with `inc1`; pixel erasing 0.25; "
         "`FastCollateMixup`) at 224 px, batch 64, one worker per core, 512 generated photos, "
         "3 interleaved rounds after a warm-up. timm's loader mixes in its workers and its "
-        "`PrefetchLoader` normalises and erases on the GPU; fastload's workers crop and "
-        "augment, and its loader finishes on the GPU. An epoch ends when the GPU has made "
-        "its last batch; the loader alone, no training step.",
+        "`PrefetchLoader` normalises and erases on the GPU; fastload's workers decode and "
+        "crop, and the policy, mixing, normalising and erasing run on the GPU batch. An "
+        "epoch ends when the GPU has made its last batch; the loader alone, no training "
+        "step.",
     ),
     "cpu/end_to_end": Notes(
         "End to end on the CPU",
