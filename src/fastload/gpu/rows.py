@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-__all__ = ["CPU_RUN_BYTES", "apply_each_drawn", "in_runs", "put_rows", "take_rows"]
+__all__ = ["CPU_RUN_BYTES", "apply_each_drawn", "in_runs", "put_rows", "run_length", "take_rows"]
 
 #: On a CPU, the samples an operation is applied to at once hold at most about this many
 #: bytes as float32 (at least one sample): an operation's intermediates then stay in the
@@ -67,7 +67,7 @@ def in_runs(images: Tensor, transform: Callable[[Tensor, slice], Tensor]) -> Ten
     to take each sample's parameters with): on a GPU the whole batch at once, on a CPU
     runs of consecutive samples of at most :data:`CPU_RUN_BYTES`, put together in one
     batch laid out as ``images`` is."""
-    step = _run_length(images)
+    step = run_length(images)
     if images.device.type != "cpu" or step >= len(images):
         return transform(images, slice(None))
     layout = torch.contiguous_format
@@ -89,11 +89,11 @@ def _runs(rows: Tensor, images: Tensor) -> Iterator[Tensor]:
     if images.device.type != "cpu":
         yield rows
         return
-    yield from torch.split(rows, _run_length(images))
+    yield from torch.split(rows, run_length(images))
 
 
-def _run_length(images: Tensor) -> int:
-    """Samples of ``images`` in a CPU run: at most :data:`CPU_RUN_BYTES` as float32."""
+def run_length(images: Tensor) -> int:
+    """Samples of ``images`` in a run: at most :data:`CPU_RUN_BYTES` as float32."""
     if not len(images):
         return 1
     return max(1, CPU_RUN_BYTES // max(1, 4 * images[0].numel()))

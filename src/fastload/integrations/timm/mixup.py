@@ -13,6 +13,7 @@ from fastload._checks import check_int, check_probability, finite, pair
 from fastload.gpu.base import BatchTransform, Params, check_images
 from fastload.gpu.functional import box_mask
 from fastload.gpu.functional.dtype import back_to
+from fastload.gpu.rows import run_length
 from fastload.typed_torch import share_memory
 
 __all__ = ["Mixup"]
@@ -243,17 +244,12 @@ class Mixup(BatchTransform):
         return soft * weight + soft.flip(0) * (1 - weight)
 
 
-#: Elements of the images blended at a time: a few pairs that stay in the CPU's cache,
-#: where whole-batch passes each go through memory.
-BLEND_ELEMENTS = 1 << 18
-
-
 def _blend_with_mirror(images: Tensor, lam: float) -> Tensor:
     """``images`` blended in place with their mirror (row ``i`` with row ``N - 1 - i``),
     ``lam`` of their own: pair after pair, in the images' dtype (integers rounded)."""
     n = len(images)
     maths = images.dtype if images.is_floating_point() else torch.float32
-    step = max(1, BLEND_ELEMENTS // max(1, images[0].numel()))
+    step = run_length(images)  # pairs a pass: a few that stay in the CPU's cache
     for start in range(0, n // 2, step):
         stop = min(start + step, n // 2)
         # rows start..stop-1 and their mirrors, the rows n-stop..n-1-start reversed: slices
