@@ -2,9 +2,10 @@
 on the device, alone or with a training step.
 
 Each variant runs benchmarks/train_harness.py in its own process on generated JPEGs
-(``--images``, 500x375, as a folder and as an LMDB file); rounds are interleaved (every
-variant once, then again), each process runs ``--epochs`` epochs and the first is a
-warm-up; the table holds the median over the timed epochs.
+(``--images``, 500x375, as a folder and as an LMDB file), one process for all its rounds
+(its start is paid once); rounds are interleaved (every variant once, then again), each
+round runs ``--epochs`` epochs of a variant and the first is a warm-up; the table holds
+the median over the timed epochs.
 
 - baseline: torchvision ImageFolder, PIL transforms (RandomResizedCrop, flip,
   ColorJitter 0.2/0.2/0.2, ToTensor, Normalize), DataLoader with each of
@@ -40,12 +41,16 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
+import queue
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,23 +70,88 @@ from benchmarks.lib.common import (
     results_folder,
 )
 from benchmarks.lib.data import data_sets
+from benchmarks.train_harness import READY
 from fastload.tools.measure import Measurement
 
 HARNESS = Path(__file__).resolve().parent / "train_harness.py"
 
 
-def run(data: Path, options: list[str], epochs: int, timeout: float) -> list[dict]:
-    command = [sys.executable, str(HARNESS), str(data), "--epochs", str(epochs), "--json", *options]
-    limit = timeout if math.isfinite(timeout) else None
-    try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired as error:
-        raise RuntimeError(f"stopped after {timeout:.0f} s, the time budget") from error
-    if completed.returncode != 0:
-        print(completed.stderr[-3000:], file=sys.stderr)
-        lines = completed.stderr.strip().splitlines()
-        raise RuntimeError(lines[-1] if lines else f"exit status {completed.returncode}")
-    return [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+class Served:
+    """One variant's ``train_harness.py --serve`` process, kept for all the rounds: its start
+    (imports, CUDA, the model, the workers) is paid once; each round asks it for its epochs.
+
+    >>> variant = Served(folder, ["--baseline"])  # doctest: +SKIP
+    >>> variant.epochs(3, timeout=60)  # three epochs' metrics  # doctest: +SKIP
+    """
+
+    def __init__(self, data: Path, options: list[str]) -> None:
+        # a file, not a pipe: a full pipe of warnings would stall the harness mid-round
+        self.errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 (read until the object ends)
+        self.process = subprocess.Popen(
+            [sys.executable, str(HARNESS), str(data), "--json", "--serve", *options],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.started = False
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)  # the process ended
+
+    def epochs(self, count: int, timeout: float) -> list[dict]:
+        """``count`` more epochs' metrics, within ``timeout`` seconds (its start included on
+        the first call)."""
+        deadline = time.monotonic() + timeout
+        if not self.started:
+            self._until_ready(deadline, timeout)
+            self.started = True
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(f"{count}\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise self._failure() from None
+        return self._until_ready(deadline, timeout)
+
+    def _until_ready(self, deadline: float, timeout: float) -> list[dict]:
+        measured = []
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                line = self.lines.get(timeout=max(0.0, left)) if math.isfinite(left) else (
+                    self.lines.get())  # fmt: skip
+            except queue.Empty:
+                self.process.kill()
+                self.close()
+                raise RuntimeError(f"stopped after {timeout:.0f} s, the time budget") from None
+            if line is None:
+                raise self._failure()
+            if line == READY:
+                return measured
+            if line.startswith("{"):
+                measured.append(json.loads(line))
+
+    def _failure(self) -> RuntimeError:
+        self.close()
+        self.errors.seek(0)
+        stderr = self.errors.read()
+        print(stderr[-3000:], file=sys.stderr)
+        lines = stderr.strip().splitlines()
+        return RuntimeError(lines[-1] if lines else f"exit status {self.process.returncode}")
+
+    def close(self) -> None:
+        """End the process: its input's end, then a kill if it does not end in a minute."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[str]] | str]:
@@ -169,27 +239,34 @@ def main() -> None:
     epochs: dict[str, list[dict] | str] = {
         name: found[name] if isinstance(found[name], str) else [] for name in found
     }
-    longest = 0.0
-    for round_index in range(args.rounds):
-        for name, variant in found.items():
-            if isinstance(epochs[name], str) or isinstance(variant, str):
-                continue
-            data, options = variant
-            if not budget.allows(max(1.2 * longest, 10), f"round {round_index + 1}"):
-                if not epochs[name]:
-                    epochs[name] = f"not run: {budget.cut_short}"
-                continue
-            started = time.perf_counter()
-            try:
-                epochs[name] += run(data, [*common, *options], args.epochs, budget.left())[1:]
-            except RuntimeError as error:  # the other variants still run
-                epochs[name] = describe(error)
-            took = time.perf_counter() - started
-            longest = max(longest, took)
-            # the process's start and first epoch are not in the table: say what they cost
-            print(f"{name}: its process took {took:.1f} s", flush=True)
-        result = write_report(args, found, epochs, budget)  # each round: a cut-off run keeps it
-        print(f"round {round_index + 1} of {args.rounds} done", flush=True)
+    served: dict[str, Served] = {}
+    took: dict[str, float] = {}  # each variant's last round, its start included in the first
+    try:
+        for round_index in range(args.rounds):
+            for name, variant in found.items():
+                if isinstance(epochs[name], str) or isinstance(variant, str):
+                    continue
+                data, options = variant
+                expected = took.get(name, max(took.values(), default=0.0))
+                if not budget.allows(max(1.2 * expected, 10), f"round {round_index + 1}"):
+                    if not epochs[name]:
+                        epochs[name] = f"not run: {budget.cut_short}"
+                    continue
+                started = time.perf_counter()
+                try:
+                    if name not in served:
+                        served[name] = Served(data, [*common, *options])
+                    epochs[name] += served[name].epochs(args.epochs, budget.left())[1:]
+                except RuntimeError as error:  # the other variants still run
+                    epochs[name] = describe(error)
+                took[name] = time.perf_counter() - started
+                # each round's first epoch is not in the table: say what a round cost
+                print(f"{name}: its round took {took[name]:.1f} s", flush=True)
+            result = write_report(args, found, epochs, budget)  # each round: a cut-off run keeps it
+            print(f"round {round_index + 1} of {args.rounds} done", flush=True)
+    finally:
+        for process in served.values():
+            process.close()
     if args.plot:
         plot(result)
 

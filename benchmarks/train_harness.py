@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -50,6 +51,8 @@ from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.diagnostics.procstats import thread_cpu as cpu_by_thread
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+#: --serve: the line that says the harness waits for the next round's epoch count.
+READY = "ready"
 
 
 def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
@@ -240,6 +243,58 @@ def describe(metrics: dict) -> str:
     )
 
 
+def measure_epoch(
+    epoch: int, batches, step, pipeline: str, device: torch.device, steps: int | None
+) -> dict:
+    """One epoch through ``batches`` (a step on each batch unless ``step`` is None): its rate,
+    data wait, CPU time per image (this process and workers, and each thread of this one),
+    and on a GPU its fill and steady rate."""
+    cuda = device.type == "cuda"
+    # On a GPU: events around each step, read after the epoch (the host runs ahead);
+    # on a CPU: the loop's own wait for each batch.
+    threads_start = thread_cpu()
+    events = StepEvents(device) if cuda and step is not None else None
+    loop = timed(batches) if not cuda else batches
+    start, cpu_start, images = time.perf_counter(), cpu_seconds_with_workers(), 0
+    loss, sizes = None, []
+    for index, (x, y) in enumerate(loop):
+        if step is not None:
+            if events is not None:
+                events.started()
+            loss = step(x, y)
+            if events is not None:
+                events.ended()
+        images += len(y)
+        sizes.append(len(y))
+        if steps is not None and index + 1 >= steps:
+            break
+    if cuda:
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    if step is None:
+        wait = None
+    elif events is not None:
+        wait = events.idle_fraction() if events.steps > 1 else None
+    else:
+        wait = loop.summary().wait_fraction
+    metrics = {
+        "pipeline": pipeline,
+        "epoch": epoch,
+        "images_per_second": images / seconds,
+        "data_wait_fraction": wait,
+        "data_wait_measure": "GPU idle between steps (CUDA events)" if cuda else "host wait",
+        "cpu_seconds_per_image": (cpu_seconds_with_workers() - cpu_start) / images,
+        "loss": None if loss is None else float(loss.detach()),
+        "device": str(device),
+        "thread_cpu_ms_per_image": {
+            name: 1000 * cpu / images for name, cpu in (thread_cpu() - threads_start).items()
+        },
+    }
+    if events is not None:
+        metrics |= timeline(events, sizes)
+    return metrics
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -278,11 +333,18 @@ def main() -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the last epoch's metrics as JSON"
     )
+    parser.add_argument(
+        "--serve", action="store_true",
+        help="run no epoch until told: read an epoch count a line from standard input, run "
+        f"them, print {READY!r}; end at the input's end (end_to_end.py's rounds, one start)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.workers not in ("auto", "tune"):
         args.workers = int(args.workers)
 
     distributed = "RANK" in os.environ  # set by torchrun
+    if distributed and args.serve:
+        parser.error("--serve runs alone: under torchrun each rank would wait on its own input")
     if distributed:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -325,52 +387,25 @@ def main() -> None:
             return loss
 
     rank = dist.get_rank() if distributed else 0
-    cuda = device.type == "cuda"
-    for epoch in range(args.epochs):
-        # On a GPU: events around each step, read after the epoch (the host runs ahead);
-        # on a CPU: the loop's own wait for each batch.
-        threads_start = thread_cpu()
-        events = StepEvents(device) if cuda and step is not None else None
-        loop = timed(batches) if not cuda else batches
-        start, cpu_start, images = time.perf_counter(), cpu_seconds_with_workers(), 0
-        loss, sizes = None, []
-        for index, (x, y) in enumerate(loop):
-            if step is not None:
-                if events is not None:
-                    events.started()
-                loss = step(x, y)
-                if events is not None:
-                    events.ended()
-            images += len(y)
-            sizes.append(len(y))
-            if args.steps is not None and index + 1 >= args.steps:
-                break
-        if cuda:
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-        if step is None:
-            wait = None
-        elif events is not None:
-            wait = events.idle_fraction() if events.steps > 1 else None
-        else:
-            wait = loop.summary().wait_fraction
-        metrics = {
-            "pipeline": pipeline,
-            "epoch": epoch,
-            "images_per_second": images / seconds,
-            "data_wait_fraction": wait,
-            "data_wait_measure": "GPU idle between steps (CUDA events)" if cuda else "host wait",
-            "cpu_seconds_per_image": (cpu_seconds_with_workers() - cpu_start) / images,
-            "loss": None if loss is None else float(loss.detach()),
-            "device": str(device),
-            "thread_cpu_ms_per_image": {
-                name: 1000 * cpu / images for name, cpu in (thread_cpu() - threads_start).items()
-            },
-        }
-        if events is not None:
-            metrics |= timeline(events, sizes)
-        if rank == 0:
-            print(json.dumps(metrics) if args.json else describe(metrics), flush=True)
+    done = 0
+
+    def run_epochs(count: int) -> None:
+        nonlocal done
+        for epoch in range(done, done + count):
+            metrics = measure_epoch(epoch, batches, step, pipeline, device, args.steps)
+            if rank == 0:
+                print(json.dumps(metrics) if args.json else describe(metrics), flush=True)
+        done += count
+
+    if args.serve:  # rounds on request: the start is paid once, not once a round
+        print(READY, flush=True)
+        for line in sys.stdin:
+            run_epochs(int(line))
+            if device.type == "cuda":  # an idle variant leaves the device's memory to the others
+                torch.cuda.empty_cache()
+            print(READY, flush=True)
+    else:
+        run_epochs(args.epochs)
     if hasattr(batches, "close"):  # the baseline's DataLoader (FastLoader ends its own)
         batches.close()
     if distributed:

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -73,3 +76,55 @@ def test_the_harness_talks_to_people_without_warnings(tmp_path):
         rf"\(fastload \({where}\)\n",
         out,
     ), out
+
+
+def served_options() -> list[str]:
+    return [*("--batch-size", "4", "--image-size", "32", "--steps", "2", "--workers", "0"),
+            *("--model", "squeezenet1_1")]  # fmt: skip
+
+
+def test_served_rounds_run_in_one_process_and_count_epochs_on(tmp_path):
+    from benchmarks.end_to_end import Served
+    from fastload import make_image_folder
+
+    root = make_image_folder(tmp_path, num_classes=2, images_per_class=4, size=(64, 48))
+    variant = Served(root, served_options())
+    try:
+        first = variant.epochs(2, timeout=300)
+        pid = variant.process.pid
+        second = variant.epochs(3, timeout=300)
+        assert variant.process.pid == pid and variant.process.poll() is None
+    finally:
+        variant.close()
+    assert [e["epoch"] for e in first] == [0, 1]
+    assert [e["epoch"] for e in second] == [2, 3, 4]
+    assert all(e["images_per_second"] > 0 and e["loss"] is not None for e in first + second)
+    assert variant.process.returncode == 0  # its input's end ended it
+
+
+def test_a_served_variant_that_fails_says_why_and_one_over_its_time_is_stopped(tmp_path):
+    from benchmarks.end_to_end import Served
+    from fastload import make_image_folder
+
+    broken = Served(tmp_path / "missing", served_options())
+    with pytest.raises(RuntimeError, match="missing"):
+        broken.epochs(1, timeout=300)
+    assert broken.process.returncode not in (0, None)
+
+    root = make_image_folder(tmp_path / "data", num_classes=2, images_per_class=4, size=(64, 48))
+    slow = Served(root, served_options())
+    with pytest.raises(RuntimeError, match=r"^stopped after 0 s, the time budget$"):
+        slow.epochs(1, timeout=0.01)  # it cannot even start in that time
+    assert slow.process.returncode is not None  # killed, not left running
+
+
+def test_serving_is_refused_under_torchrun(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, str(HARNESS), str(tmp_path), "--serve"],
+        capture_output=True, text=True, timeout=120, env=os.environ | {"RANK": "0"},
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines()[-1] == (
+        "train_harness.py: error: --serve runs alone: under torchrun each rank would wait on "
+        "its own input"
+    )
