@@ -83,20 +83,22 @@ python benchmarks/docs_page.py                  # this page, from the JSON\
 
 #: `make gpu-check`'s plan (gpu_check.py): (part, budget, what it measures).
 CHECK_PARTS = [
-    ("end_to_end_r18", "200 s", "ResNet-18 (bf16, channels_last, batch 256) from 7,680 "
+    ("end_to_end_r18", "175 s", "ResNet-18 (bf16, channels_last, batch 256) from 7,680 "
      "photos in 30-step epochs: GPU decode, CPU decode, torchvision `ImageFolder` + "
      "`DataLoader`, DALI when installed, the step alone; GPU idle from CUDA events, the "
-     "steady rate and each epoch's fill apart, CPU per thread"),
-    ("end_to_end_r50", "170 s", "the same with ResNet-50"),
-    ("decode", "50 s", "`GPUDecoder` per backend vs torchvision's nvJPEG call, decode only "
+     "steady rate and each epoch's fill apart, CPU per thread; 4 rounds, each variant's "
+     "process kept for all of them"),
+    ("end_to_end_r50", "140 s", "the same with ResNet-50, 2 rounds"),
+    ("decode", "45 s", "`GPUDecoder` per backend vs torchvision's nvJPEG call, decode only "
      "and to a finished bf16 channels_last batch; DALI when installed"),
     ("memory", "40 s", "reserved CUDA memory over 20 epochs"),
-    ("small_batches", "40 s", "an SRCNN training step on 96 px patches at batch sizes 8 and "
+    ("small_batches", "70 s", "an SRCNN training step on 96 px patches at batch sizes 8 and "
      "64: `DataLoader`, `FastLoader`, `FastLoader` + `DataPrefetcher`, the step alone"),
-    ("cuda_new", "40 s", "the CUDA tests of the paths that had never run on a GPU: the "
+    ("cuda_new", "35 s", "the CUDA tests of the paths that had never run on a GPU: the "
      "prefetcher copying a super-batch once and cutting it on the device"),
     ("timm_loader", "what is left", "timm's `create_loader` (its `PrefetchLoader`) vs "
-     "fastload's on the GPU: `train.py`'s recipe at 224 px, 3 rounds"),
+     "fastload's on the GPU: `train.py`'s recipe at 224 px with its training step "
+     "(ResNet-18), and the step alone; 5 rounds"),
     ("cuda_rest", "what is left", "the other CUDA tests"),
 ]  # fmt: skip
 CHECK_TABLE = "\n".join(

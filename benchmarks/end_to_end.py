@@ -198,7 +198,7 @@ def main() -> None:
         help="photo-like generated images, or crops of real photographs (scikit-image)",
     )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=4, help="per process, the first untimed")
-    parser.add_argument("--rounds", type=int, default=1, help="processes per variant")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (each: --epochs)")
     parser.add_argument("--model", default="none", help="a torchvision model, or none")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=160)
@@ -218,10 +218,12 @@ def main() -> None:
     parser.add_argument("--name", default="end_to_end", help="the result files' name")
     parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, three variants")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, two rounds, one variant of each code path"
+    )
     args = parser.parse_args()
     if args.smoke:
-        args.images, args.epochs, args.rounds, args.model = 40, 2, 1, "squeezenet1_1"
+        args.images, args.epochs, args.rounds, args.model = 40, 2, 2, "squeezenet1_1"
         args.batch_size, args.image_size, args.baseline_workers = 8, 32, "2"
         args.decodes, args.augment, args.dali = "cpu,gpu,gpu-fused", "gpu", "0.65"
 

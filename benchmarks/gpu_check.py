@@ -6,18 +6,20 @@ then the decoders alone, memory and the CUDA tests.
   end_to_end_r18  ResNet-18, bf16, channels_last, batch 256: fastload with GPU decode and
                   with CPU decode, torchvision ImageFolder + DataLoader, DALI when
                   installed, the step alone; interleaved rounds of 30-step epochs; the
-                  steady rate and each epoch's fill apart, CPU per thread (200 s)
-  end_to_end_r50  the same with ResNet-50 (170 s)
+                  steady rate and each epoch's fill apart, CPU per thread; 4 rounds, one
+                  process a variant for all of them (175 s)
+  end_to_end_r50  the same with ResNet-50, 2 rounds (140 s)
   decode          GPUDecoder per backend vs torchvision's nvJPEG call, decode only and
                   decode + random resized crop + flip + normalise to bf16 channels_last;
-                  DALI's mixed decode + crop + resize + normalise when installed (50 s)
+                  DALI's mixed decode + crop + resize + normalise when installed (45 s)
   memory          reserved CUDA memory over 20 epochs (40 s)
   small_batches   an SRCNN step on 96 px patches at batch sizes 8 and 64: DataLoader,
-                  FastLoader, FastLoader + DataPrefetcher, the step alone (40 s)
-  cuda_new        the CUDA tests of the paths that had never run on a GPU (40 s):
+                  FastLoader, FastLoader + DataPrefetcher, the step alone (70 s)
+  cuda_new        the CUDA tests of the paths that had never run on a GPU (35 s):
                   cuda_tests.py --select new
   timm_loader     timm's create_loader (PrefetchLoader) vs fastload's on the GPU, train.py's
-                  recipe at 224 px, 3 rounds, with whatever time is left
+                  recipe at 224 px with its training step (ResNet-18), the step alone;
+                  5 rounds, with whatever time is left
   cuda_rest       the other CUDA tests, with whatever time is left after it
 
 Each part writes its JSON (and PNG) when it ends; one cut short by its budget keeps what it
@@ -69,11 +71,11 @@ from fastload.system import available_cpus
 PEERS = ("nvidia.dali", "nvidia.nvimgcodec")
 
 
-def end_to_end(model: str, name: str) -> list[str]:
-    """Epochs of 30 steps (7,680 photos), two timed per process after a warm-up: long enough
+def end_to_end(model: str, name: str, rounds: int) -> list[str]:
+    """Epochs of 30 steps (7,680 photos), two timed a round after a warm-up: long enough
     to tell the steady rate from the fill, short enough that rounds interleave."""
     workers = str(available_cpus())
-    return ["--source", "photos", "--images", "7680", "--epochs", "3", "--rounds", "3",
+    return ["--source", "photos", "--images", "7680", "--epochs", "3", "--rounds", str(rounds),
             "--model", model, "--batch-size", "256", "--image-size", "224",
             "--workers", workers, "--baseline-workers", workers,
             "--decodes", "cpu,gpu-fused", "--storages", "lmdb", "--augment", "gpu",
@@ -88,19 +90,20 @@ WORKERS = ["--workers", str(max(1, available_cpus() // 2))]
 SMALL_BATCHES = ["--batch-sizes", "8", "64", "--step", "srcnn"]
 
 PLAN = [
-    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18"), 200,
+    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18", 4), 175,
          ["--name", "end_to_end_resnet18"], "end_to_end_resnet18"),
-    Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end"), 170,
+    Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end", 2), 140,
          ["--name", "end_to_end"], "end_to_end"),
-    Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 50),
+    Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 45),
     Part("memory", "gpu_memory.py", ["--epochs", "20", "--batches", "5"], 40),
     Part("small_batches", "small_batches.py", [*SMALL_BATCHES, "--sources", "image folder",
-         "--device", "cuda", "--workers", str(available_cpus()), "--rounds", "3"], 40,
+         "--device", "cuda", "--workers", str(available_cpus()), "--rounds", "3"], 70,
          [*SMALL_BATCHES, "--sources", "in memory"]),
-    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 40,
+    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 35,
          cuda_tests("new"), "cuda_tests_new"),
     Part("timm_loader", "timm_loader.py", ["--configs", "224px", "--device", "cuda",
-         "--workers", str(available_cpus()), "--rounds", "3"], None, ["--configs", "224px"]),
+         "--model", "resnet18", "--images", "1024", "--workers", str(available_cpus()),
+         "--rounds", "5"], None, ["--configs", "224px", "--model", "resnet18"]),
     Part("cuda_rest", "cuda_tests.py", [*cuda_tests("rest"), *WORKERS], None,
          cuda_tests("rest"), "cuda_tests_rest"),
 ]  # fmt: skip

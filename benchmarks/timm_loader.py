@@ -11,6 +11,11 @@ crop-aware decode in the workers), its batch modules in the workers too. With ``
 timm posterizes to 0 bits at high magnitudes, which Pillow (since 11) refuses: its row
 says so, and the rows without ``inc1`` (``rand-m9-mstd0.5``) are the comparison.
 
+With ``--model`` (``resnet18`` in ``make gpu-check``), each batch also trains that timm
+model, as train.py's loop does (SGD, soft-target cross entropy on the mixed targets,
+channels_last, bf16 autocast on a GPU): end to end, with a row for the step alone on one
+batch already made (the ceiling) and each row's share of it.
+
 Workers are not persistent, so that each epoch's worker processes are reaped and their
 CPU time counted. One epoch is one timed run: a warm-up epoch each, then the loaders take
 turns (interleaved); medians; CPU ms per image (this process and its workers); on a GPU
@@ -20,7 +25,8 @@ thread, in ms per batch (median of the repeats).
 
 Usage:
     python benchmarks/timm_loader.py [--configs 64px 224px] [--images 512] [--rounds 5]
-        [--device cpu|cuda] [--workers 2] [--budget-s S] [--plot] [--smoke]
+        [--device cpu|cuda] [--model none|resnet18] [--workers 2] [--budget-s S] [--plot]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -98,12 +104,37 @@ def loaders(root: Path, config: str, workers: int, device: str) -> dict[str, Any
     return made
 
 
-def epoch(loader: Any) -> tuple[float, float, int]:
+class Step:
+    """train.py's step on each batch: a timm model, SGD, soft-target cross entropy (the
+    mixed targets), channels_last; bf16 autocast on a GPU."""
+
+    def __init__(self, model: str, device: str) -> None:
+        import timm
+
+        self.device = torch.device(device)
+        self.model = timm.create_model(model, num_classes=CLASSES).to(self.device)
+        self.model = self.model.to(memory_format=torch.channels_last)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+
+    def __call__(self, images: torch.Tensor, targets: torch.Tensor) -> None:
+        images = images.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.device.type == "cuda"):
+            loss = torch.nn.functional.cross_entropy(self.model(images), targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+
+def epoch(loader: Any, step: Step | None = None) -> tuple[float, float, int]:
+    """One pass through ``loader`` (with ``step`` on each batch): seconds, CPU seconds (this
+    process and its workers) and images."""
     started, cpu, images = time.perf_counter(), cpu_seconds_with_workers(), 0
     failure = None
     try:
-        for batch, _ in loader:
+        for batch, target in loader:
             images += len(batch)
+            if step is not None:
+                step(batch, target)
         if torch.cuda.is_available():  # the epoch ends when the device made its last batch
             torch.cuda.synchronize()
     except Exception as error:  # a worker's error: its first line and its cause's
@@ -114,6 +145,12 @@ def epoch(loader: Any) -> tuple[float, float, int]:
         gc.collect()
         raise RuntimeError(failure)
     return time.perf_counter() - started, cpu_seconds_with_workers() - cpu, images
+
+
+def step_alone(loader: Any, step: Step) -> Callable[[], tuple[float, float, int]]:
+    """An epoch of ``step`` on one batch of ``loader``'s already made: the ceiling."""
+    batch = next(iter(loader))
+    return lambda: epoch([batch] * len(loader), step)
 
 
 def milliseconds(run: Callable[[], object], repeats: int, prepare: Callable[[], Any]) -> float:
@@ -199,6 +236,19 @@ def per_op_costs(root: Path, config: str, repeats: int) -> dict[str, dict[str, f
     return {op: {"timm": t, "fastload": f} for op, (t, f) in costs.items()}
 
 
+def of_the_step_alone(rows: list[Row]) -> None:
+    """Each measured row's rate as a share of its config's step alone, in its extra columns."""
+    alone = {
+        row.name.split(", ")[1]: row.per_second
+        for row in rows
+        if row.name.startswith("the step alone")
+    }
+    for row in rows:
+        ceiling = alone.get(row.name.split(",")[1].strip())
+        if row.per_second is not None and ceiling:
+            row.extra["of the step alone"] = f"{100 * row.per_second / ceiling:.0f}%"
+
+
 def per_op_table(costs: dict[str, dict[str, dict[str, float]]]) -> str:
     rows = []
     for config, ops in costs.items():
@@ -218,6 +268,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--op-repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--model", default="none",
+        help="a timm model trained on each batch (train.py's step), or none: the loader alone",
+    )  # fmt: skip
     suite_arguments(parser)
     args = parser.parse_args()
     args.rounds = args.rounds or 5
@@ -228,14 +282,20 @@ def main() -> None:
     torch.manual_seed(0)
     root = photo_folder(args.out.parent / ".timm_loader_data" if args.smoke else
                         Path(__file__).parent / ".data" / "timm_loader", args.images)  # fmt: skip
-    runs = {name: lo for config in args.configs for name, lo in
-            loaders(root, config, args.workers, args.device).items()}  # fmt: skip
-    results = interleaved({name: (lambda lo=lo: epoch(lo)) for name, lo in runs.items()},
-                          rounds=args.rounds, budget=budget)  # fmt: skip
+    step = None if args.model == "none" else Step(args.model, args.device)
+    runs: dict[str, Callable[[], tuple[float, float, int]]] = {}
+    for config in args.configs:
+        made = loaders(root, config, args.workers, args.device)
+        runs |= {name: (lambda lo=lo: epoch(lo, step)) for name, lo in made.items()}
+        if step is not None:
+            runs[f"the step alone, {config}"] = step_alone(
+                made[f"fastload create_loader, {config}"], step
+            )
+    results = interleaved(runs, rounds=args.rounds, budget=budget)
     rows = []
     for name, measured in results.items():
-        versus = name.split(",")[1].strip()  # the config's timm row, without inc1
-        versus = f"timm create_loader, {versus}"
+        config = name.split(",")[1].strip()
+        versus = f"timm create_loader, {config}"  # the config's timm row, without inc1
         if isinstance(measured, str):
             note = measured if measured.startswith("not run") else f"failed: {measured}"
             rows.append(Row(name, None, 0, note=note, versus=versus))
@@ -244,6 +304,8 @@ def main() -> None:
         cpu = float(np.median([c for _, c, _ in measured])) / images
         rows.append(Row(name, Measurement(tuple(w for w, _, _ in measured)), images,
                         {"CPU ms/image": f"{1000 * cpu:.2f}"}, versus=versus))  # fmt: skip
+    if step is not None:
+        of_the_step_alone(rows)
     costs = {}  # the CPU's per-op table: on a GPU the ops run on the device
     if args.device == "cpu" and budget.allows(0, "the per-op table"):
         costs = {config: per_op_costs(root, config, args.op_repeats) for config in args.configs}
