@@ -64,8 +64,9 @@ SUITE_PARTS = [
     ("decode", "gpu_decode.py", "`GPUDecoder` vs `torchvision.io.decode_jpeg(device=\"cuda\")` "
      "vs OpenCV on every core, on 500x375 crops of real photographs; whether the JPEG engines "
      "were used"),
-    ("memory", "gpu_memory.py", "reserved CUDA memory after each of 5 epochs through "
-     "`DataPrefetcher` and `GPUDecoder`"),
+    ("memory", "gpu_memory.py", "reserved CUDA memory after each epoch through "
+     "`DataPrefetcher` and `GPUDecoder`, each in its own process; the growth after the "
+     "allocator's warm-up"),
     ("end_to_end", "end_to_end.py", "ResNet-50 training from JPEGs (folder and LMDB; CPU or "
      "GPU decoding) vs torchvision `ImageFolder` + `DataLoader` with a worker per core"),
     ("end_to_end_r18", "end_to_end.py", "the same with ResNet-18, the GPU-starved case"),
@@ -91,7 +92,8 @@ CHECK_PARTS = [
     ("end_to_end_r50", "140 s", "the same with ResNet-50, 2 rounds"),
     ("decode", "45 s", "`GPUDecoder` per backend vs torchvision's nvJPEG call, decode only "
      "and to a finished bf16 channels_last batch; DALI when installed"),
-    ("memory", "40 s", "reserved CUDA memory over 20 epochs"),
+    ("memory", "40 s", "reserved CUDA memory over 20 epochs, each pipeline in its own "
+     "process; the growth after a 3-epoch warm-up"),
     ("small_batches", "70 s", "an SRCNN training step on 96 px patches at batch sizes 8 and "
      "64: `DataLoader`, `FastLoader`, `FastLoader` + `DataPrefetcher`, the step alone"),
     ("cuda_new", "35 s", "the CUDA tests of the paths that had never run on a GPU: the "
@@ -230,7 +232,9 @@ that is missing instead of failing. The smoke run is part of the test suite
         "`make gpu-check` (whose ResNet-18 part had time for one round).",
     ),
     "gpu/gpu_memory": Notes(
-        "Memory over epochs", "Reserved CUDA memory after each epoch. Goal: flat."
+        "Memory over epochs",
+        "Reserved CUDA memory after each epoch. Goal: flat after the caching allocator's "
+        "warm-up (its pools filled by the first epochs' random sizes).",
     ),
     "gpu/small_batches": Notes(
         "Small batches, a training step",

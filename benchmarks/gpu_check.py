@@ -12,7 +12,8 @@ then the decoders alone, memory and the CUDA tests.
   decode          GPUDecoder per backend vs torchvision's nvJPEG call, decode only and
                   decode + random resized crop + flip + normalise to bf16 channels_last;
                   DALI's mixed decode + crop + resize + normalise when installed (45 s)
-  memory          reserved CUDA memory over 20 epochs (40 s)
+  memory          reserved CUDA memory over 20 epochs, a process per pipeline, the growth
+                  after a 3-epoch warm-up (40 s)
   small_batches   an SRCNN step on 96 px patches at batch sizes 8 and 64: DataLoader,
                   FastLoader, FastLoader + DataPrefetcher, the step alone (70 s)
   cuda_new        the CUDA tests of the paths that had never run on a GPU (35 s):
@@ -95,7 +96,7 @@ PLAN = [
     Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end", 2), 140,
          ["--name", "end_to_end"], "end_to_end"),
     Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 45),
-    Part("memory", "gpu_memory.py", ["--epochs", "20", "--batches", "5"], 40),
+    Part("memory", "gpu_memory.py", ["--epochs", "20", "--warmup", "3", "--batches", "5"], 40),
     Part("small_batches", "small_batches.py", [*SMALL_BATCHES, "--sources", "image folder",
          "--device", "cuda", "--workers", str(available_cpus()), "--rounds", "3"], 70,
          [*SMALL_BATCHES, "--sources", "in memory"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,10 @@ def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
     assert len(others) == 5 and all(row["per_second"] > 0 for row in others)
     memory = json.loads((smoke_results / "gpu_memory.json").read_text())
     assert [len(epochs) for epochs in memory["summary"]["per_epoch"].values()] == [3, 3]
+    processes = list(memory["summary"]["process"].values())  # one allocator each
+    assert len(set(processes)) == 2 and os.getpid() not in processes
+    for row in memory["rows"]:
+        assert row["resident growth after the warm-up MiB"].startswith(("+", "-"))
     end_to_end = rows(smoke_results, "end_to_end")
     dali = end_to_end.pop("NVIDIA DALI, CPU decode")
     assert_measured_or_missing(dali, "nvidia.dali", "DALI")
