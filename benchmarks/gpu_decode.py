@@ -9,6 +9,8 @@ memory as 1-D uint8 tensors (what ``LMDBDataset(decode=None)`` hands over):
   the device (the same output as GPUDecoder);
 - ``torchvision.io.decode_jpeg(list, device=...)``: one batched nvJPEG call, images out
   as a list;
+- nvImageCodec's own batched ``Decoder.decode`` on whole images (a CodeStream per image,
+  the decoder as GPUDecoder makes it): the ceiling its nvimgcodec rows are a share of;
 - ``GPUDecoder.decode``: the same through fastload (CPU fallback per refused image), with
   each backend installed here (nvImageCodec: the hardware JPEG engines first; nvjpeg);
 - ``GPUDecoder(224, flip, mean, std, bfloat16, channels_last)``: decode (nvImageCodec:
@@ -123,6 +125,36 @@ def torchvision_decode(device) -> Callable:
     return lambda batch: decode_jpeg(batch, mode=ImageReadMode.RGB, device=device)
 
 
+RAW_NVIMGCODEC = "nvImageCodec Decoder.decode, its own batched call (decode only)"
+
+
+def nvimgcodec_raw(device: torch.device, threads: int) -> Callable | str:
+    """nvImageCodec's own batched call on whole images, with the decoder GPUDecoder makes
+    (the same backends, threads and options): a CodeStream per image and the call, nothing
+    else (no header, no tensor out). What GPUDecoder's nvimgcodec rows are held against."""
+    from fastload.decode import nvimgcodec
+
+    codec = nvimgcodec.load()
+    if codec is None:
+        return "not installed here: pip install '.[nvimgcodec]'"
+    made = nvimgcodec.NvImageCodec(device, threads)
+
+    def decode(batch: list[torch.Tensor]):
+        streams = [codec.CodeStream(data.numpy()) for data in batch]
+        cuda_stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        return made.decoder.decode(streams, params=made.params, cuda_stream=cuda_stream)
+
+    return decode
+
+
+def of_the_raw_call(rows: list[Row]) -> None:
+    """Each nvimgcodec row's rate as a share of nvImageCodec's own call, in its extras."""
+    raw = next((row.per_second for row in rows if row.name == RAW_NVIMGCODEC), None)
+    for row in rows:
+        if raw and row.per_second is not None and "nvimgcodec" in row.name:
+            row.extra["of nvImageCodec's own call"] = f"{100 * row.per_second / raw:.0f}%"
+
+
 def dali_decode(args, device, load: float, batches: list[list[torch.Tensor]]) -> Callable:
     """DALI's crop-decode-normalise on the same encoded batches, in turn (its own threads,
     its own prefetching): one ``run()`` a batch."""
@@ -199,6 +231,7 @@ def main() -> None:
             opencv_decode(pool, args.size, device),
         f"torchvision decode_jpeg, list {where} (decode only)": torchvision_decode(device),
     }  # fmt: skip
+    decoders[RAW_NVIMGCODEC] = nvimgcodec_raw(device, args.threads)
     backends = ["nvimgcodec", "nvjpeg"] if cuda else ["nvimgcodec", "opencv"]
     used = {}
     for backend in backends:
@@ -258,6 +291,7 @@ def main() -> None:
         if cuda:
             extra["hardware decoder"] = engines.get(name, "-")
         rows.append(Row(name, seconds, args.images, extra))
+    of_the_raw_call(rows)
     nvjpeg = "torchcodec" if importlib.util.find_spec("torchcodec") else "torchvision"
     print(f"device: {device_name()}" + ("" if cuda else ": CPU fallback, no GPU figure"))
     result = report(

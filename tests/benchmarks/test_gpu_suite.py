@@ -107,10 +107,17 @@ def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
     assert dali_rows
     for name in dali_rows:
         assert_measured_or_missing(decode.pop(name), "nvidia.dali", name)
-    nvimgcodec = {name: row for name, row in decode.items() if "nvimgcodec" in name}
-    assert len(nvimgcodec) == 2
+    nvimgcodec = {name: row for name, row in decode.items()
+                  if "nvimgcodec" in name or "nvImageCodec" in name}  # fmt: skip
+    assert len(nvimgcodec) == 3
     for name, row in nvimgcodec.items():
         assert_measured_or_missing(row, "nvidia.nvimgcodec", name)
+    raw = nvimgcodec["nvImageCodec Decoder.decode, its own batched call (decode only)"]
+    for row in nvimgcodec.values():  # each a share of nvImageCodec's own call
+        if row["per_second"] is not None and row is not raw:
+            assert row["of nvImageCodec's own call"] == (
+                f"{100 * row['per_second'] / raw['per_second']:.0f}%"
+            )
     others = [row for name, row in decode.items() if name not in nvimgcodec]
     assert len(others) == 5 and all(row["per_second"] > 0 for row in others)
     memory = json.loads((smoke_results / "gpu_memory.json").read_text())
