@@ -45,8 +45,8 @@ DESELECT = ["tests/benchmarks/test_gpu_suite.py", "tests/benchmarks/test_gpu_che
 #: around it. (The decode producer, nvImageCodec, the fused kernel, masks and boxes, the
 #: policies and resume ran on an H200 on 2026-11-27 and are in ``rest``.)
 NEW_ON_CUDA = [
-    "tests/test_prefetch_runs.py",
-    "tests/test_prefetch.py",
+    "tests/decode/test_staging.py",
+    "tests/decode/test_gpu.py",
 ]
 
 

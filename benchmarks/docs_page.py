@@ -87,8 +87,9 @@ CHECK_PARTS = [
     ("end_to_end_r18", "175 s", "ResNet-18 (bf16, channels_last, batch 256) from 7,680 "
      "photos in 30-step epochs: GPU decode, CPU decode, torchvision `ImageFolder` + "
      "`DataLoader`, DALI when installed, the step alone; GPU idle from CUDA events, the "
-     "steady rate and each epoch's fill apart, CPU per thread; 4 rounds, each variant's "
-     "process kept for all of them"),
+     "steady rate and each epoch's fill apart, CPU per thread; GPU decode also with a "
+     "quarter of the JPEGs decoded by OpenCV beside it (`cpu_share=0.25`); 3 rounds, each "
+     "variant's process kept for all of them"),
     ("end_to_end_r50", "140 s", "the same with ResNet-50, 2 rounds"),
     ("decode", "45 s", "`GPUDecoder` per backend vs torchvision's nvJPEG call, decode only "
      "and to a finished bf16 channels_last batch; DALI when installed"),
@@ -96,8 +97,8 @@ CHECK_PARTS = [
      "process; the growth after a 3-epoch warm-up"),
     ("small_batches", "70 s", "an SRCNN training step on 96 px patches at batch sizes 8 and "
      "64: `DataLoader`, `FastLoader`, `FastLoader` + `DataPrefetcher`, the step alone"),
-    ("cuda_new", "35 s", "the CUDA tests of the paths that had never run on a GPU: the "
-     "prefetcher copying a super-batch once and cutting it on the device"),
+    ("cuda_new", "35 s", "the CUDA tests of the paths that had never run on a GPU: "
+     "`GPUDecoder`'s `cpu_share` and its one copy from pinned memory (the decoder's tests)"),
     ("timm_loader", "what is left", "timm's `create_loader` (its `PrefetchLoader`) vs "
      "fastload's on the GPU: `train.py`'s recipe at 224 px with its training step "
      "(ResNet-18), and the step alone; 5 rounds"),

@@ -16,6 +16,8 @@ the median over the timed epochs.
   ``--decodes``, from each of ``--storages`` (the folder, the LMDB file), the rest of
   the augmentation where ``--augment`` says, DataPrefetcher (its producer thread with a
   decoder);
+- with ``--cpu-shares``, ``gpu-fused`` again with each of those shares of the JPEGs
+  decoded by OpenCV on the producer's threads beside the GPU (``GPUDecoder(cpu_share=)``);
 - the step alone: one batch of fastload's, already on the device, trained on for an
   epoch's steps: the ceiling a pipeline can reach;
 - NVIDIA DALI (``--dali``, a list of ``hw_decoder_load`` values on a GPU): its ImageNet
@@ -34,7 +36,8 @@ Usage:
     python benchmarks/end_to_end.py [--images 1000] [--epochs 4] [--rounds 1]
         [--model none] [--batch-size 64] [--image-size 160] [--workers auto]
         [--baseline-workers 0,2] [--decodes cpu,gpu,gpu-fused] [--storages folder,lmdb]
-        [--augment cpu|gpu] [--dtype float32|bfloat16] [--dali 0.65,1] [--budget-s S]
+        [--augment cpu|gpu] [--dtype float32|bfloat16] [--dali 0.65,1] [--cpu-shares 0.25]
+        [--budget-s S]
         [--out DIR] [--plot] [--smoke]
 """
 
@@ -170,6 +173,10 @@ def variants(args, folder: Path, database: Path) -> dict[str, tuple[Path, list[s
             if args.augment and decode != "gpu-fused":  # gpu-fused: the decoder's recipe
                 options += ["--augment", args.augment]
             found[f"fastload, {label}, {decode.upper()} decode"] = (data, options)
+            if decode == "gpu-fused":  # GPUDecoder's cpu_share: OpenCV decodes beside it
+                for share in filter(None, args.cpu_shares.split(",")):
+                    name = f"fastload, {label}, GPU-FUSED decode, {float(share):.0%} on the CPU"
+                    found[name] = (data, [*options, "--cpu-share", share])
     installed = importlib.util.find_spec("nvidia") is not None and (
         importlib.util.find_spec("nvidia.dali") is not None
     )
@@ -213,6 +220,10 @@ def main() -> None:
     parser.add_argument(
         "--dali", default="", help="NVIDIA DALI's hw_decoder_load values to run (on a CPU: one)"
     )
+    parser.add_argument(
+        "--cpu-shares", default="",
+        help="gpu-fused also with each of these GPUDecoder cpu_share values (e.g. 0.25)",
+    )  # fmt: skip
     parser.add_argument("--augment", choices=["cpu", "gpu"], default=None)
     budget_argument(parser)
     parser.add_argument("--name", default="end_to_end", help="the result files' name")
@@ -226,6 +237,7 @@ def main() -> None:
         args.images, args.epochs, args.rounds, args.model = 40, 2, 2, "squeezenet1_1"
         args.batch_size, args.image_size, args.baseline_workers = 8, 32, "2"
         args.decodes, args.augment, args.dali = "cpu,gpu,gpu-fused", "gpu", "0.65"
+        args.cpu_shares = "0.25"
 
     budget = Budget(args.budget_s)  # making the data counts too
     started = time.perf_counter()

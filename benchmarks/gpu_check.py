@@ -6,8 +6,9 @@ then the decoders alone, memory and the CUDA tests.
   end_to_end_r18  ResNet-18, bf16, channels_last, batch 256: fastload with GPU decode and
                   with CPU decode, torchvision ImageFolder + DataLoader, DALI when
                   installed, the step alone; interleaved rounds of 30-step epochs; the
-                  steady rate and each epoch's fill apart, CPU per thread; 4 rounds, one
-                  process a variant for all of them (175 s)
+                  steady rate and each epoch's fill apart, CPU per thread; GPU decode
+                  also with a quarter of the JPEGs decoded by OpenCV beside it
+                  (cpu_share=0.25); 3 rounds, one process a variant for all (175 s)
   end_to_end_r50  the same with ResNet-50, 2 rounds (140 s)
   decode          GPUDecoder per backend vs torchvision's nvJPEG call, decode only and
                   decode + random resized crop + flip + normalise to bf16 channels_last;
@@ -72,7 +73,7 @@ from fastload.system import available_cpus
 PEERS = ("nvidia.dali", "nvidia.nvimgcodec")
 
 
-def end_to_end(model: str, name: str, rounds: int) -> list[str]:
+def end_to_end(model: str, name: str, rounds: int, *more: str) -> list[str]:
     """Epochs of 30 steps (7,680 photos), two timed a round after a warm-up: long enough
     to tell the steady rate from the fill, short enough that rounds interleave."""
     workers = str(available_cpus())
@@ -80,7 +81,7 @@ def end_to_end(model: str, name: str, rounds: int) -> list[str]:
             "--model", model, "--batch-size", "256", "--image-size", "224",
             "--workers", workers, "--baseline-workers", workers,
             "--decodes", "cpu,gpu-fused", "--storages", "lmdb", "--augment", "gpu",
-            "--dtype", "bfloat16", "--dali", "0.65", "--name", name]  # fmt: skip
+            "--dtype", "bfloat16", "--dali", "0.65", "--name", name, *more]  # fmt: skip
 
 
 def cuda_tests(select: str) -> list[str]:
@@ -91,7 +92,8 @@ WORKERS = ["--workers", str(max(1, available_cpus() // 2))]
 SMALL_BATCHES = ["--batch-sizes", "8", "64", "--step", "srcnn"]
 
 PLAN = [
-    Part("end_to_end_r18", "end_to_end.py", end_to_end("resnet18", "end_to_end_resnet18", 4), 175,
+    Part("end_to_end_r18", "end_to_end.py",
+         end_to_end("resnet18", "end_to_end_resnet18", 3, "--cpu-shares", "0.25"), 175,
          ["--name", "end_to_end_resnet18"], "end_to_end_resnet18"),
     Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end", 2), 140,
          ["--name", "end_to_end"], "end_to_end"),

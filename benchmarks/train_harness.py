@@ -67,7 +67,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
         dataset = folder(args.data, decode=None)
         decoder = GPUDecoder(
             args.image_size, device=device, flip=0.5, mean=MEAN, std=STD, dtype=dtype,
-            channels_last=cuda,
+            channels_last=cuda, cpu_share=args.cpu_share, threads=available_cpus(),
         )  # fmt: skip
         loader = FastLoader(
             dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
@@ -76,7 +76,12 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
         return DataPrefetcher(loader, device, decoder=decoder), len(dataset.classes)
     if args.decode == "gpu":  # the workers read bytes; the GPU decodes and crops
         dataset = folder(args.data, decode=None)
-        collate, decoder = encoded_collate, GPUDecoder(args.image_size, device=device)
+        collate, decoder = (
+            encoded_collate,
+            GPUDecoder(
+                args.image_size, device=device, cpu_share=args.cpu_share, threads=available_cpus()
+            ),
+        )
     else:
         import albumentations as A
         from torchvision.transforms import v2
@@ -320,6 +325,10 @@ def main() -> None:
     parser.add_argument(
         "--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
         help="the batch's dtype as the pipeline hands it over",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cpu-share", type=float, default=0.0,
+        help="--decode gpu/gpu-fused: GPUDecoder's cpu_share, the JPEGs OpenCV decodes beside it",
     )  # fmt: skip
     parser.add_argument(
         "--augment", choices=["cpu", "gpu"], default=None, help="default: gpu with CUDA"

@@ -133,6 +133,7 @@ def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
         "baseline: torchvision + DataLoader, 2 workers",
         "fastload, image folder, CPU decode",
         "fastload, LMDB, GPU decode",
+        "fastload, LMDB, GPU-FUSED decode, 25% on the CPU",
         "fastload, LMDB, GPU-FUSED decode",
         "the step alone: one cached batch",
     }

@@ -451,3 +451,62 @@ def test_pixel_regions_are_the_whole_pixels_a_box_touches(box, size):
         min(size[0], math.ceil(top + height)), min(size[1], math.ceil(left + width)),
     ]  # fmt: skip
     assert pixel_regions(boxes, np.array([size])).tolist() == [want]
+
+
+def test_a_cpu_share_of_the_jpegs_goes_to_opencv_spread_out_and_is_not_a_fallback():
+    batch = [encode(30 + i, 40, seed=i) for i in range(10)]
+    decoder = GPUDecoder(16, device="cpu", backend="opencv", cpu_share=0.3)
+    nvjpeg = nvjpeg_path(decoder)
+    plan = decoder.plan(EncodedBatch.pack(batch))
+    assert sorted(plan.host) == [0, 3, 6] and plan.gpu == [1, 2, 4, 5, 7, 8, 9]
+    assert plan.shared == 3 and plan.staged is None  # staged for a CUDA device only
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a share is chosen: no fallback warning
+        out = decoder.run(plan)
+    assert nvjpeg.calls == [7]
+    assert decoder.decoded == {"nvjpeg": 7, "opencv": 3} and decoder.cpu_fallbacks == 0
+    # the stand-in decodes as OpenCV does: the same batch as with no share
+    whole = GPUDecoder(16, device="cpu", backend="opencv")
+    nvjpeg_path(whole)
+    params = {"top": plan.boxes[:, 0], "left": plan.boxes[:, 1], "height": plan.boxes[:, 2],
+              "width": plan.boxes[:, 3], "flip": plan.flip}  # fmt: skip
+    assert torch.equal(out, whole(batch, params))
+
+
+def test_with_a_cpu_share_the_images_the_gpu_cannot_take_are_still_counted_as_fallbacks():
+    batch = [encode(20, 20, seed=i) for i in range(4)] + [encode(30, 30, ".png")]
+    decoder = GPUDecoder(16, device="cpu", backend="opencv", cpu_share=0.5)
+    nvjpeg = nvjpeg_path(decoder)
+    with pytest.warns(UserWarning, match=r"^1 image\(s\) decoded on the CPU"):
+        decoder(batch)
+    assert nvjpeg.calls == [2]
+    assert decoder.decoded == {"nvjpeg": 2, "opencv": 3} and decoder.cpu_fallbacks == 1
+
+
+@pytest.mark.parametrize("share, count", [(0.0, 0), (0.01, 0), (0.1, 1), (0.5, 4), (1.0, 8)])
+def test_the_cpu_share_rounds_to_whole_images(share, count):
+    decoder = GPUDecoder(16, device="cpu", backend="opencv", cpu_share=share)
+    nvjpeg_path(decoder)
+    plan = decoder.plan([encode(20, 20, seed=i) for i in range(8)])
+    assert plan.shared == len(plan.host) == count and len(plan.gpu) == 8 - count
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan"), True, "0.3"])
+def test_a_cpu_share_that_is_not_a_probability_is_refused_by_name(share):
+    with pytest.raises(ValueError, match=r"^cpu_share must be a probability in \[0, 1\], got "):
+        GPUDecoder(16, device="cpu", cpu_share=share)
+
+
+@pytest.mark.needs_cuda
+def test_on_cuda_a_cpu_share_is_staged_in_one_pinned_buffer_and_decodes_as_the_rest():
+    batch = [encode(48, 64, seed=i) for i in range(8)]
+    params = GPUDecoder(32, device="cpu").sample_params(torch.tensor([[48.0, 64.0]] * 8))
+    shared = GPUDecoder(32, device="cuda", cpu_share=0.5)
+    plan = shared.plan(EncodedBatch.pack(batch), params)
+    assert plan.staged is not None and plan.staged.buffer.is_pinned()
+    assert sorted(plan.staged.places) == sorted(plan.host) == [0, 2, 4, 6]
+    out = shared.run(plan).cpu()
+    assert shared.decoded == {"nvjpeg": 4, "opencv": 4} and shared.cpu_fallbacks == 0
+    alone = GPUDecoder(32, device="cuda")(batch, params=params).cpu()
+    # the CPU's images differ from nvJPEG's by its chroma upsampling only (see above)
+    assert (out.int() - alone.int()).abs().float().mean() < 3

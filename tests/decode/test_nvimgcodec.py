@@ -202,3 +202,18 @@ def test_on_cuda_the_hardware_decoder_takes_a_baseline_jpegs_region():
     gpu_crop = from_dlpack(crop).cpu()
     assert gpu_crop.shape == cpu_crop.shape == (64, 96, 3)
     assert (gpu_crop.int() - cpu_crop.int()).abs().max() <= 2
+
+
+def test_a_cpu_share_takes_whole_images_from_opencv_and_regions_from_nvimgcodec():
+    batch = [jpeg(48 + i, 64, seed=i, orientation=1 + i % 8) for i in range(6)]
+    sizes = torch.tensor([[48.0 + i, 64.0][:: 1 if i % 8 < 4 else -1] for i in range(6)])
+    params = GPUDecoder(24, device="cpu").sample_params(sizes, torch.Generator().manual_seed(3))
+    shared = GPUDecoder(24, device="cpu", backend="nvimgcodec", cpu_share=0.5)
+    plan = shared.plan(batch, params)
+    assert sorted(plan.host) == [0, 2, 4] and sorted(plan.regions) == [1, 3, 5]
+    out = shared.run(plan)
+    assert shared.decoded == {"nvimgcodec": 3, "opencv": 3}
+    # both decode with libjpeg-turbo and apply EXIF orientation: the batch alone, but for
+    # rounding at .5 (a region resampled from its own corner)
+    alone = GPUDecoder(24, device="cpu", backend="nvimgcodec")(batch, params)
+    assert (out.int() - alone.int()).abs().max() <= 1

@@ -29,6 +29,7 @@ from fastload.decode import nvimgcodec, nvjpeg
 from fastload.decode.crop import crop_resize_finish
 from fastload.decode.inputs import HostBatch, Plan, accelerated, crop_regions, rest_of
 from fastload.decode.opencv import ImageDecodeError, decode_image
+from fastload.decode.staging import stage
 from fastload.finishing import Finish
 from fastload.gpu.arguments import output_size
 from fastload.gpu.base import Params, draw_uniform
@@ -89,6 +90,11 @@ class GPUDecoder(nn.Module):
             ``"auto"``: ``"nvjpeg"`` on a CUDA device (faster there: the GPU decoding
             guide says why), ``"nvimgcodec"`` on the CPU if installed, else ``"opencv"``.
             ``backend`` afterwards names the one chosen.
+        cpu_share: The share of each batch's JPEGs that the GPU backend would take which
+            OpenCV decodes instead, on the host step's threads (``threads``) while the
+            device decodes the others: spare CPU cores as a second decoder beside the
+            GPU's (DALI's ``hw_decoder_load``, turned round). Spread through the batch;
+            not counted as fallbacks. 0, the default: the GPU backend takes all it can.
 
     ``decoded`` counts the images each backend decoded (``"opencv"`` also takes what a GPU
     backend cannot: PNG, CMYK, a corrupt file); ``cpu_fallbacks`` counts those on a GPU
@@ -97,7 +103,8 @@ class GPUDecoder(nn.Module):
     Raises:
         ValueError: An unknown ``crop`` or ``backend``, a ``crop_fraction`` outside
             (0, 1], an invalid ``size``, ``scale``, ``ratio``, ``threads`` or ``flip``,
-            ``mean`` without ``std`` (or the reverse) or without ``dtype``, or
+            ``mean`` without ``std`` (or the reverse) or without ``dtype``, a ``cpu_share``
+            outside [0, 1], or
             ``backend="nvjpeg"`` on a device that is not CUDA.
         TypeError: A ``dtype`` that is not floating; on a call, a batch that is neither
             an ``EncodedBatch`` nor a list of tensors.
@@ -133,6 +140,7 @@ class GPUDecoder(nn.Module):
         generator: torch.Generator | None = None,
         backend: str = "auto",
         statistics_scale: float = 1,
+        cpu_share: float = 0.0,
     ) -> None:
         super().__init__()
         if crop not in CROPS:
@@ -150,6 +158,7 @@ class GPUDecoder(nn.Module):
             min(8, available_cpus()) if threads is None else check_int(threads, "threads", low=1)
         )
         self.flip = check_probability(flip, "flip")
+        self.cpu_share = check_probability(cpu_share, "cpu_share")
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
         if mean is not None and dtype is None:
@@ -196,7 +205,7 @@ class GPUDecoder(nn.Module):
         self, batch: HostBatch, indices: list[int], *, hwc: bool = False
     ) -> dict[int, Tensor]:
         """OpenCV on ``indices``, in a thread pool: CHW views (HWC with ``hwc``), on the
-        host (:meth:`_moved` puts them on the device)."""
+        host (:meth:`_on_device` puts them on the device)."""
         if not indices:
             return {}
         if self._pool is None:  # made on first use, kept: not a pool per batch
@@ -210,8 +219,11 @@ class GPUDecoder(nn.Module):
 
         return dict(zip(indices, self._pool.map(one, indices), strict=True))
 
-    def _moved(self, images: dict[int, Tensor]) -> dict[int, Tensor]:
-        """OpenCV's images on the device, counted."""
+    def _on_device(self, plan: Plan, fallback: dict[int, Tensor]) -> dict[int, Tensor]:
+        """OpenCV's images on the device, counted: the plan's (staged: in one copy) and the
+        ``fallback`` ones the GPU backend refused (one by one: they are rare)."""
+        host = plan.staged.on(self.device) if plan.staged is not None else plan.host
+        images = {**host, **fallback}
         self.decoded["opencv"] += len(images)
         return {index: image.to(self.device, non_blocking=True) for index, image in images.items()}
 
@@ -240,13 +252,26 @@ class GPUDecoder(nn.Module):
             empty = torch.zeros(0)
             return Plan(batch, [], {}, np.zeros((0, 2)), empty.view(0, 4), empty.bool(), None)
         gpu = self._gpu_indices(batch)
+        shared = self._shared_with_the_cpu(gpu)
+        if shared:
+            gpu = sorted(set(gpu) - set(shared))
         host = self._cpu_decode(batch, rest_of(gpu, len(batch)), hwc=hwc)
         sizes = batch.displayed.copy()
         for index, image in host.items():
             sizes[index] = image.shape[:2] if hwc else image.shape[-2:]
         boxes, flip = self._boxes_and_flips(torch.from_numpy(sizes).float(), params)
         regions = crop_regions(boxes, sizes, gpu) if hwc else None
-        return Plan(batch, gpu, host, sizes, boxes, flip, regions)
+        staged = None
+        if host and self.device.type == "cuda":  # one copy from pinned memory, in run()
+            assert self._pool is not None
+            staged = stage(host, chw=not hwc, pin=True, map_=self._pool.map)
+        return Plan(batch, gpu, host, sizes, boxes, flip, regions, len(shared), staged)
+
+    def _shared_with_the_cpu(self, gpu: list[int]) -> list[int]:
+        """The ``cpu_share`` of the GPU backend's images that OpenCV decodes instead,
+        spread evenly through them."""
+        count = round(len(gpu) * self.cpu_share)
+        return [gpu[k * len(gpu) // count] for k in range(count)] if count else []
 
     def _gpu_indices(self, batch: HostBatch) -> list[int]:
         """Which images the GPU backend is given, from the headers alone."""
@@ -288,9 +313,10 @@ class GPUDecoder(nn.Module):
         refused = [index for index in plan.gpu if index not in decoded]
         if self._accelerated:
             self.decoded["nvjpeg"] += len(decoded)
-            if len(plan.batch) > len(decoded):
-                self._count_fallbacks(len(plan.batch) - len(decoded), len(refused))
-        decoded.update(self._moved({**plan.host, **self._fallback(plan, refused, hwc=False)}))
+            fallbacks = len(plan.batch) - len(decoded) - plan.shared
+            if fallbacks:
+                self._count_fallbacks(fallbacks, len(refused))
+        decoded.update(self._on_device(plan, self._fallback(plan, refused, hwc=False)))
         return [decoded[index] for index in range(len(plan.batch))]
 
     def _decoded_regions(
@@ -304,9 +330,10 @@ class GPUDecoder(nn.Module):
         self.decoded["nvimgcodec"] += len(decoded)
         plan.gpu_done = set(decoded)
         refused = [index for index in regions if index not in decoded]
-        if (refused or plan.host) and self.device.type == "cuda":
-            self._count_fallbacks(len(refused) + len(plan.host), len(refused))
-        decoded.update(self._moved({**plan.host, **self._fallback(plan, refused, hwc=True)}))
+        fallbacks = len(refused) + len(plan.host) - plan.shared
+        if fallbacks and self.device.type == "cuda":
+            self._count_fallbacks(fallbacks, len(refused))
+        decoded.update(self._on_device(plan, self._fallback(plan, refused, hwc=True)))
         return [decoded[index] for index in range(len(plan.batch))]
 
     def _fallback(self, plan: Plan, refused: list[int], *, hwc: bool) -> dict[int, Tensor]:
@@ -377,7 +404,8 @@ class GPUDecoder(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"size={self.size}, crop={self.crop!r}, flip={self.flip}, dtype={self.dtype}, "
-            f"device={self.device}, backend={self.backend!r}, decoded={dict(self.decoded)}"
+            f"device={self.device}, backend={self.backend!r}, cpu_share={self.cpu_share}, "
+            f"decoded={dict(self.decoded)}"
         )
 
     def __getstate__(self) -> dict[str, Any]:

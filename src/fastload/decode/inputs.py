@@ -15,6 +15,7 @@ from torch import Tensor
 
 from fastload.collate import EncodedBatch
 from fastload.decode import opencv
+from fastload.decode.staging import Staged
 from fastload.jpeg import (
     COMPONENTS,
     ENDS,
@@ -179,8 +180,10 @@ def rest_of(indices: list[int], size: int) -> list[int]:
 class Plan:
     """What ``GPUDecoder.plan`` made on the host for ``GPUDecoder.run``: the batch, the
     indices the GPU backend takes (``gpu``; ``gpu_done``: those it decoded), OpenCV's
-    images of the others (``host``), every image's displayed ``sizes``, the boxes and
-    flips, and nvImageCodec's crop ``regions`` (None on the other backends)."""
+    images of the others (``host``; ``shared`` of them were the GPU's, given to the CPU by
+    ``cpu_share``; ``staged``: the same packed for one copy to a CUDA device), every
+    image's displayed ``sizes``, the boxes and flips, and nvImageCodec's crop ``regions``
+    (None on the other backends)."""
 
     batch: HostBatch
     gpu: list[int]
@@ -189,4 +192,6 @@ class Plan:
     boxes: Tensor
     flip: Tensor
     regions: dict[int, tuple[int, int, int, int] | None] | None
+    shared: int = 0
+    staged: Staged | None = None
     gpu_done: set[int] = dataclasses.field(default_factory=set)
