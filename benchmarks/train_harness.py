@@ -55,6 +55,11 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 READY = "ready"
 
 
+def cpu_share(args) -> dict[str, float | int]:
+    """GPUDecoder's ``cpu_share`` with a thread per core for it, or nothing (its defaults)."""
+    return {"cpu_share": args.cpu_share, "threads": available_cpus()} if args.cpu_share else {}
+
+
 def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
     from fastload.collate import encoded_collate, uint8_collate
     from fastload.transforms import Albumentations, RandomResizedCrop
@@ -67,7 +72,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
         dataset = folder(args.data, decode=None)
         decoder = GPUDecoder(
             args.image_size, device=device, flip=0.5, mean=MEAN, std=STD, dtype=dtype,
-            channels_last=cuda, cpu_share=args.cpu_share, threads=available_cpus(),
+            channels_last=cuda, **cpu_share(args),
         )  # fmt: skip
         loader = FastLoader(
             dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
@@ -78,9 +83,7 @@ def fastload_pipeline(args, device: torch.device) -> tuple[DataPrefetcher, int]:
         dataset = folder(args.data, decode=None)
         collate, decoder = (
             encoded_collate,
-            GPUDecoder(
-                args.image_size, device=device, cpu_share=args.cpu_share, threads=available_cpus()
-            ),
+            GPUDecoder(args.image_size, device=device, **cpu_share(args)),
         )
     else:
         import albumentations as A

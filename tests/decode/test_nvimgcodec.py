@@ -217,3 +217,19 @@ def test_a_cpu_share_takes_whole_images_from_opencv_and_regions_from_nvimgcodec(
     # rounding at .5 (a region resampled from its own corner)
     alone = GPUDecoder(24, device="cpu", backend="nvimgcodec")(batch, params)
     assert (out.int() - alone.int()).abs().max() <= 1
+
+
+@pytest.mark.needs_cuda
+def test_on_cuda_a_cpu_share_is_staged_hwc_beside_the_regions():
+    batch = [jpeg(48, 64, seed=i) for i in range(6)]
+    params = GPUDecoder(24, device="cpu").sample_params(torch.tensor([[48.0, 64.0]] * 6))
+    shared = GPUDecoder(24, device="cuda", backend="nvimgcodec", cpu_share=0.5)
+    plan = shared.plan(batch, params)
+    assert plan.staged is not None and not plan.staged.chw
+    assert sorted(plan.staged.places) == [0, 2, 4] and sorted(plan.regions) == [1, 3, 5]
+    out = shared.run(plan).cpu()
+    assert shared.decoded == {"nvimgcodec": 3, "opencv": 3} and shared.cpu_fallbacks == 0
+    on_the_cpu = GPUDecoder(24, device="cpu", backend="opencv")(batch, params)
+    # the CPU's images are OpenCV's; the engines' within a level of them (as above)
+    difference = (out.int() - on_the_cpu.int()).abs()
+    assert difference[[0, 2, 4]].max() <= 1 and difference.float().mean() < 2

@@ -3,6 +3,7 @@ the device as they went in, HWC or as CHW views, from one copy."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -44,8 +45,19 @@ def test_images_come_out_as_they_went_in_end_to_end_in_one_buffer(shapes, chw):
 def test_a_pinned_buffer_goes_to_the_device_in_one_copy_made_by_a_pool(device):
     images = {i: torch.full((4 + i, 5, 3), i, dtype=torch.uint8) for i in range(8)}
     pin = device == "cuda"
-    with ThreadPoolExecutor(4) as pool:
-        staged = stage(images, chw=False, pin=pin, map_=pool.map)
+    copied: list[tuple[int, str]] = []
+
+    def recorded(copy, indices):
+        def one(index):
+            copy(index)
+            copied.append((index, threading.current_thread().name))
+
+        return pool.map(one, indices)
+
+    with ThreadPoolExecutor(4, thread_name_prefix="copier") as pool:
+        staged = stage(images, chw=False, pin=pin, map_=recorded)
+    assert sorted(index for index, _ in copied) == list(images)  # each copied once, by the pool
+    assert all(name.startswith("copier") for _, name in copied)
     assert staged.buffer.is_pinned() is pin
     out = staged.on(torch.device(device))
     # every image a view of the one copied buffer

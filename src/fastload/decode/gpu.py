@@ -91,10 +91,12 @@ class GPUDecoder(nn.Module):
             guide says why), ``"nvimgcodec"`` on the CPU if installed, else ``"opencv"``.
             ``backend`` afterwards names the one chosen.
         cpu_share: The share of each batch's JPEGs that the GPU backend would take which
-            OpenCV decodes instead, on the host step's threads (``threads``) while the
-            device decodes the others: spare CPU cores as a second decoder beside the
-            GPU's (DALI's ``hw_decoder_load``, turned round). Spread through the batch;
-            not counted as fallbacks. 0, the default: the GPU backend takes all it can.
+            OpenCV decodes instead, in :meth:`plan` on ``threads`` threads: spare CPU
+            cores as a second decoder beside the GPU's (DALI's ``hw_decoder_load``,
+            turned round). Under ``DataPrefetcher`` the next batch is planned while this
+            one decodes on the device; a direct call does one after the other. Spread
+            through the batch, rounded half up; not counted as fallbacks. 0, the
+            default: the GPU backend takes all it can.
 
     ``decoded`` counts the images each backend decoded (``"opencv"`` also takes what a GPU
     backend cannot: PNG, CMYK, a corrupt file); ``cpu_fallbacks`` counts those on a GPU
@@ -265,12 +267,13 @@ class GPUDecoder(nn.Module):
         if host and self.device.type == "cuda":  # one copy from pinned memory, in run()
             assert self._pool is not None
             staged = stage(host, chw=not hwc, pin=True, map_=self._pool.map)
+            host = staged.on(torch.device("cpu"))  # views of it: no second copy held
         return Plan(batch, gpu, host, sizes, boxes, flip, regions, len(shared), staged)
 
     def _shared_with_the_cpu(self, gpu: list[int]) -> list[int]:
         """The ``cpu_share`` of the GPU backend's images that OpenCV decodes instead,
         spread evenly through them."""
-        count = round(len(gpu) * self.cpu_share)
+        count = int(len(gpu) * self.cpu_share + 0.5)
         return [gpu[k * len(gpu) // count] for k in range(count)] if count else []
 
     def _gpu_indices(self, batch: HostBatch) -> list[int]:
