@@ -87,7 +87,8 @@ CHECK_PARTS = [
     ("end_to_end_r18", "175 s", "ResNet-18 (bf16, channels_last, batch 256) from 7,680 "
      "photos in 30-step epochs: GPU decode, CPU decode, torchvision `ImageFolder` + "
      "`DataLoader`, DALI when installed, the step alone; GPU idle from CUDA events, the "
-     "steady rate and each epoch's fill apart, CPU per thread; GPU decode also with a "
+     "steady rate and each epoch's fill apart, CPU per thread, the JPEG engines' use over "
+     "each round; GPU decode also with a "
      "quarter of the JPEGs decoded by OpenCV beside it (`cpu_share=0.25`); 3 rounds, each "
      "variant's process kept for all of them"),
     ("end_to_end_r50", "140 s", "the same with ResNet-50, 2 rounds"),

@@ -30,7 +30,8 @@ each batch), CPU ms per image and CPU cores busy (this process and workers). Wit
 on a GPU, also: the rate as a share of the step alone's, the steady rate (the steps after
 each epoch's first tenth) and the fill (the wait for each epoch's first batch) apart, and
 the CPU ms per image of the main process's threads: the loop, and fastload's producer
-(its reading thread and its device thread).
+(its reading thread and its device thread); and the JPEG engines' use (nvidia-smi every
+100 ms over each round's epochs, warm-up included: a window of some seconds).
 
 Usage:
     python benchmarks/end_to_end.py [--images 1000] [--epochs 4] [--rounds 1]
@@ -73,6 +74,8 @@ from benchmarks.lib.common import (
     results_folder,
 )
 from benchmarks.lib.data import data_sets
+from benchmarks.lib.engines import combined as combined_engines
+from benchmarks.lib.engines import describe as describe_engines
 from benchmarks.train_harness import READY
 from fastload.tools.measure import Measurement
 
@@ -97,6 +100,7 @@ class Served:
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.started = False
+        self.engines: list[dict | str] = []  # each round's JPEG engine use, on a GPU
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -135,7 +139,11 @@ class Served:
             if line == READY:
                 return measured
             if line.startswith("{"):
-                measured.append(json.loads(line))
+                parsed = json.loads(line)
+                if "jpeg_engines" in parsed:
+                    self.engines.append(parsed["jpeg_engines"])
+                else:
+                    measured.append(parsed)
 
     def _failure(self) -> RuntimeError:
         self.close()
@@ -276,7 +284,8 @@ def main() -> None:
                 took[name] = time.perf_counter() - started
                 # each round's first epoch is not in the table: say what a round cost
                 print(f"{name}: its round took {took[name]:.1f} s", flush=True)
-            result = write_report(args, found, epochs, budget)  # each round: a cut-off run keeps it
+            engines = {name: process.engines for name, process in served.items()}
+            result = write_report(args, found, epochs, budget, engines)  # each round: kept
             print(f"round {round_index + 1} of {args.rounds} done", flush=True)
     finally:
         for process in served.values():
@@ -312,7 +321,21 @@ def median_of(measured: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def write_report(args, found: dict, epochs: dict[str, list[dict] | str], budget: Budget) -> Path:
+def engine_use(rounds: list[dict | str]) -> str:
+    """The JPEG engines' use over a variant's rounds (each from nvidia-smi every 100 ms)."""
+    measured = [stats for stats in rounds if isinstance(stats, dict)]
+    if measured:
+        return describe_engines(combined_engines(measured))
+    return next((str(stats) for stats in rounds), "-")
+
+
+def write_report(
+    args,
+    found: dict,
+    epochs: dict[str, list[dict] | str],
+    budget: Budget,
+    engines: dict[str, list[dict | str]] | None = None,
+) -> Path:
     reference = next(name for name in found if name.startswith("baseline") and " 0 " not in name)
     alone = epochs.get("the step alone: one cached batch")
     ceiling = median_of(alone, "images_per_second") if isinstance(alone, list) else None
@@ -341,6 +364,8 @@ def write_report(args, found: dict, epochs: dict[str, list[dict] | str], budget:
             extra["steady images/s"] = f"{steady:,.0f}"
             extra["epoch fill ms"] = f"{1000 * fill:.0f}"
         extra["CPU ms/image by thread"] = by_thread(measured)
+        if engines and engines.get(name):
+            extra["JPEG engines (each round)"] = engine_use(engines[name])
         rows.append(Row(name, Measurement(seconds), 1, extra))
     cuda = torch.cuda.is_available()
     print(f"device: {device_name()}" + ("" if cuda else ": no GPU, the pipeline runs on the CPU"))

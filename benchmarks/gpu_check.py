@@ -6,7 +6,8 @@ then the decoders alone, memory and the CUDA tests.
   end_to_end_r18  ResNet-18, bf16, channels_last, batch 256: fastload with GPU decode and
                   with CPU decode, torchvision ImageFolder + DataLoader, DALI when
                   installed, the step alone; interleaved rounds of 30-step epochs; the
-                  steady rate and each epoch's fill apart, CPU per thread; GPU decode
+                  steady rate and each epoch's fill apart, CPU per thread, the JPEG
+                  engines' use over each round; GPU decode
                   also with a quarter of the JPEGs decoded by OpenCV beside it
                   (cpu_share=0.25); 3 rounds, one process a variant for all (175 s)
   end_to_end_r50  the same with ResNet-50, 2 rounds (140 s)

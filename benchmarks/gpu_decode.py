@@ -35,7 +35,6 @@ import argparse
 import importlib.util
 import itertools
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -59,43 +58,23 @@ from benchmarks.lib.common import (
     synchronize,
 )
 from benchmarks.lib.data import photo_jpegs
+from benchmarks.lib.engines import EngineSampler
 from fastload.decode import GPUDecoder
 from fastload.decode.opencv import decode_image
 from fastload.system import available_cpus
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
 from fastload.tools.measure import Measurement
 
-ENGINE_QUERY = "utilization.jpeg,utilization.decoder"
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def jpeg_engine_use(run: Callable[[], object]) -> str:
     """Run ``run`` while nvidia-smi samples the JPEG (NVJPG) and video decoder engines;
-    the peak utilisation of each, or why it could not be read."""
-    try:
-        monitor = subprocess.Popen(
-            ["nvidia-smi", f"--query-gpu={ENGINE_QUERY}", "--format=csv,noheader,nounits",
-             "-lms", "100"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-    except OSError as error:
-        return f"unknown (nvidia-smi: {error})"
-    time.sleep(0.5)  # its first sample
-    try:
+    their use in words, or why it could not be read."""
+    with EngineSampler() as engines:
         run()
-        time.sleep(0.3)
-    finally:
-        monitor.terminate()
-        output = monitor.communicate(timeout=30)[0]
-    peaks = [0.0, 0.0]
-    for line in output.splitlines():
-        fields = [field.strip() for field in line.split(",")]
-        try:
-            values = [float(field) for field in fields]
-        except ValueError:
-            return f"unknown (nvidia-smi: {output.strip().splitlines()[0][:120]})"
-        peaks = [max(peak, value) for peak, value in zip(peaks, values, strict=False)]
-    return f"JPEG engines peak {peaks[0]:.0f}%, video decoder peak {peaks[1]:.0f}%"
+        time.sleep(0.3)  # the last sample after the work
+    return engines.summary()
 
 
 def batches_of(encoded: list[torch.Tensor], size: int) -> list[list[torch.Tensor]]:

@@ -43,6 +43,10 @@ import torchvision
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
+if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
+    import _bootstrap  # noqa: F401
+
+from benchmarks.lib.engines import EngineSampler
 from fastload import DataPrefetcher, FastLoader, ImageFolder, LMDBDataset, gpu, timed
 from fastload.decode import GPUDecoder
 from fastload.system import available_cpus
@@ -348,7 +352,8 @@ def main() -> None:
     parser.add_argument(
         "--serve", action="store_true",
         help="run no epoch until told: read an epoch count a line from standard input, run "
-        f"them, print {READY!r}; end at the input's end (end_to_end.py's rounds, one start)",
+        f"them (on a GPU: and the JPEG engines' use over them), print {READY!r}; end at the "
+        "input's end (end_to_end.py's rounds, one start)",
     )  # fmt: skip
     args = parser.parse_args()
     if args.workers not in ("auto", "tune"):
@@ -412,9 +417,13 @@ def main() -> None:
     if args.serve:  # rounds on request: the start is paid once, not once a round
         print(READY, flush=True)
         for line in sys.stdin:
-            run_epochs(int(line))
-            if device.type == "cuda":  # an idle variant leaves the device's memory to the others
-                torch.cuda.empty_cache()
+            if device.type == "cuda":  # the JPEG engines' use over the round's epochs
+                with EngineSampler() as engines:
+                    run_epochs(int(line))
+                print(json.dumps({"jpeg_engines": engines.stats()}), flush=True)
+                torch.cuda.empty_cache()  # an idle variant leaves the memory to the others
+            else:
+                run_epochs(int(line))
             print(READY, flush=True)
     else:
         run_epochs(args.epochs)

@@ -42,6 +42,8 @@ def run_script(path: Path, *args: str) -> str:
     path as a new interpreter, without importing torch again (seconds a run). An exit
     status other than 0 raises."""
     argv, sys.argv = sys.argv, [str(path), *args]
+    search = list(sys.path)
+    sys.path.insert(0, str(Path(path).resolve().parent))  # as the interpreter puts it first
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
@@ -51,7 +53,7 @@ def run_script(path: Path, *args: str) -> str:
             message = f"{path.name} exited with {stop.code}: {out.getvalue()[-2000:]}"
             raise AssertionError(message) from None
     finally:
-        sys.argv = argv
+        sys.argv, sys.path[:] = argv, search
     return out.getvalue()
 
 
