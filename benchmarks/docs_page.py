@@ -84,7 +84,7 @@ python benchmarks/docs_page.py                  # this page, from the JSON\
 
 #: `make gpu-check`'s plan (gpu_check.py): (part, budget, what it measures).
 CHECK_PARTS = [
-    ("end_to_end_r18", "175 s", "ResNet-18 (bf16, channels_last, batch 256) from 7,680 "
+    ("end_to_end_r18", "185 s", "ResNet-18 (bf16, channels_last, batch 256) from 7,680 "
      "photos in 30-step epochs: GPU decode, CPU decode, torchvision `ImageFolder` + "
      "`DataLoader`, DALI when installed, the step alone; GPU idle from CUDA events, the "
      "steady rate and each epoch's fill apart, CPU per thread, the JPEG engines' use over "
@@ -96,7 +96,7 @@ CHECK_PARTS = [
      "and to a finished bf16 channels_last batch; DALI when installed"),
     ("memory", "40 s", "reserved CUDA memory over 20 epochs, each pipeline in its own "
      "process; the growth after a 3-epoch warm-up"),
-    ("small_batches", "70 s", "an SRCNN training step on 96 px patches at batch sizes 8 and "
+    ("small_batches", "60 s", "an SRCNN training step on 96 px patches at batch sizes 8 and "
      "64: `DataLoader`, `FastLoader`, `FastLoader` + `DataPrefetcher`, the step alone"),
     ("cuda_new", "35 s", "the CUDA tests of the paths that had never run on a GPU: "
      "`GPUDecoder`'s `cpu_share` and its one copy from pinned memory (the decoder's tests)"),

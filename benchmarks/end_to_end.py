@@ -100,6 +100,7 @@ class Served:
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.started = False
+        self.start_seconds = 0.0  # imports, CUDA, the model, the pipeline: once
         self.engines: list[dict | str] = []  # each round's JPEG engine use, on a GPU
 
     def _read(self) -> None:
@@ -113,7 +114,9 @@ class Served:
         the first call)."""
         deadline = time.monotonic() + timeout
         if not self.started:
+            began = time.monotonic()
             self._until_ready(deadline, timeout)
+            self.start_seconds = time.monotonic() - began
             self.started = True
         assert self.process.stdin is not None
         try:
@@ -262,14 +265,19 @@ def main() -> None:
         name: found[name] if isinstance(found[name], str) else [] for name in found
     }
     served: dict[str, Served] = {}
-    took: dict[str, float] = {}  # each variant's last round, its start included in the first
+    took: dict[str, float] = {}  # each variant's last round, without its process's start
     try:
         for round_index in range(args.rounds):
             for name, variant in found.items():
                 if isinstance(epochs[name], str) or isinstance(variant, str):
                     continue
                 data, options = variant
-                expected = took.get(name, max(took.values(), default=0.0))
+                # a new process: its start too, as long as the longest start and round so far
+                expected = took.get(
+                    name,
+                    max(took.values(), default=0.0)
+                    + max((process.start_seconds for process in served.values()), default=0.0),
+                )
                 if not budget.allows(max(1.2 * expected, 10), f"round {round_index + 1}"):
                     if not epochs[name]:
                         epochs[name] = f"not run: {budget.cut_short}"
@@ -281,9 +289,15 @@ def main() -> None:
                     epochs[name] += served[name].epochs(args.epochs, budget.left())[1:]
                 except RuntimeError as error:  # the other variants still run
                     epochs[name] = describe(error)
-                took[name] = time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                start = served[name].start_seconds if round_index == 0 and name in served else 0.0
+                took[name] = elapsed - start
                 # each round's first epoch is not in the table: say what a round cost
-                print(f"{name}: its round took {took[name]:.1f} s", flush=True)
+                print(
+                    f"{name}: its round took {took[name]:.1f} s"
+                    + (f" after its process's start, {start:.1f} s" if start else ""),
+                    flush=True,
+                )
             engines = {name: process.engines for name, process in served.items()}
             result = write_report(args, found, epochs, budget, engines)  # each round: kept
             print(f"round {round_index + 1} of {args.rounds} done", flush=True)

@@ -9,7 +9,7 @@ then the decoders alone, memory and the CUDA tests.
                   steady rate and each epoch's fill apart, CPU per thread, the JPEG
                   engines' use over each round; GPU decode
                   also with a quarter of the JPEGs decoded by OpenCV beside it
-                  (cpu_share=0.25); 3 rounds, one process a variant for all (175 s)
+                  (cpu_share=0.25); 3 rounds, one process a variant for all (185 s)
   end_to_end_r50  the same with ResNet-50, 2 rounds (140 s)
   decode          GPUDecoder per backend vs torchvision's nvJPEG call, decode only and
                   decode + random resized crop + flip + normalise to bf16 channels_last;
@@ -17,7 +17,7 @@ then the decoders alone, memory and the CUDA tests.
   memory          reserved CUDA memory over 20 epochs, a process per pipeline, the growth
                   after a 3-epoch warm-up (40 s)
   small_batches   an SRCNN step on 96 px patches at batch sizes 8 and 64: DataLoader,
-                  FastLoader, FastLoader + DataPrefetcher, the step alone (70 s)
+                  FastLoader, FastLoader + DataPrefetcher, the step alone (60 s)
   cuda_new        the CUDA tests of the paths that had never run on a GPU (35 s):
                   cuda_tests.py --select new
   timm_loader     timm's create_loader (PrefetchLoader) vs fastload's on the GPU, train.py's
@@ -94,14 +94,14 @@ SMALL_BATCHES = ["--batch-sizes", "8", "64", "--step", "srcnn"]
 
 PLAN = [
     Part("end_to_end_r18", "end_to_end.py",
-         end_to_end("resnet18", "end_to_end_resnet18", 3, "--cpu-shares", "0.25"), 175,
+         end_to_end("resnet18", "end_to_end_resnet18", 3, "--cpu-shares", "0.25"), 185,
          ["--name", "end_to_end_resnet18"], "end_to_end_resnet18"),
     Part("end_to_end_r50", "end_to_end.py", end_to_end("resnet50", "end_to_end", 2), 140,
          ["--name", "end_to_end"], "end_to_end"),
     Part("decode", "gpu_decode.py", ["--images", "1024", "--dali-loads", "0.65"], 45),
     Part("memory", "gpu_memory.py", ["--epochs", "20", "--warmup", "3", "--batches", "5"], 40),
     Part("small_batches", "small_batches.py", [*SMALL_BATCHES, "--sources", "image folder",
-         "--device", "cuda", "--workers", str(available_cpus()), "--rounds", "3"], 70,
+         "--device", "cuda", "--workers", str(available_cpus()), "--rounds", "3"], 60,
          [*SMALL_BATCHES, "--sources", "in memory"]),
     Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 35,
          cuda_tests("new"), "cuda_tests_new"),
