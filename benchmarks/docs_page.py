@@ -253,12 +253,14 @@ that is missing instead of failing. The smoke run is part of the test suite
         "timm's create_loader vs fastload's, on the GPU",
         "`benchmarks/timm_loader.py --device cuda` in `make gpu-check`: timm's `train.py` "
         "recipe (RandAugment `rand-m9-mstd0.5`, and with `inc1`; pixel erasing 0.25; "
-        "`FastCollateMixup`) at 224 px, batch 64, one worker per core, 512 generated photos, "
-        "3 interleaved rounds after a warm-up. timm's loader mixes in its workers and its "
-        "`PrefetchLoader` normalises and erases on the GPU; fastload's workers decode and "
-        "crop, and the policy, mixing, normalising and erasing run on the GPU batch. An "
-        "epoch ends when the GPU has made its last batch; the loader alone, no training "
-        "step.",
+        "`FastCollateMixup`) at 224 px, batch 64, one worker per core, generated photos, "
+        "interleaved rounds after a warm-up (the settings in the JSON). timm's loader mixes "
+        "in its workers and its `PrefetchLoader` normalises and erases on the GPU; "
+        "fastload's workers decode and crop, and the policy, mixing, normalising and "
+        "erasing run on the GPU batch. An epoch ends when the GPU has made its last batch. "
+        "With `--model` (`resnet18` in `make gpu-check` from 2026-11-28 on) each batch "
+        "also trains the model, as `train.py` does, and a row gives the step alone; a run "
+        "without that row is the loader alone.",
     ),
     "cpu/end_to_end": Notes(
         "End to end on the CPU",
