@@ -535,4 +535,5 @@ def test_on_cuda_a_cpu_share_through_the_prefetchers_threads_gives_the_direct_ca
     assert len(through) == len(want) == 3
     for got, expected in zip(through, want, strict=True):  # a race would show here
         assert torch.equal(got, expected)
-    assert decoder.decoded == direct.decoded == {"nvjpeg": 12, "opencv": 12}
+    # (the prefetcher's own counts may hold the next epoch's first batches, begun ahead)
+    assert direct.decoded == {"nvjpeg": 12, "opencv": 12} and decoder.cpu_fallbacks == 0
