@@ -272,12 +272,7 @@ def main() -> None:
                 if isinstance(epochs[name], str) or isinstance(variant, str):
                     continue
                 data, options = variant
-                # a new process: its start too, as long as the longest start and round so far
-                expected = took.get(
-                    name,
-                    max(took.values(), default=0.0)
-                    + max((process.start_seconds for process in served.values()), default=0.0),
-                )
+                expected = expected_round(name, took, [p.start_seconds for p in served.values()])
                 if not budget.allows(max(1.2 * expected, 10), f"round {round_index + 1}"):
                     if not epochs[name]:
                         epochs[name] = f"not run: {budget.cut_short}"
@@ -306,6 +301,18 @@ def main() -> None:
             process.close()
     if args.plot:
         plot(result)
+
+
+def expected_round(name: str, took: dict[str, float], starts: list[float]) -> float:
+    """The seconds ``name``'s next round should take: its last round's epochs; for a
+    variant not started yet, the longest round so far and the longest process start.
+
+    >>> expected_round("b", {"a": 4.0}, [9.0]), expected_round("a", {"a": 4.0}, [9.0])
+    (13.0, 4.0)
+    """
+    if name in took:
+        return took[name]
+    return max(took.values(), default=0.0) + max(starts, default=0.0)
 
 
 THREADS = {"MainThread": "loop", "fastload-producer": "read", "fastload-producer-device": "device"}

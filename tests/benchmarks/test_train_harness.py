@@ -128,3 +128,12 @@ def test_serving_is_refused_under_torchrun(tmp_path):
         "train_harness.py: error: --serve runs alone: under torchrun each rank would wait on "
         "its own input"
     )
+
+
+def test_a_round_is_judged_by_its_epochs_and_a_new_process_by_its_start_too():
+    from benchmarks.end_to_end import expected_round
+
+    took = {"baseline": 11.0, "the step alone": 1.8}
+    assert expected_round("baseline", took, [8.0, 5.0]) == 11.0  # started: its epochs only
+    assert expected_round("DALI", took, [8.0, 5.0]) == 19.0  # not yet: longest round + start
+    assert expected_round("baseline", {}, []) == 0.0
