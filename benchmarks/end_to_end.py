@@ -130,9 +130,8 @@ class Served:
         measured = []
         while True:
             left = deadline - time.monotonic()
-            try:
-                line = self.lines.get(timeout=max(0.0, left)) if math.isfinite(left) else (
-                    self.lines.get())  # fmt: skip
+            try:  # no time budget: wait as long as it takes
+                line = self.lines.get(timeout=max(0.0, left) if math.isfinite(left) else None)
             except queue.Empty:
                 self.process.kill()
                 self.close()

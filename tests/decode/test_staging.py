@@ -30,7 +30,7 @@ def test_images_come_out_as_they_went_in_end_to_end_in_one_buffer(shapes, chw):
     hwc = [torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator) for shape in shapes]
     images = {3 * i + 1: image.permute(2, 0, 1) if chw else image for i, image in enumerate(hwc)}
     staged = stage(images, chw=chw, pin=False)
-    assert len(staged) == len(images)
+    assert len(staged.places) == len(images)
     assert staged.buffer.numel() == sum(image.numel() for image in hwc)
     # end to end, in the order given: each image starts where the one before ended
     offsets = [offset for offset, _ in staged.places.values()]

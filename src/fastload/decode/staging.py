@@ -23,9 +23,6 @@ class Staged:
     places: dict[int, tuple[int, tuple[int, int, int]]]
     chw: bool
 
-    def __len__(self) -> int:
-        return len(self.places)
-
     def on(self, device: torch.device) -> dict[int, Tensor]:
         """The images on ``device``, after one copy of the whole buffer (asynchronous
         from pinned memory)."""
