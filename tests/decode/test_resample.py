@@ -157,9 +157,80 @@ FUSED_CHECK = textwrap.dedent(
                 assert got.dtype == expected.dtype and got.stride() == expected.stride()
                 error = (got.float() - expected.float()).abs().max().item()
                 assert error <= tolerance, (finish.dtype, size, hwc, error)
+    # the decoders' images are read where they lie, whatever their strides: transposed
+    # views (EXIF orientation), pitched HWC rows, and all of them in one buffer with gaps
+    finish, size = Finish(dtype=torch.float32), (9, 13)
+    expected = crop_resize_finish_reference(images, boxes, size, flip, finish)
+    transposed = [image.transpose(1, 2).contiguous().transpose(1, 2) for image in images]
+    pitched = []
+    for image in images:
+        rows = torch.zeros(image.shape[1], image.shape[2] + 5, 3, dtype=torch.uint8, device=device)
+        rows[:, : image.shape[2]] = image.permute(1, 2, 0)
+        pitched.append(rows[:, : image.shape[2]])
+    shared = torch.zeros(sum(image.numel() + 7 for image in images), dtype=torch.uint8,
+                         device=device)
+    in_one, at = [], 7
+    for image in images:
+        view = shared[at : at + image.numel()].view(image.shape)
+        in_one.append(view.copy_(image))
+        at += image.numel() + 7
+    assert not transposed[2].is_contiguous() and not pitched[2].is_contiguous()
+    for name, given, hwc in [("transposed", transposed, False), ("pitched", pitched, True),
+                             ("one buffer", in_one, False)]:
+        got = crop_resize_finish(given, boxes, size, flip, finish, hwc=hwc)
+        error = (got - expected).abs().max().item()
+        assert error <= 1e-3, (name, error)
     print("equal")
     """
 )
+
+
+def test_the_kernels_table_points_at_each_image_where_it_lies():
+    resample_triton = pytest.importorskip("fastload.decode.resample_triton")
+    chw = torch.zeros(3, 4, 5, dtype=torch.uint8)
+    transposed = torch.zeros(3, 6, 4, dtype=torch.uint8).transpose(1, 2)  # (3, 4, 6)
+    boxes = torch.tensor([[0.0, 0.0, 4.0, 5.0], [1.0, 0.5, 2.0, 5.5]])
+    table = resample_triton.image_table(
+        [chw, transposed], boxes, (2, 2), torch.tensor([True, False]), chw.device
+    )
+    assert table.dtype == torch.int64 and table.shape == (2, len(resample_triton.COLUMNS))
+    assert table[:, 0].tolist() == [chw.data_ptr(), transposed.data_ptr()]  # no copy read
+    # height, width, strides (channel, row, column), taps along y and x, flip
+    assert table[:, 1:].tolist() == [[4, 5, 20, 5, 1, 6, 8, 1], [4, 6, 24, 1, 4, 4, 8, 0]]
+    hwc = torch.zeros(4, 5, 3, dtype=torch.uint8)
+    row = resample_triton.image_table([hwc], boxes[:1], (2, 2), torch.tensor([False]),
+                                      hwc.device, hwc=True)  # fmt: skip
+    assert row[0, 1:6].tolist() == [4, 5, 1, 15, 3]
+
+
+@pytest.mark.parametrize(
+    ("image", "hwc", "message"),
+    [
+        (
+            torch.zeros(3, 4, 5),
+            False,
+            r"image 1: a uint8 \(3, H, W\) image expected, got torch.float32",
+        ),
+        (
+            torch.zeros(1, 4, 5, dtype=torch.uint8),
+            False,
+            r"image 1: .* got torch.uint8 \(1, 4, 5\)",
+        ),
+        (torch.zeros(4, 5, dtype=torch.uint8), False, r"image 1: .* \(4, 5\)"),
+        (torch.zeros(3, 4, 5, dtype=torch.uint8), True, r"image 1: a uint8 \(H, W, 3\) image"),
+        (
+            torch.zeros(3, 4, 5, dtype=torch.uint8, device="meta"),
+            False,
+            "image 1 is on meta, the batch on cpu",
+        ),
+    ],
+)
+def test_an_image_the_kernel_cannot_read_as_its_row_says_is_refused_by_index(image, hwc, message):
+    resample_triton = pytest.importorskip("fastload.decode.resample_triton")
+    first = torch.zeros((4, 5, 3) if hwc else (3, 4, 5), dtype=torch.uint8)
+    boxes, flip = torch.tensor([[0.0, 0.0, 4.0, 5.0]] * 2), torch.tensor([False, False])
+    with pytest.raises(ValueError, match=message):
+        resample_triton.image_table([first, image], boxes, (2, 2), flip, first.device, hwc=hwc)
 
 
 @pytest.mark.slow

@@ -133,9 +133,13 @@ def test_every_kernel_compiles_in_every_launched_combination(target, monkeypatch
 
 def test_the_recorded_launches_are_the_typed_ones_a_gpu_would_see(monkeypatch):
     launches = crop_resize_finish_launches(monkeypatch)
-    outputs = [args[8] for args, _ in launches]
+    outputs = [args[4] for args, _ in launches]
     assert [out.dtype for out in outputs] == [torch.uint8, *[d for d in FLOATS for _ in (0, 1)]] * 2
     assert {out.shape for out in outputs} == {(2, 3, 224, 224)}
-    assert [kwargs["HWC"] for _, kwargs in launches] == [False] * 9 + [True] * 9
+    # each image's strides (channel, row, column) in the table: CHW planes, then HWC pixels
+    strides = [args[0][:, 3:6].tolist() for args, _ in launches]
+    chw = [[375 * 500, 500, 1], [500 * 375, 375, 1]]
+    hwc = [[1, 500 * 3, 3], [1, 375 * 3, 3]]
+    assert strides == [chw] * 9 + [hwc] * 9
     channels_last = [out.is_contiguous(memory_format=torch.channels_last) for out in outputs]
     assert channels_last == [False, *[False, True] * 4] * 2

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from fastload.finishing import Finish
 
-__all__ = ["axis_weights", "crop_resize_finish_reference", "image_size", "pack_images"]
+__all__ = ["axis_weights", "crop_resize_finish_reference", "image_size"]
 
 
 def axis_weights(start: float, length: float, limit: int, size: int) -> tuple[Tensor, int]:
@@ -72,14 +72,3 @@ def crop_resize_finish_reference(
             region = image[:, y0:y1, x0:x1].to(torch.float32)
             pixels[index] = rows @ region @ columns.T
     return finish.empty(len(images), size, device).copy_(finish.apply(pixels))
-
-
-def pack_images(images: Sequence[Tensor], *, hwc: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """The images (CHW uint8, or HWC, any sizes) end to end in one flat tensor (one copy
-    kernel), with each one's start and (height, width)."""
-    sizes = [image_size(image, hwc) for image in images]
-    starts = [0]
-    for height, width in sizes[:-1]:
-        starts.append(starts[-1] + 3 * height * width)
-    flat = torch.cat([image.reshape(-1) for image in images])
-    return flat, torch.tensor(starts, dtype=torch.int64), torch.tensor(sizes, dtype=torch.int32)

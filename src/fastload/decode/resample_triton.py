@@ -1,30 +1,35 @@
 """The fused crop-resize-flip-normalise kernel, in Triton: one launch for the whole batch.
 
 Program ``(n, block)`` writes ``BLOCK`` output pixels of image ``n``, all three channels:
-for each, the antialiased bilinear taps of its row and column (at most ``taps_y[n]`` and
-``taps_x[n]``, the box's support), read straight from the image's uint8 pixels in one
-flat buffer, weighted, normalised, and stored in the output's dtype and strides. Checked
-against :func:`fastload.decode.resample.crop_resize_finish_reference` (on the
-CPU too, through Triton's interpreter).
+for each, the antialiased bilinear taps of its row and column (at most the box's support),
+read straight from the decoder's own uint8 image wherever it lies, weighted, normalised,
+and stored in the output's dtype and strides. The images are not gathered into one
+buffer first: a table gives each one's address, size and strides (CHW, HWC, pitched or
+transposed views alike), and the kernel reads through it. Checked against
+:func:`fastload.decode.resample.crop_resize_finish_reference` (on the CPU too, through
+Triton's interpreter).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from fastload.decode.resample import pack_images
+from fastload.decode.resample import image_size
 from fastload.finishing import Finish
 
-__all__ = ["crop_resize_finish"]
+__all__ = ["crop_resize_finish", "image_table"]
 
 BLOCK = 128
+# Each image's row of the table the kernel reads (int64): where its pixels are, its
+# (height, width), its strides in elements, the taps its box needs along each axis, and
+# whether it is mirrored.
+COLUMNS = ("address", "height", "width", "step_c", "step_y", "step_x", "taps_y", "taps_x", "flip")
 
 
 # Triton ships no type information, so triton.jit is an untyped decorator; and Triton reads
@@ -41,22 +46,24 @@ def _store(  # type: ignore[no-untyped-def]
 
 @triton.jit  # type: ignore[untyped-decorator]
 def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
-    source, starts, sizes, boxes, taps, flips, scale, shift, out,
+    table, boxes, scale, shift, out,
     out_h, out_w, stride_n, stride_c, stride_h, stride_w,
-    HWC: tl.constexpr, TO_UINT8: tl.constexpr, BLOCK: tl.constexpr,
+    TO_UINT8: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     n = tl.program_id(0)
     pixel = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     inside = pixel < out_h * out_w
     oy, ox = pixel // out_w, pixel % out_w
 
-    start = tl.load(starts + n)
-    height, width = tl.load(sizes + 2 * n), tl.load(sizes + 2 * n + 1)
+    row_of_n = table + 9 * n  # the columns of COLUMNS, in order
+    source = tl.load(row_of_n).to(tl.pointer_type(tl.uint8))
+    height, width = tl.load(row_of_n + 1), tl.load(row_of_n + 2)
+    step_c, step_y, step_x = tl.load(row_of_n + 3), tl.load(row_of_n + 4), tl.load(row_of_n + 5)
+    taps_y, taps_x = tl.load(row_of_n + 6).to(tl.int32), tl.load(row_of_n + 7).to(tl.int32)
+    if tl.load(row_of_n + 8) != 0:
+        ox = out_w - 1 - ox
     top, left = tl.load(boxes + 4 * n), tl.load(boxes + 4 * n + 1)
     box_h, box_w = tl.load(boxes + 4 * n + 2), tl.load(boxes + 4 * n + 3)
-    taps_y, taps_x = tl.load(taps + 2 * n), tl.load(taps + 2 * n + 1)
-    if tl.load(flips + n) != 0:
-        ox = out_w - 1 - ox
 
     scale_y, scale_x = box_h / out_h, box_w / out_w
     support_y, support_x = tl.maximum(scale_y, 1.0), tl.maximum(scale_x, 1.0)
@@ -82,11 +89,6 @@ def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
         weight = tl.maximum(1.0 - tl.abs((column - centre_x + 0.5) / support_x), 0.0)
         total_x += tl.where(column < last_x, weight, 0.0)
 
-    # where channel c of pixel (row, column) is: planes (CHW) or interleaved (HWC)
-    if HWC:
-        pixel_step, channel_step = 3, 1
-    else:
-        pixel_step, channel_step = 1, height.to(tl.int64) * width
     red = tl.zeros((BLOCK,), dtype=tl.float32)
     green = tl.zeros((BLOCK,), dtype=tl.float32)
     blue = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -99,12 +101,10 @@ def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
             weight_x = tl.maximum(1.0 - tl.abs((column - centre_x + 0.5) / support_x), 0.0)
             ok = row_ok & (column < last_x)
             weight = tl.where(ok, weight_y * weight_x, 0.0)
-            at = start + (row.to(tl.int64) * width + column.to(tl.int64)) * pixel_step
-            red += weight * tl.load(source + at, mask=ok, other=0).to(tl.float32)
-            green += weight * tl.load(source + channel_step + at, mask=ok, other=0).to(tl.float32)
-            blue += weight * tl.load(source + 2 * channel_step + at, mask=ok, other=0).to(
-                tl.float32
-            )
+            at = source + row.to(tl.int64) * step_y + column.to(tl.int64) * step_x
+            red += weight * tl.load(at, mask=ok, other=0).to(tl.float32)
+            green += weight * tl.load(at + step_c, mask=ok, other=0).to(tl.float32)
+            blue += weight * tl.load(at + 2 * step_c, mask=ok, other=0).to(tl.float32)
 
     norm = 1.0 / (total_y * total_x)
     target = out + n * stride_n + (pixel // out_w) * stride_h + (pixel % out_w) * stride_w
@@ -116,7 +116,49 @@ def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
 def _taps(length: Tensor, size: int) -> Tensor:
     """An upper bound on the taps any output pixel of each box reads along one axis."""
     support = torch.clamp(length / size, min=1.0)
-    return (2 * torch.ceil(support) + 2).to(torch.int32)
+    return (2 * torch.ceil(support) + 2).to(torch.int64)
+
+
+def image_table(
+    images: Sequence[Tensor],
+    boxes: Tensor,
+    size: tuple[int, int],
+    flip: Tensor,
+    device: torch.device,
+    *,
+    hwc: bool = False,
+) -> Tensor:
+    """The kernel's (N, 9) int64 table of ``images`` (CHW uint8, or HWC, on ``device``,
+    any strides), one row per image in :data:`COLUMNS`' order. The kernel reads each
+    image through its row alone, so each must be what the row says: checked here.
+
+    Example:
+        >>> image = torch.zeros(3, 4, 5, dtype=torch.uint8)
+        >>> boxes = torch.tensor([[0.0, 0.0, 4.0, 5.0]])
+        >>> table = image_table([image], boxes, (2, 2), torch.tensor([True]), image.device)
+        >>> table[0, 1:].tolist()  # height, width, strides, taps, flip
+        [4, 5, 20, 5, 1, 6, 8, 1]
+    """
+    channel_dim, row_dim, column_dim = (2, 0, 1) if hwc else (0, 1, 2)
+    rows = []
+    for index, image in enumerate(images):
+        layout = "(H, W, 3)" if hwc else "(3, H, W)"
+        if image.dim() != 3 or image.shape[channel_dim] != 3 or image.dtype != torch.uint8:
+            raise ValueError(
+                f"image {index}: a uint8 {layout} image expected, got {image.dtype} "
+                f"{tuple(image.shape)}"
+            )
+        if image.device != device:
+            raise ValueError(f"image {index} is on {image.device}, the batch on {device}")
+        stride = image.stride()
+        rows.append(
+            (image.data_ptr(), *image_size(image, hwc),
+             stride[channel_dim], stride[row_dim], stride[column_dim])
+        )  # fmt: skip
+    taps = torch.stack([_taps(boxes[:, 2], size[0]), _taps(boxes[:, 3], size[1])], dim=1)
+    return torch.cat(
+        [torch.tensor(rows, dtype=torch.int64).view(-1, 6), taps, flip.view(-1, 1).long()], dim=1
+    )
 
 
 def crop_resize_finish(
@@ -133,20 +175,16 @@ def crop_resize_finish(
     out = finish.empty(len(images), size, device)
     if not len(images):
         return out
-    flat, starts, sizes = pack_images(images, hwc=hwc)
-    boxes = boxes.to(torch.float32).cpu()
-    taps = torch.stack([_taps(boxes[:, 2], size[0]), _taps(boxes[:, 3], size[1])], dim=1)
-
-    def to_device(values: Any, dtype: torch.dtype) -> Tensor:
-        return torch.as_tensor(values, dtype=dtype).to(device, non_blocking=True)
-
+    boxes, flip = boxes.to(torch.float32).cpu(), flip.cpu()
+    table = image_table(images, boxes, size, flip, device, hwc=hwc)
+    # two copies to the device: the table, and every float the kernel reads
+    floats = torch.cat([boxes.reshape(-1), torch.tensor(finish.scale + finish.shift)])
+    table, floats = (t.to(device, non_blocking=True) for t in (table, floats))
+    count = boxes.numel()
     grid = (len(images), math.ceil(size[0] * size[1] / BLOCK))
     crop_resize_finish_kernel[grid](
-        flat, to_device(starts, torch.int64), to_device(sizes, torch.int32),
-        to_device(boxes, torch.float32), to_device(taps, torch.int32),
-        to_device(flip.to(torch.int32).cpu(), torch.int32),
-        to_device(finish.scale, torch.float32), to_device(finish.shift, torch.float32),
+        table, floats[:count], floats[count : count + 3], floats[count + 3 :],
         out, size[0], size[1], *out.stride(),
-        HWC=hwc, TO_UINT8=finish.dtype == torch.uint8, BLOCK=triton.next_power_of_2(BLOCK),
+        TO_UINT8=finish.dtype == torch.uint8, BLOCK=triton.next_power_of_2(BLOCK),
     )  # fmt: skip
     return out
