@@ -41,13 +41,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DESELECT = ["tests/benchmarks/test_gpu_suite.py", "tests/benchmarks/test_gpu_check.py"]
 
 #: The test files of the paths that had never run on CUDA: GPUDecoder's ``cpu_share`` and
-#: its one copy of the CPU's images from pinned memory, with the decoder's other tests.
-#: (The prefetcher's super-batches, the decode producer, the fused kernel, masks and boxes,
-#: the policies and resume ran on an H200 on 2026-11-27 and 28 and are in ``rest``.)
+#: its one copy of the CPU's images from pinned memory, with the decoder's other tests,
+#: and the fused kernel reading each image through its table of addresses and strides.
+#: (The prefetcher's super-batches, the decode producer, masks and boxes, the policies and
+#: resume ran on an H200 on 2026-11-27 and 28 and are in ``rest``.)
 NEW_ON_CUDA = [
     "tests/decode/test_staging.py",
     "tests/decode/test_gpu.py",
     "tests/decode/test_nvimgcodec.py",
+    "tests/decode/test_resample.py",
 ]
 
 

@@ -98,8 +98,9 @@ CHECK_PARTS = [
      "process; the growth after a 3-epoch warm-up"),
     ("small_batches", "60 s", "an SRCNN training step on 96 px patches at batch sizes 8 and "
      "64: `DataLoader`, `FastLoader`, `FastLoader` + `DataPrefetcher`, the step alone"),
-    ("cuda_new", "35 s", "the CUDA tests of the paths that had never run on a GPU: "
-     "`GPUDecoder`'s `cpu_share` and its one copy from pinned memory (the decoder's tests)"),
+    ("cuda_new", "45 s", "the CUDA tests of the paths that had never run on a GPU: "
+     "`GPUDecoder`'s `cpu_share` and its one copy from pinned memory (the decoder's tests), "
+     "the fused kernel reading each image through its table of addresses and strides"),
     ("timm_loader", "what is left", "timm's `create_loader` (its `PrefetchLoader`) vs "
      "fastload's on the GPU: `train.py`'s recipe at 224 px with its training step "
      "(ResNet-18), and the step alone; 5 rounds"),
@@ -169,7 +170,7 @@ run it on a GPU machine.
     ),
     "gpu/cuda_tests_new": Notes(
         "CUDA tests of the paths new to a GPU",
-        "The `needs_cuda` tests of `cuda_tests.NEW_ON_CUDA`, first in `make gpu-check`.",
+        "The `needs_cuda` tests of `cuda_tests.NEW_ON_CUDA`, before the other CUDA tests in `make gpu-check`.",
     ),
     "gpu/cuda_tests_rest": Notes(
         "Other CUDA tests", "The `needs_cuda` tests of every other file, last in the check."

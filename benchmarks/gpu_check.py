@@ -103,7 +103,7 @@ PLAN = [
     Part("small_batches", "small_batches.py", [*SMALL_BATCHES, "--sources", "image folder",
          "--device", "cuda", "--workers", str(available_cpus()), "--rounds", "3"], 60,
          [*SMALL_BATCHES, "--sources", "in memory"]),
-    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 35,
+    Part("cuda_new", "cuda_tests.py", [*cuda_tests("new"), *WORKERS], 45,
          cuda_tests("new"), "cuda_tests_new"),
     Part("timm_loader", "timm_loader.py", ["--configs", "224px", "--device", "cuda",
          "--model", "resnet18", "--images", "1024", "--workers", str(available_cpus()),
