@@ -170,7 +170,8 @@ run it on a GPU machine.
     ),
     "gpu/cuda_tests_new": Notes(
         "CUDA tests of the paths new to a GPU",
-        "The `needs_cuda` tests of `cuda_tests.NEW_ON_CUDA`, before the other CUDA tests in `make gpu-check`.",
+        "The `needs_cuda` tests of `cuda_tests.NEW_ON_CUDA`, before the other CUDA tests in "
+        "`make gpu-check`.",
     ),
     "gpu/cuda_tests_rest": Notes(
         "Other CUDA tests", "The `needs_cuda` tests of every other file, last in the check."
