@@ -2,10 +2,12 @@
 thread, with every GPU call replaced by a stand-in, so it runs on a CPU.
 
 The stand-ins return preallocated outputs of the right shapes at once: nvJPEG's batched
-decode (CHW images), nvImageCodec's ``Decoder.decode`` (HWC images) and the fused
-crop/resize/finish kernel (the NCHW batch). What is left is the host's own work: reading
-headers, choosing what the GPU takes, sizes, boxes, regions, nvImageCodec's CodeStreams.
-The thread's CPU time is the measure (everything here holds the GIL).
+decode (CHW images), nvImageCodec's ``Decoder.decode`` (HWC images); the fused
+crop/resize/finish kernel's launch returns at once too. What is left is the host's own
+work: reading headers, choosing what the GPU takes, sizes, boxes, regions, nvImageCodec's
+CodeStreams, and the launch's host side (the kernel's table of the images, its arguments'
+copies, the output's allocation), which every variant pays alike. The thread's CPU time is
+the measure (everything here holds the GIL).
 
 - before: a faithful copy of the host steps of GPUDecoder before header parsing was
   shared (per image: a tensor view, ``is_jpeg``, a whole-file copy and scan for the end
@@ -26,10 +28,12 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import io
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,15 +81,14 @@ def photos(count: int) -> list[bytes]:
 
 
 class Outputs:
-    """Preallocated outputs: each image's CHW and HWC pixels, the finished batch."""
+    """Preallocated outputs: each image's CHW and HWC pixels."""
 
-    def __init__(self, encoded: list[bytes], size: int) -> None:
+    def __init__(self, encoded: list[bytes]) -> None:
         shapes = [
             cv2.imdecode(np.frombuffer(e, np.uint8), cv2.IMREAD_COLOR).shape[:2] for e in encoded
         ]
         self.hwc = [np.zeros((h, w, 3), np.uint8) for h, w in shapes]
         self.chw = [torch.zeros(3, h, w, dtype=torch.uint8) for h, w in shapes]
-        self.batch = torch.zeros(len(encoded), 3, size, size, dtype=torch.uint8)
 
 
 class NvjpegStandIn:
@@ -116,8 +119,27 @@ class NvimgcodecDecoderStandIn:
         return self.images[: len(streams)]
 
 
-def stand_in_finish(outputs: Outputs) -> Callable[..., torch.Tensor]:
-    return lambda images, *args, **kwargs: outputs.batch[: len(images)]
+class KernelStandIn:
+    """Stands in for the fused kernel: ``kernel[grid](...)`` returns at once."""
+
+    def __getitem__(self, grid: object) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def kernel_launch_stood_in() -> Iterator[None]:
+    """GPUDecoder's crop goes through the fused kernel's launch, its host side as on a GPU,
+    the kernel itself stood in for; as it was afterwards."""
+    from fastload.decode import resample_triton
+
+    kernel, dispatch = resample_triton.crop_resize_finish_kernel, gpu_module.crop_resize_finish
+    resample_triton.crop_resize_finish_kernel = KernelStandIn()
+    gpu_module.crop_resize_finish = resample_triton.crop_resize_finish
+    try:
+        yield
+    finally:
+        resample_triton.crop_resize_finish_kernel = kernel
+        gpu_module.crop_resize_finish = dispatch
 
 
 def decoder(backend: str, outputs: Outputs, size: int) -> GPUDecoder:
@@ -168,15 +190,15 @@ def old_boxes(made: GPUDecoder, sizes: torch.Tensor) -> tuple[torch.Tensor, torc
     return boxes, params["flip"].cpu()
 
 
-def old_nvjpeg(made: GPUDecoder, encoded: EncodedBatch, outputs: Outputs) -> torch.Tensor:
+def old_nvjpeg(made: GPUDecoder, encoded: EncodedBatch) -> torch.Tensor:
     tensors = list(encoded)  # encoded_list
     jpegs = [i for i in range(len(tensors)) if is_jpeg(tensors[i])]
     assert made._nvjpeg is not None
     decoded = dict(zip(jpegs, made._nvjpeg([tensors[i] for i in jpegs], made.device), strict=True))
     images = [decoded[i] for i in range(len(tensors))]
     sizes = torch.tensor([image.shape[-2:] for image in images], dtype=torch.float32)
-    old_boxes(made, sizes)
-    return outputs.batch[: len(images)]
+    boxes, flip = old_boxes(made, sizes)
+    return gpu_module.crop_resize_finish(images, boxes, made.size, flip, made.finish)
 
 
 def old_sizes(codec: Any, encoded: list[torch.Tensor]) -> dict[int, tuple[int, int]]:
@@ -200,13 +222,13 @@ def old_sizes(codec: Any, encoded: list[torch.Tensor]) -> dict[int, tuple[int, i
     return found
 
 
-def old_nvimgcodec(made: GPUDecoder, encoded: EncodedBatch, outputs: Outputs) -> torch.Tensor:
+def old_nvimgcodec(made: GPUDecoder, encoded: EncodedBatch) -> torch.Tensor:
     codec = made._codec
     assert codec is not None
     tensors = list(encoded)
     known = old_sizes(codec.codec, tensors)
     sizes = torch.tensor([known[i] for i in range(len(tensors))], dtype=torch.float32)
-    boxes, _ = old_boxes(made, sizes)
+    boxes, flip = old_boxes(made, sizes)
     regions = {i: old_pixel_region(boxes[i], known[i]) for i in known}
     streams = []
     for index in regions:
@@ -223,7 +245,8 @@ def old_nvimgcodec(made: GPUDecoder, encoded: EncodedBatch, outputs: Outputs) ->
         if tuple(decoded[i].shape[:2]) == (bottom - top, right - left):
             boxes[i, 0] -= top
             boxes[i, 1] -= left
-    return outputs.batch[: len(decoded)]
+    images = [decoded[i] for i in range(len(tensors))]
+    return gpu_module.crop_resize_finish(images, boxes, made.size, flip, made.finish, hwc=True)
 
 
 # --- timing -----------------------------------------------------------------------------------
@@ -253,30 +276,37 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=results_folder())
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    cv2.setNumThreads(1)
     if not nvimgcodec.available():
         raise SystemExit("host_path: needs nvImageCodec (pip install '.[nvimgcodec]')")
+    if importlib.util.find_spec("triton") is None:
+        raise SystemExit("host_path: needs Triton (it comes with torch's Linux wheels)")
+    threads = torch.get_num_threads(), cv2.getNumThreads()
+    torch.set_num_threads(1)  # one thread's time is the measure
+    cv2.setNumThreads(1)
+    try:
+        with kernel_launch_stood_in():
+            measure(args)
+    finally:
+        torch.set_num_threads(threads[0])
+        cv2.setNumThreads(threads[1])
 
+
+def measure(args: argparse.Namespace) -> None:
     encoded = photos(args.batch)
-    outputs = Outputs(encoded, args.size)
+    outputs = Outputs(encoded)
     samples = [(torch.frombuffer(bytearray(e), dtype=torch.uint8), 0) for e in encoded]
     packed, _ = encoded_collate(samples)  # headers read here, in a worker in training
     as_list = [image for image, _ in samples]
-    finish = stand_in_finish(outputs)
-    gpu_module.crop_resize_finish = finish  # the fused kernel's call, on every variant
     nvjpeg, codec = decoder("nvjpeg", outputs, args.size), decoder("nvimgcodec", outputs, args.size)
 
     variants: dict[str, Callable[[], float]] = {
         "collate: read the headers (in the worker)": thread_seconds(
             lambda: header_table(packed.data.numpy().data, packed.offsets), args.repeats
         ),
-        "nvjpeg, before": thread_seconds(lambda: old_nvjpeg(nvjpeg, packed, outputs), args.repeats),
+        "nvjpeg, before": thread_seconds(lambda: old_nvjpeg(nvjpeg, packed), args.repeats),
         "nvjpeg, after": thread_seconds(lambda: nvjpeg(packed), args.repeats),
         "nvjpeg, after, list in": thread_seconds(lambda: nvjpeg(as_list), args.repeats),
-        "nvimgcodec, before": thread_seconds(
-            lambda: old_nvimgcodec(codec, packed, outputs), args.repeats
-        ),
+        "nvimgcodec, before": thread_seconds(lambda: old_nvimgcodec(codec, packed), args.repeats),
         "nvimgcodec, after": thread_seconds(lambda: codec(packed), args.repeats),
         "nvimgcodec, after, list in": thread_seconds(lambda: codec(as_list), args.repeats),
     }

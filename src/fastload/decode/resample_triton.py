@@ -12,15 +12,16 @@ Triton's interpreter).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from fastload.decode.resample import image_size
 from fastload.finishing import Finish
 
 __all__ = ["crop_resize_finish", "image_table"]
@@ -113,10 +114,9 @@ def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
     _store(target, blue * norm, scale, shift, 2, stride_c, inside, TO_UINT8)
 
 
-def _taps(length: Tensor, size: int) -> Tensor:
+def _taps(length: np.ndarray, size: int) -> np.ndarray:
     """An upper bound on the taps any output pixel of each box reads along one axis."""
-    support = torch.clamp(length / size, min=1.0)
-    return (2 * torch.ceil(support) + 2).to(torch.int64)
+    return 2 * np.ceil(np.maximum(length / size, 1.0)).astype(np.int64) + 2
 
 
 def image_table(
@@ -129,8 +129,9 @@ def image_table(
     hwc: bool = False,
 ) -> Tensor:
     """The kernel's (N, 9) int64 table of ``images`` (CHW uint8, or HWC, on ``device``,
-    any strides), one row per image in :data:`COLUMNS`' order. The kernel reads each
-    image through its row alone, so each must be what the row says: checked here.
+    any strides), one row per image in :data:`COLUMNS`' order; ``boxes`` and ``flip``
+    on the CPU. The kernel reads each image through its row alone, so each must be what
+    the row says: checked here.
 
     Example:
         >>> image = torch.zeros(3, 4, 5, dtype=torch.uint8)
@@ -139,26 +140,36 @@ def image_table(
         >>> table[0, 1:].tolist()  # height, width, strides, taps, flip
         [4, 5, 20, 5, 1, 6, 8, 1]
     """
-    channel_dim, row_dim, column_dim = (2, 0, 1) if hwc else (0, 1, 2)
-    rows = []
+    channel, row, column = (2, 0, 1) if hwc else (0, 1, 2)
+    # the one Python pass over the batch's images (a batch has hundreds); the checks then
+    # look at the whole batch at once, and name an image only when one fails
+    described = [(image.data_ptr(), *image.shape, *image.stride()) for image in images]
+    kinds = {(image.dtype, image.device) for image in images}
+    if set(map(len, described)) != {7} or kinds != {(torch.uint8, device)}:
+        _refuse_the_first_unreadable(images, device, hwc)
+    found = np.fromiter(itertools.chain.from_iterable(described), np.int64, 7 * len(images))
+    found = found.reshape(-1, 7)
+    if (found[:, 1 + channel] != 3).any():
+        _refuse_the_first_unreadable(images, device, hwc)
+    table = np.empty((len(images), len(COLUMNS)), np.int64)
+    table[:, :6] = found[:, [0, 1 + row, 1 + column, 4 + channel, 4 + row, 4 + column]]
+    lengths = boxes.numpy()
+    table[:, 6], table[:, 7] = _taps(lengths[:, 2], size[0]), _taps(lengths[:, 3], size[1])
+    table[:, 8] = flip.numpy()
+    return torch.from_numpy(table)
+
+
+def _refuse_the_first_unreadable(images: Sequence[Tensor], device: torch.device, hwc: bool) -> None:
+    """Raise for the first of ``images`` that is not a uint8 CHW (HWC) image on ``device``."""
+    layout, channel = ("(H, W, 3)", 2) if hwc else ("(3, H, W)", 0)
     for index, image in enumerate(images):
-        layout = "(H, W, 3)" if hwc else "(3, H, W)"
-        if image.dim() != 3 or image.shape[channel_dim] != 3 or image.dtype != torch.uint8:
+        if image.dim() != 3 or image.shape[channel] != 3 or image.dtype != torch.uint8:
             raise ValueError(
                 f"image {index}: a uint8 {layout} image expected, got {image.dtype} "
                 f"{tuple(image.shape)}"
             )
         if image.device != device:
             raise ValueError(f"image {index} is on {image.device}, the batch on {device}")
-        stride = image.stride()
-        rows.append(
-            (image.data_ptr(), *image_size(image, hwc),
-             stride[channel_dim], stride[row_dim], stride[column_dim])
-        )  # fmt: skip
-    taps = torch.stack([_taps(boxes[:, 2], size[0]), _taps(boxes[:, 3], size[1])], dim=1)
-    return torch.cat(
-        [torch.tensor(rows, dtype=torch.int64).view(-1, 6), taps, flip.view(-1, 1).long()], dim=1
-    )
 
 
 def crop_resize_finish(
@@ -178,8 +189,9 @@ def crop_resize_finish(
     boxes, flip = boxes.to(torch.float32).cpu(), flip.cpu()
     table = image_table(images, boxes, size, flip, device, hwc=hwc)
     # two copies to the device: the table, and every float the kernel reads
-    floats = torch.cat([boxes.reshape(-1), torch.tensor(finish.scale + finish.shift)])
-    table, floats = (t.to(device, non_blocking=True) for t in (table, floats))
+    floats = np.concatenate([boxes.numpy().reshape(-1), finish.scale, finish.shift])
+    table = table.to(device, non_blocking=True)
+    floats = torch.from_numpy(floats.astype(np.float32)).to(device, non_blocking=True)
     count = boxes.numel()
     grid = (len(images), math.ceil(size[0] * size[1] / BLOCK))
     crop_resize_finish_kernel[grid](
