@@ -94,6 +94,14 @@ def test_fixed_params_replay():
     assert torch.equal(decoder(MIXED, params=params), decoder(MIXED, params=params))
 
 
+def test_params_for_another_number_of_images_are_refused():
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    sizes = torch.tensor([[48.0, 64.0]])
+    params = decoder.sample_params(sizes, torch.Generator().manual_seed(0))  # for one image
+    with pytest.raises(ValueError, match=r"boxes: \(4, 4\) for 4 images, got \(1, 4\)"):
+        decoder(MIXED, params=params)
+
+
 @given(sizes=st.lists(st.tuples(st.integers(1, 900), st.integers(1, 900)), min_size=1, max_size=16))
 def test_random_boxes_lie_inside_each_image(sizes):
     decoder = GPUDecoder(224, device="cpu")
@@ -164,11 +172,11 @@ def test_fallback_to_the_cpu_is_per_image_counted_and_warned_once():
     assert decoder.cpu_fallbacks == 4
 
 
-def test_pickles_without_its_thread_pool():
+def test_pickles_without_its_thread_pool_and_the_copy_makes_its_own():
     decoder = GPUDecoder(16, device="cpu")
     decoder(MIXED)
-    clone = pickle.loads(pickle.dumps(decoder))
-    assert clone._pool is None and clone(MIXED).shape == (4, 3, 16, 16)
+    clone = pickle.loads(pickle.dumps(decoder))  # a pool's locks do not pickle
+    assert clone._pool is not decoder._pool and clone(MIXED).shape == (4, 3, 16, 16)
 
 
 def test_a_packed_batch_decodes_as_the_list_it_came_from():

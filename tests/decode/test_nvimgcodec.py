@@ -81,6 +81,23 @@ def test_whole_images_and_regions_in_one_batch():
     assert (regions.int() - whole.int()).abs().max() <= 1
 
 
+def test_a_whole_image_where_a_region_was_asked_is_refused_not_cropped_wrong():
+    image = jpeg(40, 60)
+
+    class WholeImages:  # a decoder that ignores the regions it is given
+        def __init__(self, decoder):
+            self.decoder = decoder
+
+        def decode(self, streams, **kwargs):
+            whole = [nvimgcodec.load().CodeStream(image.numpy()) for _ in streams]
+            return self.decoder.decode(whole, **kwargs)
+
+    decoder = GPUDecoder(24, device="cpu", backend="nvimgcodec", scale=(0.1, 0.2))
+    decoder._codec.decoder = WholeImages(decoder._codec.decoder)
+    with pytest.raises(ValueError, match=r"image 0 of the batch is \(40, 60\) \(height, width\)"):
+        decoder([image])
+
+
 @pytest.mark.parametrize(
     ("device", "chosen"),
     [("cpu", "nvimgcodec"), pytest.param("cuda", "nvjpeg", marks=pytest.mark.needs_cuda)],

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -114,6 +115,34 @@ def test_hwc_images_give_the_chw_result():
     hwc = crop_resize_finish([image.permute(1, 2, 0).contiguous() for image in images], boxes,
                              (7, 11), flip, Finish(dtype=torch.float32), hwc=True)  # fmt: skip
     assert torch.allclose(chw, hwc, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("boxes", "flip", "message"),
+    [
+        (torch.zeros(1, 4), torch.zeros(3), r"boxes: \(3, 4\) for 3 images, got \(1, 4\)"),
+        (torch.zeros(3, 2), torch.zeros(3), r"boxes: \(3, 4\) for 3 images, got \(3, 2\)"),
+        (torch.zeros(3, 4), torch.zeros(1), "flip: 3 values for 3 images, got 1"),
+    ],
+)
+def test_one_box_and_one_flip_per_image_or_a_clear_error(boxes, flip, message):
+    images = [torch.zeros(3, 4, 5, dtype=torch.uint8)] * 3
+    with pytest.raises(ValueError, match=message):  # never broadcast over the batch
+        crop_resize_finish(images, boxes, (2, 2), flip, Finish())
+
+
+def test_an_image_of_another_size_than_its_box_was_drawn_for_is_named():
+    images = [torch.zeros(3, 4, 5, dtype=torch.uint8), torch.zeros(3, 6, 5, dtype=torch.uint8)]
+    boxes, flip = torch.tensor([[0.0, 0.0, 4.0, 5.0]] * 2), torch.tensor([False, False])
+    drawn_for = np.array([[4, 5], [4, 5]])
+    message = r"image 1 of the batch is \(6, 5\) \(height, width\), its box was drawn for \(4, 5\)"
+    with pytest.raises(ValueError, match=message):
+        crop_resize_finish(images, boxes, (2, 2), flip, Finish(), sizes=drawn_for)
+    resample_triton = pytest.importorskip("fastload.decode.resample_triton")
+    with pytest.raises(ValueError, match=message):  # the kernel's table checks them alike
+        resample_triton.image_table(images, boxes, (2, 2), flip, images[0].device, sizes=drawn_for)
+    drawn_for[1] = (6, 5)
+    assert crop_resize_finish(images, boxes, (2, 2), flip, Finish(), sizes=drawn_for).shape[0] == 2
 
 
 def test_fractional_boxes_weigh_taps_inside_the_box_only():

@@ -12,9 +12,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from torch import Tensor
 
-from fastload.decode.resample import crop_resize_finish_reference
+from fastload.decode.resample import check_batch, crop_resize_finish_reference
 from fastload.finishing import Finish
 
 __all__ = ["crop_resize_finish"]
@@ -28,10 +29,17 @@ def crop_resize_finish(
     finish: Finish,
     *,
     hwc: bool = False,
+    sizes: np.ndarray | None = None,
 ) -> Tensor:
     """:func:`crop_resize_finish_reference`'s result; on CUDA with Triton, from one fused
     kernel for the whole batch. ``hwc``: the images are (H, W, 3), as decoders give
-    them.
+    them. ``sizes``: the (N, 2) heights and widths the boxes were drawn for; an image of
+    another size is refused by index.
+
+    Raises:
+        ValueError: Not one box (N, 4) and one flip per image; an image of another size
+            than ``sizes`` says; on CUDA, an image that is not a uint8 3-channel image on
+            the first one's device.
 
     Example:
         >>> import torch
@@ -41,11 +49,12 @@ def crop_resize_finish(
         >>> out[0, 0].tolist()
         [[10, 14, 18], [29, 33, 37]]
     """
+    check_batch(len(images), boxes, flip)
     if len(images) and images[0].device.type == "cuda":
         fused = _fused()
         if fused is not None:
-            return fused(images, boxes, size, flip, finish, hwc=hwc)
-    return crop_resize_finish_reference(images, boxes, size, flip, finish, hwc=hwc)
+            return fused(images, boxes, size, flip, finish, hwc=hwc, sizes=sizes)
+    return crop_resize_finish_reference(images, boxes, size, flip, finish, hwc=hwc, sizes=sizes)
 
 
 @functools.cache

@@ -177,7 +177,6 @@ class GPUDecoder(nn.Module):
         self.cpu_fallbacks = 0
         self.decoded: collections.Counter[str] = collections.Counter()
         self.backend = self._choose(backend)
-        self._pool: ThreadPoolExecutor | None = None
         self._stream: torch.cuda.Stream | None = None  # nvJPEG's calls, made on first use
         self._start_backend()
 
@@ -192,7 +191,10 @@ class GPUDecoder(nn.Module):
         return backend
 
     def _start_backend(self) -> None:
-        """The chosen backend's handles (not pickled: made again where it is unpickled)."""
+        """The chosen backend's handles and OpenCV's pool (not pickled: made again where it
+        is unpickled). The pool starts its threads on first use; made here, not then, as
+        both the planning and the running thread use it."""
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-decode")
         self._accelerated = self.backend == "nvjpeg"
         self._nvjpeg = nvjpeg.nvjpeg_decoder() if self._accelerated else None
         self._codec = (
@@ -210,8 +212,6 @@ class GPUDecoder(nn.Module):
         host (:meth:`_on_device` puts them on the device)."""
         if not indices:
             return {}
-        if self._pool is None:  # made on first use, kept: not a pool per batch
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-decode")
 
         def one(index: int) -> Tensor:
             image = torch.from_numpy(
@@ -265,7 +265,6 @@ class GPUDecoder(nn.Module):
         regions = crop_regions(boxes, sizes, gpu) if hwc else None
         staged = None
         if host and self.device.type == "cuda":  # one copy from pinned memory, in run()
-            assert self._pool is not None
             staged = stage(host, chw=not hwc, pin=True, map_=self._pool.map)
             host = staged.on(torch.device("cpu"))  # views of it: no second copy held
         return Plan(batch, gpu, host, sizes, boxes, flip, regions, len(shared), staged)
@@ -292,14 +291,17 @@ class GPUDecoder(nn.Module):
             return self.finish.empty(0, self.size, self.device)
         hwc = plan.regions is not None
         images = self._decoded_regions(plan, plan.regions) if hwc else self._decoded_whole(plan)
-        boxes = plan.boxes
+        boxes, sizes = plan.boxes, plan.sizes  # the sizes the boxes were drawn for
         if plan.regions is not None:  # a decoded region: the box in its coordinates
             shifted = [i for i in plan.gpu_done if plan.regions[i] is not None]
             if shifted:
-                corners = [plan.regions[i][:2] for i in shifted]  # type: ignore[index]
-                boxes = boxes.clone()
-                boxes[shifted, :2] -= torch.tensor(corners, dtype=boxes.dtype)
-        return crop_resize_finish(images, boxes, self.size, plan.flip, self.finish, hwc=hwc)
+                regions = np.array([plan.regions[i] for i in shifted])
+                boxes, sizes = boxes.clone(), sizes.copy()
+                boxes[shifted, :2] -= torch.from_numpy(regions[:, :2]).to(boxes.dtype)
+                sizes[shifted] = regions[:, 2:] - regions[:, :2]
+        return crop_resize_finish(
+            images, boxes, self.size, plan.flip, self.finish, hwc=hwc, sizes=sizes
+        )
 
     def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
         """The images as CHW uint8 tensors on the device, in order (EXIF orientation

@@ -41,8 +41,9 @@ def decode(
     torchvision's nvJPEG writes from a stream of its own into memory allocated on the
     current stream, without waiting for the work queued there: a block that the
     previous batch just freed could be overwritten while still being read. So the
-    calls run on a stream with no other work, the caller's stream waits for them,
-    and each output is recorded on the caller's stream for the allocator.
+    calls run on a stream with no other work (the orientations are applied after, on
+    the caller's), the caller's stream waits for them, and each output is recorded on
+    the caller's stream for the allocator.
     """
     caller = torch.cuda.current_stream(device) if stream is not None else None
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
@@ -53,13 +54,13 @@ def decode(
             for index in indices:
                 with contextlib.suppress(RuntimeError):  # refused: the CPU decodes it
                     decoded[index] = nvjpeg([tensors[index]], device)[0]
-        for index, image in decoded.items():
-            if orientations[index] > 1:
-                decoded[index] = orient(image, orientations[index])
     if caller is not None and stream is not None:
         caller.wait_stream(stream)
         for image in decoded.values():
             image.record_stream(caller)
+    for index, image in decoded.items():
+        if orientations[index] > 1:
+            decoded[index] = orient(image, orientations[index])
     return decoded
 
 

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from fastload.finishing import Finish
 
-__all__ = ["axis_weights", "crop_resize_finish_reference", "image_size"]
+__all__ = [
+    "axis_weights",
+    "check_batch",
+    "check_sizes",
+    "crop_resize_finish_reference",
+    "image_size",
+]
 
 
 def axis_weights(start: float, length: float, limit: int, size: int) -> tuple[Tensor, int]:
@@ -34,6 +41,28 @@ def axis_weights(start: float, length: float, limit: int, size: int) -> tuple[Te
     return weights / weights.sum(dim=1, keepdim=True), low
 
 
+def check_batch(count: int, boxes: Tensor, flip: Tensor) -> None:
+    """One box (top, left, height, width) and one flip per image, for ``count`` images."""
+    if tuple(boxes.shape) != (count, 4):
+        raise ValueError(f"boxes: ({count}, 4) for {count} images, got {tuple(boxes.shape)}")
+    if flip.numel() != count:
+        raise ValueError(f"flip: {count} values for {count} images, got {flip.numel()}")
+
+
+def check_sizes(found: np.ndarray, expected: np.ndarray | None) -> None:
+    """Each image's (height, width) in ``found`` is the one its box was drawn for
+    (``expected``, (N, 2); None: not checked)."""
+    if expected is None:
+        return
+    wrong = np.flatnonzero((found != np.asarray(expected)).any(axis=1))
+    if wrong.size:
+        index = int(wrong[0])
+        raise ValueError(
+            f"image {index} of the batch is {tuple(found[index].tolist())} (height, width), "
+            f"its box was drawn for {tuple(np.asarray(expected)[index].tolist())}"
+        )
+
+
 def image_size(image: Tensor, hwc: bool) -> tuple[int, int]:
     """``(height, width)`` of a CHW image, or of an HWC one."""
     return (image.shape[0], image.shape[1]) if hwc else (image.shape[-2], image.shape[-1])
@@ -47,11 +76,13 @@ def crop_resize_finish_reference(
     finish: Finish,
     *,
     hwc: bool = False,
+    sizes: np.ndarray | None = None,
 ) -> Tensor:
     """The plain-torch pass: for image ``i`` (CHW uint8, or HWC with ``hwc``), its box
     ``boxes[i]`` (top, left, height, width; floats allowed) resampled to ``size``,
     mirrored where ``flip[i]``, finished. The CPU path, and what the fused kernel is
-    checked against."""
+    checked against. ``sizes``: see :func:`check_sizes`."""
+    check_sizes(np.array([image_size(image, hwc) for image in images]).reshape(-1, 2), sizes)
     device = images[0].device if len(images) else boxes.device
     # the resampled values of the batch, finished once (one statistics copy, one cast)
     pixels = torch.empty((len(images), 3, *size), dtype=torch.float32, device=device)

@@ -12,9 +12,11 @@ Triton's interpreter).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -22,6 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from fastload.decode.resample import check_batch, check_sizes
 from fastload.finishing import Finish
 
 __all__ = ["crop_resize_finish", "image_table"]
@@ -108,7 +111,9 @@ def crop_resize_finish_kernel(  # type: ignore[no-untyped-def]
             blue += weight * tl.load(at + 2 * step_c, mask=ok, other=0).to(tl.float32)
 
     norm = 1.0 / (total_y * total_x)
-    target = out + n * stride_n + (pixel // out_w) * stride_h + (pixel % out_w) * stride_w
+    target = (
+        out + n.to(tl.int64) * stride_n + (pixel // out_w) * stride_h + (pixel % out_w) * stride_w
+    )
     _store(target, red * norm, scale, shift, 0, stride_c, inside, TO_UINT8)
     _store(target, green * norm, scale, shift, 1, stride_c, inside, TO_UINT8)
     _store(target, blue * norm, scale, shift, 2, stride_c, inside, TO_UINT8)
@@ -127,11 +132,13 @@ def image_table(
     device: torch.device,
     *,
     hwc: bool = False,
+    sizes: np.ndarray | None = None,
 ) -> Tensor:
     """The kernel's (N, 9) int64 table of ``images`` (CHW uint8, or HWC, on ``device``,
     any strides), one row per image in :data:`COLUMNS`' order; ``boxes`` and ``flip``
     on the CPU. The kernel reads each image through its row alone, so each must be what
-    the row says: checked here.
+    the row says: checked here, and ``sizes`` too (see
+    :func:`~fastload.decode.resample.check_sizes`).
 
     Example:
         >>> image = torch.zeros(3, 4, 5, dtype=torch.uint8)
@@ -153,13 +160,16 @@ def image_table(
         _refuse_the_first_unreadable(images, device, hwc)
     table = np.empty((len(images), len(COLUMNS)), np.int64)
     table[:, :6] = found[:, [0, 1 + row, 1 + column, 4 + channel, 4 + row, 4 + column]]
+    check_sizes(table[:, 1:3], sizes)
     lengths = boxes.numpy()
     table[:, 6], table[:, 7] = _taps(lengths[:, 2], size[0]), _taps(lengths[:, 3], size[1])
     table[:, 8] = flip.numpy()
     return torch.from_numpy(table)
 
 
-def _refuse_the_first_unreadable(images: Sequence[Tensor], device: torch.device, hwc: bool) -> None:
+def _refuse_the_first_unreadable(
+    images: Sequence[Tensor], device: torch.device, hwc: bool
+) -> NoReturn:
     """Raise for the first of ``images`` that is not a uint8 CHW (HWC) image on ``device``."""
     layout, channel = ("(H, W, 3)", 2) if hwc else ("(3, H, W)", 0)
     for index, image in enumerate(images):
@@ -170,6 +180,7 @@ def _refuse_the_first_unreadable(images: Sequence[Tensor], device: torch.device,
             )
         if image.device != device:
             raise ValueError(f"image {index} is on {image.device}, the batch on {device}")
+    raise AssertionError("the batch's check and the images' disagree")  # not reached
 
 
 def crop_resize_finish(
@@ -180,23 +191,29 @@ def crop_resize_finish(
     finish: Finish,
     *,
     hwc: bool = False,
+    sizes: np.ndarray | None = None,
 ) -> Tensor:
-    """The batch in one launch (see the module's description)."""
+    """The batch in one launch (see the module's description); on the images' device,
+    whichever is current."""
     device = images[0].device if len(images) else boxes.device
     out = finish.empty(len(images), size, device)
     if not len(images):
         return out
+    check_batch(len(images), boxes, flip)  # the kernel reads a box per image
     boxes, flip = boxes.to(torch.float32).cpu(), flip.cpu()
-    table = image_table(images, boxes, size, flip, device, hwc=hwc)
+    table = image_table(images, boxes, size, flip, device, hwc=hwc, sizes=sizes)
     # two copies to the device: the table, and every float the kernel reads
-    floats = np.concatenate([boxes.numpy().reshape(-1), finish.scale, finish.shift])
+    values = np.concatenate([boxes.numpy().reshape(-1), finish.scale, finish.shift])
     table = table.to(device, non_blocking=True)
-    floats = torch.from_numpy(floats.astype(np.float32)).to(device, non_blocking=True)
+    floats = torch.from_numpy(values.astype(np.float32)).to(device, non_blocking=True)
     count = boxes.numel()
     grid = (len(images), math.ceil(size[0] * size[1] / BLOCK))
-    crop_resize_finish_kernel[grid](
-        table, floats[:count], floats[count : count + 3], floats[count + 3 :],
-        out, size[0], size[1], *out.stride(),
-        TO_UINT8=finish.dtype == torch.uint8, BLOCK=triton.next_power_of_2(BLOCK),
-    )  # fmt: skip
+    # Triton launches on the current device: the images' own, or it reads their addresses
+    # from another GPU
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        crop_resize_finish_kernel[grid](
+            table, floats[:count], floats[count : count + 3], floats[count + 3 :],
+            out, size[0], size[1], *out.stride(),
+            TO_UINT8=finish.dtype == torch.uint8, BLOCK=triton.next_power_of_2(BLOCK),
+        )  # fmt: skip
     return out
