@@ -87,7 +87,8 @@ CHECK_PARTS = [
     ("end_to_end_r18", "185 s", "ResNet-18 (bf16, channels_last, batch 256) from 7,680 "
      "photos in 30-step epochs: GPU decode, CPU decode, torchvision `ImageFolder` + "
      "`DataLoader`, DALI when installed, the step alone; GPU idle from CUDA events, the "
-     "steady rate and each epoch's fill apart, CPU per thread, the JPEG engines' use over "
+     "steady rate and each epoch's fill apart, CPU per thread (native threads too), the "
+     "JPEG engines' use over "
      "each round; GPU decode also with a "
      "quarter of the JPEGs decoded by OpenCV beside it (`cpu_share=0.25`); 3 rounds, each "
      "variant's process kept for all of them"),
@@ -223,7 +224,9 @@ that is missing instead of failing. The smoke run is part of the test suite
         "500x375 crops of real photographs, quality 90, batches of 256. Goals: the finished "
         "decode (crop, flip, normalise to bf16 NHWC) at 20,000 images/s or more on an H100 or "
         "H200 at 0.1 CPU ms per image or less; the nvimgcodec rows within 80 % of "
-        "nvImageCodec's own batched call (its row, where the run has it).",
+        "nvImageCodec's own batched call (its row, where the run has it). \"CPU ms/image by "
+        "thread\": the three threads that used the most, Python's by name, pools together, "
+        "the others (OpenMP's, CUDA's, nvJPEG's) by the system's, marked (native).",
     ),
     "gpu/end_to_end": Notes(
         "End to end, ResNet-50", "Goal: ahead of DALI, the GPU idle under 2 %."

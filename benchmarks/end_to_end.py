@@ -318,16 +318,17 @@ THREADS = {"MainThread": "loop", "fastload-producer": "read", "fastload-producer
 
 
 def by_thread(measured: list[dict]) -> str:
-    """Median CPU ms per image of the loop's and the producer's threads, the rest as other."""
+    """Median CPU ms per image of the loop's and the producer's threads, the threads of no
+    Python name (OpenMP's, CUDA's, nvJPEG's) as native, the rest as other."""
     shares: dict[str, list[float]] = {}
     for epoch in measured:
         named: dict[str, float] = {}
         for thread, ms in epoch.get("thread_cpu_ms_per_image", {}).items():
-            label = THREADS.get(thread, "other")
+            label = THREADS.get(thread, "native" if thread.endswith("(native)") else "other")
             named[label] = named.get(label, 0.0) + ms
         for label, ms in named.items():
             shares.setdefault(label, []).append(ms)
-    order = [*THREADS.values(), "other"]
+    order = [*THREADS.values(), "native", "other"]
     return (
         ", ".join(
             f"{label} {statistics.median(shares[label]):.2f}" for label in order if label in shares

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -56,6 +57,7 @@ from benchmarks.lib.common import (
     report,
     suite_arguments,
     synchronize,
+    thread_cpu,
 )
 from benchmarks.lib.data import photo_jpegs
 from benchmarks.lib.engines import EngineSampler
@@ -168,16 +170,42 @@ def dali_decode(args, device, load: float, batches: list[list[torch.Tensor]]) ->
     return decode
 
 
-def timed_pass(decode: Callable, batches, device) -> Callable[[], dict[str, float]]:
+def timed_pass(decode: Callable, batches, device) -> Callable[[], dict]:
+    """One pass: its seconds, the process's CPU seconds, and each thread's by name."""
+
     def run():
         synchronize(device)
-        cpu, start = cpu_seconds_with_workers(), time.perf_counter()
+        threads, cpu, start = thread_cpu(), cpu_seconds_with_workers(), time.perf_counter()
         for batch in batches:
             decode(batch)
         synchronize(device)
-        return {"seconds": time.perf_counter() - start, "cpu": cpu_seconds_with_workers() - cpu}
+        return {
+            "seconds": time.perf_counter() - start,
+            "cpu": cpu_seconds_with_workers() - cpu,
+            "threads": dict(thread_cpu() - threads),
+        }
 
     return run
+
+
+def by_thread(runs: list[dict], images: int, shown: int = 3) -> str:
+    """The threads that used the most CPU over the passes, in ms per image (medians over
+    passes), pool threads together (``opencv-decode_3`` is ``opencv-decode``).
+
+    >>> by_thread([{"threads": {"MainThread": 0.2, "w_0": 0.1, "w_1": 0.2}}], 1000)
+    'w 0.30, MainThread 0.20'
+    """
+    passes = []
+    for run in runs:
+        pooled: dict[str, float] = {}
+        for name, seconds in run.get("threads", {}).items():
+            pool = re.sub(r"_\d+$", "", name)
+            pooled[pool] = pooled.get(pool, 0.0) + seconds
+        passes.append(pooled)
+    names = {name for pooled in passes for name in pooled}
+    medians = {n: statistics.median(p.get(n, 0.0) for p in passes) for n in names}
+    top = sorted(medians.items(), key=lambda item: -item[1])[:shown]
+    return ", ".join(f"{name} {1000 * s / images:.2f}" for name, s in top if s > 0) or "-"
 
 
 def main() -> None:
@@ -266,6 +294,7 @@ def main() -> None:
         extra = {
             "CPU ms/image": f"{1000 * cpu / args.images:.3f}",
             "CPU cores busy": f"{cpu / seconds.median:.1f}",
+            "CPU ms/image by thread": by_thread(runs, args.images),
         }
         if cuda:
             extra["hardware decoder"] = engines.get(name, "-")

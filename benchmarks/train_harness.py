@@ -32,9 +32,7 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -46,13 +44,13 @@ from torch.utils.data import DataLoader, DistributedSampler
 if not __package__:  # python benchmarks/X.py: import benchmarks as -m does
     import _bootstrap  # noqa: F401
 
+from benchmarks.lib.common import thread_cpu
 from benchmarks.lib.engines import EngineSampler
 from fastload import DataPrefetcher, FastLoader, ImageFolder, LMDBDataset, gpu, timed
 from fastload.decode import GPUDecoder
 from fastload.system import available_cpus
 from fastload.tools.diagnostics.gpu_idle import StepEvents
 from fastload.tools.diagnostics.procstats import cpu_seconds_with_workers
-from fastload.tools.diagnostics.procstats import thread_cpu as cpu_by_thread
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 #: --serve: the line that says the harness waits for the next round's epoch count.
@@ -218,15 +216,6 @@ class CachedBatch:
 
     def __len__(self) -> int:
         return self.steps
-
-
-def thread_cpu() -> Counter[str]:
-    """CPU seconds of each live thread of this process so far, by thread name (Linux)."""
-    threads = {thread.native_id: thread.name for thread in threading.enumerate()}
-    found: Counter[str] = Counter()
-    for native_id, cpu in cpu_by_thread([tid for tid in threads if tid]).items():
-        found[threads[native_id]] += cpu
-    return found
 
 
 def timeline(events: StepEvents, sizes: list[int]) -> dict[str, float | None]:

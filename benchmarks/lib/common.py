@@ -9,8 +9,10 @@ import math
 import platform
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ import torch
 
 from fastload.loader.defaults import shared_memory_free
 from fastload.system import available_cpus
+from fastload.tools.diagnostics.procstats import cpu_by_thread_name
 from fastload.tools.measure import Measurement, format_table
 
 #: benchmarks/results: one folder per kind of machine, cpu/ (no GPU) and gpu/
@@ -319,3 +322,11 @@ def save_figure(fig, result: Path) -> Path:
     pyplot().close(fig)
     print(f"wrote {png}")
     return png
+
+
+def thread_cpu() -> Counter[str]:
+    """CPU seconds of each live thread of this process so far, by name (Linux): Python's
+    threads by theirs, the others (OpenMP's, CUDA's, nvJPEG's) by the system's, marked
+    "(native)"."""
+    names = {thread.native_id: thread.name for thread in threading.enumerate() if thread.native_id}
+    return Counter(cpu_by_thread_name(names))

@@ -120,6 +120,10 @@ def test_smoke_augment_decode_memory_and_end_to_end_rows(smoke_results: Path):
             )
     others = [row for name, row in decode.items() if name not in nvimgcodec]
     assert len(others) == 5 and all(row["per_second"] > 0 for row in others)
+    for row in others:  # the threads that used the CPU, most first, in ms per image
+        shares = [entry.rsplit(" ", 1) for entry in row["CPU ms/image by thread"].split(", ")]
+        ms = [float(value) for _, value in shares]
+        assert 1 <= len(shares) <= 3 and ms == sorted(ms, reverse=True), row
     memory = json.loads((smoke_results / "gpu_memory.json").read_text())
     assert [len(epochs) for epochs in memory["summary"]["per_epoch"].values()] == [3, 3]
     processes = list(memory["summary"]["process"].values())  # one allocator each

@@ -137,3 +137,34 @@ def test_a_round_is_judged_by_its_epochs_and_a_new_process_by_its_start_too():
     assert expected_round("baseline", took, [8.0, 5.0]) == 11.0  # started: its epochs only
     assert expected_round("DALI", took, [8.0, 5.0]) == 19.0  # not yet: longest round + start
     assert expected_round("baseline", {}, []) == 0.0
+
+
+def test_cpu_by_thread_is_the_median_per_label_native_threads_apart():
+    from benchmarks.end_to_end import by_thread
+
+    epochs = [
+        {"thread_cpu_ms_per_image": {"MainThread": 0.03, "fastload-producer-device": 0.1,
+                                     "python (native)": 0.2, "cuda-EvtHandlr (native)": 0.1,
+                                     "Thread-1 (_pin_memory_loop)": 0.01}},
+        {"thread_cpu_ms_per_image": {"MainThread": 0.05, "fastload-producer-device": 0.3,
+                                     "python (native)": 0.1}},
+        {"thread_cpu_ms_per_image": {"MainThread": 0.04, "fastload-producer-device": 0.2,
+                                     "python (native)": 0.4}},
+    ]  # fmt: skip
+    # native: 0.3, 0.1 and 0.4 an epoch (two native threads in the first, summed)
+    assert by_thread(epochs) == "loop 0.04, device 0.20, native 0.30, other 0.01"
+    assert by_thread([{}]) == "-"
+
+
+def test_the_harness_counts_the_threads_python_did_not_start():
+    from benchmarks.lib.common import thread_cpu
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.ones(4_000_000).sum()  # torch's second intra-op thread: not Python's
+        found = thread_cpu()
+    finally:
+        torch.set_num_threads(threads)
+    assert "MainThread" in found and all(cpu >= 0 for cpu in found.values())
+    assert any(name.endswith(" (native)") for name in found)
