@@ -403,8 +403,9 @@ image, PIL for EXIF, two CodeStreams and a sub-stream); "after" is `GPUDecoder` 
 on an `EncodedBatch` whose headers the collate read in the worker ("list in": a list of
 tensors, headers read on the producer). The budget (issue 48): 1 ms per batch.""",
         """\
-The nvjpeg path is at the budget, not within it: 1.03 to 1.08 ms over three runs, the
-kernel's launch included (before it was counted, 0.80 to 1.37 ms over four runs). What
+The nvjpeg path is over the budget: 1.03 to 1.68 ms over six runs on a machine shared with
+other work, the kernel's launch included (before it was counted, 0.80 to 1.37 ms over
+four runs). What
 is left there is mostly torch's per-operation cost on small tensors: the box draw (about
 60 operations on 256 x 10 float64 values, 0.2 ms), the kernel's table (one pass over
 the images for their addresses, sizes and strides, 0.2 ms), and the 256 tensor views

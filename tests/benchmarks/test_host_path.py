@@ -42,16 +42,22 @@ def test_the_stood_in_decoder_launches_the_kernel_with_every_image_in_its_table(
                                  for e in photos])  # fmt: skip
     with host_path.kernel_launch_stood_in():  # which puts the kernel back on leaving
         resample_triton.crop_resize_finish_kernel = Recorder()
-        batch = host_path.decoder(backend, outputs, 32)(packed)
+        made = host_path.decoder(backend, outputs, 32)
+        made.scale, made.generator = (0.08, 0.2), torch.Generator().manual_seed(0)
+        batch = made(packed)
     assert batch.shape == (6, 3, 32, 32) and batch.dtype == torch.uint8
     [(grid, args)] = launches
     assert grid == (6, 8)  # 6 images, 32 * 32 pixels in blocks of 128
     table = args[0]
-    if backend == "nvjpeg":  # the stand-in's CHW images, read where they lie
+    if backend == "nvjpeg":  # the stand-in's CHW images, read where they lie, whole
         assert table[:, 0].tolist() == [image.data_ptr() for image in outputs.chw]
-    else:  # nvImageCodec's HWC images: 3 values a pixel, 1 a channel
+        assert table[:, 1:3].tolist() == [[375, 500]] * 6
+    else:  # nvImageCodec's HWC regions: 3 values a pixel, 1 a channel, rows of the whole
         assert table[:, 3].tolist() == [1] * 6 and table[:, 5].tolist() == [3] * 6
-    assert table[:, 1:3].tolist() == [[375, 500]] * 6
+        assert table[:, 4].tolist() == [500 * 3] * 6
+        heights, widths = table[:, 1], table[:, 2]
+        assert bool((heights <= 375).all() and (widths <= 500).all())
+        assert bool((heights * widths < 375 * 500).all())  # crops of 8 to 20 % of each
 
 
 def test_a_smoke_run_reports_every_variant_and_leaves_nothing_patched(tmp_path):
