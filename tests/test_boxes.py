@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -21,11 +22,16 @@ ranges = st.tuples(st.floats(0.01, 3.0), st.floats(0.01, 3.0)).map(lambda r: tup
 ratios = st.tuples(st.floats(0.1, 10.0), st.floats(0.1, 10.0)).map(lambda r: tuple(sorted(r)))
 
 
-def batch_form(sizes, uniforms, scale, ratio, erasing):
+def batch_form(sizes, uniforms, scale, ratio, erasing, *, numpy=False):
     heights = torch.tensor([h for h, _ in sizes], dtype=torch.float32)
     widths = torch.tensor([w for _, w in sizes], dtype=torch.float32)
-    boxes = sample_boxes(heights, widths, torch.tensor(uniforms), scale, ratio, erasing=erasing)
-    columns = [v.int().tolist() for v in (boxes.top, boxes.left, boxes.height, boxes.width)]
+    uniforms = torch.tensor(uniforms)
+    if numpy:  # the same rule on NumPy arrays, as GPUDecoder draws on the host
+        heights, widths, uniforms = heights.numpy(), widths.numpy(), uniforms.numpy()
+    boxes = sample_boxes(heights, widths, uniforms, scale, ratio, erasing=erasing)
+    assert all(isinstance(v, np.ndarray) == numpy for v in boxes)  # what it was given
+    assert all(v.dtype == (np.float32 if numpy else torch.float32) for v in boxes[:4])
+    columns = [[int(x) for x in v.tolist()] for v in boxes[:4]]
     return list(zip(*columns, boxes.found.tolist(), strict=True))
 
 
@@ -36,11 +42,12 @@ def batch_form(sizes, uniforms, scale, ratio, erasing):
     scale=ranges,
     ratio=ratios,
     erasing=st.booleans(),
+    numpy=st.booleans(),
 )  # fmt: skip
-def test_the_batch_and_the_sample_form_draw_the_same_boxes(images, scale, ratio, erasing):
+def test_the_batch_and_the_sample_form_draw_the_same_boxes(images, scale, ratio, erasing, numpy):
     sizes = [(h, w) for h, w, _ in images]
     uniforms = [draws for _, _, draws in images]
-    together = batch_form(sizes, uniforms, scale, ratio, erasing)
+    together = batch_form(sizes, uniforms, scale, ratio, erasing, numpy=numpy)
     alone = [sample_box(h, w, draws, scale, ratio, erasing=erasing) for h, w, draws in images]
     assert together == alone
     for (height, width), (top, left, box_h, box_w, _) in zip(sizes, alone, strict=True):
@@ -60,8 +67,10 @@ def test_after_ten_failed_tries_both_forms_take_the_centre(height, width, ratio,
     # a scale above 1 never fits: every try fails, and both fall back to the centre crop
     draws = torch.rand(1, TRIES, 4, generator=torch.Generator().manual_seed(0))
     together = batch_form([(height, width)], draws.tolist(), (2.0, 3.0), ratio, False)
+    on_the_host = batch_form([(height, width)], draws.tolist(), (2.0, 3.0), ratio, False,
+                             numpy=True)  # fmt: skip
     alone = sample_box(height, width, draws[0].tolist(), (2.0, 3.0), ratio)
-    assert together == [alone] == [(*want, False)]
+    assert together == on_the_host == [alone] == [(*want, False)]
 
 
 def test_erasing_that_never_fits_erases_nothing():
@@ -121,3 +130,22 @@ def test_the_box_draw_loads_without_the_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert gpu.RandomErasing.__module__ == "fastload.gpu.erase"  # names load on first use
+
+
+@pytest.mark.parametrize("crop", ["center", "resize", "random"])
+def test_crop_boxes_on_numpy_arrays_are_the_tensors_boxes(crop):
+    from fastload.boxes import crop_boxes
+
+    generator = torch.Generator().manual_seed(1)
+    sizes = torch.randint(1, 900, (64, 2), generator=generator).float()
+    uniforms = torch.rand(64, TRIES, 4, generator=generator)
+    options = {"scale": (0.08, 1.0), "ratio": (3 / 4, 4 / 3), "crop_fraction": 0.875}
+    on_tensors = crop_boxes(sizes, crop, (224, 160), uniforms=uniforms, **options)
+    on_arrays = crop_boxes(sizes.numpy(), crop, (224, 160), uniforms=uniforms.numpy(), **options)
+    assert on_tensors.keys() == on_arrays.keys() == {"top", "left", "height", "width"}
+    for key, value in on_arrays.items():
+        assert isinstance(value, np.ndarray) and value.dtype == np.float32, key
+        if crop == "center":  # fractional boxes: torch's float32 division may round apart
+            assert np.allclose(value, on_tensors[key].numpy(), rtol=1e-6, atol=1e-4), key
+        else:  # whole pixels
+            assert torch.equal(torch.from_numpy(value), on_tensors[key]), key

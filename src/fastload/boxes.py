@@ -2,7 +2,8 @@
 ten tries of an area and a log-uniform aspect ratio, the first box that fits wins.
 
 One rule, two forms that give the same boxes for the same uniforms: :func:`sample_boxes`
-draws a whole batch at once with tensors (the GPU modules, GPUDecoder), and
+draws a whole batch at once with tensors (the GPU modules) or NumPy arrays (GPUDecoder,
+on the host), and
 :func:`sample_box` one image in plain Python (the CPU transform, per sample in a
 worker). Each try takes four uniforms in [0, 1): area, aspect, top, left. The maths is
 in float64 in both, so that they agree to the last pixel.
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -29,67 +31,77 @@ __all__ = ["TRIES", "Boxes", "crop_boxes", "sample_box", "sample_boxes"]
 #: torchvision's number of tries.
 TRIES = 10
 
+Array = TypeVar("Array", Tensor, np.ndarray)
 
-class Boxes(NamedTuple):
+
+class Boxes(NamedTuple, Generic[Array]):
     """Per sample (N,): float32 ``top``, ``left``, ``height``, ``width`` (whole pixels)
-    and whether a try fitted (``found``)."""
+    and whether a try fitted (``found``); tensors or NumPy arrays."""
 
-    top: Tensor
-    left: Tensor
-    height: Tensor
-    width: Tensor
-    found: Tensor
+    top: Array
+    left: Array
+    height: Array
+    width: Array
+    found: Array
 
 
 def sample_boxes(
-    height: Tensor,
-    width: Tensor,
-    uniforms: Tensor,
+    height: Array,
+    width: Array,
+    uniforms: Array,
     scale: tuple[float, float],
     ratio: tuple[float, float],
     *,
     erasing: bool = False,
-) -> Boxes:
+) -> Boxes[Array]:
     """The boxes of images of ``height`` and ``width`` (N,) from ``uniforms`` (N, 10, 4),
-    all at once (see the module's description)."""
-    image_h = height.to(torch.float64).view(-1, 1)
-    image_w = width.to(torch.float64).view(-1, 1)
-    draws = uniforms.to(torch.float64)
+    all at once (see the module's description): tensors on any device, or NumPy arrays
+    (the same maths, a fraction of torch's cost per operation on a batch's few values on
+    the host) giving NumPy boxes."""
+    xp: Any = np if isinstance(uniforms, np.ndarray) else torch
+    cast: Callable[[Any, Any], Any]
+    take: Callable[[Any, Any, int], Any]
+    if xp is np:
+        cast, take = (lambda a, dtype: a.astype(dtype)), np.take_along_axis
+    else:  # torch's own calls: its asarray and take_along_dim cost more on small tensors
+        cast, take = (lambda a, dtype: a.to(dtype)), (lambda a, index, dim: a.gather(dim, index))
+    image_h = cast(height, xp.float64).reshape(-1, 1)
+    image_w = cast(width, xp.float64).reshape(-1, 1)
+    draws = cast(uniforms, xp.float64)
     area = image_h * image_w * (scale[0] + (scale[1] - scale[0]) * draws[..., 0])
     log_low, log_high = math.log(ratio[0]), math.log(ratio[1])
-    aspect = torch.exp(log_low + (log_high - log_low) * draws[..., 1])
-    long = torch.sqrt(area * aspect).round()
-    short = torch.sqrt(area / aspect).round()
+    aspect = xp.exp(log_low + (log_high - log_low) * draws[..., 1])
+    long = xp.round(xp.sqrt(area * aspect))
+    short = xp.round(xp.sqrt(area / aspect))
     if erasing:
         box_h, box_w = long, short
         fits = (box_h < image_h) & (box_w < image_w)
     else:
         box_w, box_h = long, short
         fits = (box_w > 0) & (box_w <= image_w) & (box_h > 0) & (box_h <= image_h)
-    first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # the first try that fits
+    first = cast(fits, xp.uint8).argmax(axis=1, keepdims=True)  # the first try that fits
     box_h, box_w, top_draw, left_draw = (
-        values.gather(1, first).squeeze(1)
-        for values in (box_h, box_w, draws[..., 2], draws[..., 3])
+        take(values, first, 1)[:, 0] for values in (box_h, box_w, draws[..., 2], draws[..., 3])
     )
-    image_h, image_w = image_h.squeeze(1), image_w.squeeze(1)
-    top = torch.minimum((top_draw * (image_h - box_h + 1)).floor(), image_h - box_h)
-    left = torch.minimum((left_draw * (image_w - box_w + 1)).floor(), image_w - box_w)
-    found = fits.any(dim=1)
+    image_h, image_w = image_h[:, 0], image_w[:, 0]
+    top = xp.minimum(xp.floor(top_draw * (image_h - box_h + 1)), image_h - box_h)
+    left = xp.minimum(xp.floor(left_draw * (image_w - box_w + 1)), image_w - box_w)
+    found = fits.any(axis=1)
     if erasing:  # torchvision's "no box": the whole image, left unchanged
-        zero = torch.zeros_like(top)
+        zero = xp.zeros_like(top)
         fallback = (zero, zero, image_h, image_w)
     else:  # the whole image, its aspect ratio clamped to ``ratio``, centred
         in_ratio = image_w / image_h
-        fallback_h = torch.where(in_ratio < ratio[0], (image_w / ratio[0]).round(), image_h)
-        fallback_w = torch.where(in_ratio > ratio[1], (image_h * ratio[1]).round(), image_w)
+        fallback_h = xp.where(in_ratio < ratio[0], xp.round(image_w / ratio[0]), image_h)
+        fallback_w = xp.where(in_ratio > ratio[1], xp.round(image_h * ratio[1]), image_w)
         fallback = (
-            ((image_h - fallback_h) / 2).floor(),
-            ((image_w - fallback_w) / 2).floor(),
+            xp.floor((image_h - fallback_h) / 2),
+            xp.floor((image_w - fallback_w) / 2),
             fallback_h,
             fallback_w,
         )
     top, left, box_h, box_w = (
-        torch.where(found, value, other).to(torch.float32)
+        cast(xp.where(found, value, other), xp.float32)
         for value, other in zip((top, left, box_h, box_w), fallback, strict=True)
     )
     return Boxes(top, left, box_h, box_w, found)
@@ -131,20 +143,21 @@ def sample_box(
 
 
 def crop_boxes(
-    sizes: Tensor,
+    sizes: Array,
     crop: str,
     size: tuple[int, int],
     *,
     scale: tuple[float, float],
     ratio: tuple[float, float],
     crop_fraction: float,
-    uniforms: Tensor | None = None,
-) -> dict[str, Tensor]:
+    uniforms: Array | None = None,
+) -> dict[str, Array]:
     """Each image's box (``top``, ``left``, ``height``, ``width``, (N,) each) for images of
     ``sizes`` ((N, 2) heights and widths) and an output of ``size``: ``"random"``, a
     RandomResizedCrop from ``uniforms`` ((N, TRIES, 4) draws in [0, 1)); ``"resize"``, the
     whole image; ``"center"``, the region ``Resize(size / crop_fraction)`` +
-    ``CenterCrop(size)`` keeps.
+    ``CenterCrop(size)`` keeps. Tensors, or NumPy arrays (as :func:`sample_boxes`; a
+    centre box, fractional, may differ from torch's in the last bit of its float32).
 
     Example:
         >>> boxes = crop_boxes(torch.tensor([[100.0, 200.0]]), "center", (50, 50),
@@ -159,11 +172,12 @@ def crop_boxes(
         boxes = sample_boxes(height, width, uniforms, scale, ratio)
         return {"top": boxes.top, "left": boxes.left, "height": boxes.height,
                 "width": boxes.width}  # fmt: skip
+    xp: Any = np if isinstance(sizes, np.ndarray) else torch
     if crop == "resize":
-        zero = torch.zeros_like(height)
+        zero = xp.zeros_like(height)
         return {"top": zero, "left": zero, "height": height, "width": width}
     out_h, out_w = size
-    factor = (min(out_h, out_w) / crop_fraction) / torch.minimum(height, width)
+    factor = (min(out_h, out_w) / crop_fraction) / xp.minimum(height, width)
     box_h, box_w = out_h / factor, out_w / factor
     return {"top": (height - box_h) / 2, "left": (width - box_w) / 2, "height": box_h,
             "width": box_w}  # fmt: skip

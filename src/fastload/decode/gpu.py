@@ -371,15 +371,20 @@ class GPUDecoder(nn.Module):
 
     def sample_params(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
         """Per-sample boxes for images of ``sizes`` ((N, 2) heights and widths), and
-        which samples are flipped."""
+        which samples are flipped. The boxes are worked out in NumPy, on the host: a
+        batch's few values cost less there than in torch's operations."""
         uniforms = None
         if self.crop == "random":
-            uniforms = draw_uniform(len(sizes), TRIES, 4, device=sizes.device, generator=generator)
+            draws = draw_uniform(len(sizes), TRIES, 4, device=sizes.device, generator=generator)
+            uniforms = draws.cpu().numpy()
         boxes = crop_boxes(
-            sizes, self.crop, self.size, scale=self.scale, ratio=self.ratio,
+            sizes.cpu().numpy(), self.crop, self.size, scale=self.scale, ratio=self.ratio,
             crop_fraction=self.crop_fraction, uniforms=uniforms,
         )  # fmt: skip
-        return {**boxes, "flip": self._flips(len(sizes), generator)}
+        return {
+            **{key: torch.from_numpy(value) for key, value in boxes.items()},
+            "flip": self._flips(len(sizes), generator),
+        }
 
     def _flips(self, n: int, generator: torch.Generator | None) -> Tensor:
         if self.flip == 0:
