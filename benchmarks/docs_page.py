@@ -403,13 +403,12 @@ image, PIL for EXIF, two CodeStreams and a sub-stream); "after" is `GPUDecoder` 
 on an `EncodedBatch` whose headers the collate read in the worker ("list in": a list of
 tensors, headers read on the producer). The budget (issue 48): 1 ms per batch.""",
         """\
-The nvjpeg path is over the budget: 1.03 to 1.68 ms over six runs on a machine shared with
-other work, the kernel's launch included (before it was counted, 0.80 to 1.37 ms over
-four runs). What
-is left there is mostly torch's per-operation cost on small tensors: the box draw (about
-60 operations on 256 x 10 float64 values, 0.2 ms), the kernel's table (one pass over
-the images for their addresses, sizes and strides, 0.2 ms), and the 256 tensor views
-torchvision's batched decode takes (0.1 ms). The nvimgcodec path is not within it: what
+The nvjpeg path is around the budget, not under it: 1.07 to 1.45 ms over four runs on a
+machine shared with other work, the kernel's launch included; the header parse above,
+unchanged code, moved from 1.09 to 1.64 ms over the same runs. What is left there: the
+box draw (about 60 NumPy operations on 256 x 10 float64 values, 0.1 ms; torch's took
+0.2 ms), the kernel's table (one pass over the images for their addresses, sizes and
+strides, 0.2 ms), and the 256 tensor views torchvision's batched decode takes (0.1 ms). The nvimgcodec path is not within it: what
 is left there is nvImageCodec 0.9's own Python objects, a CodeStream per image and, for a
 crop, a Region and a sub-stream, then an output object per image: most of its time per
 image. A list of tensors costs the header parse on the producer; collate with
