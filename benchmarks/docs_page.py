@@ -405,7 +405,7 @@ tensors, headers read on the producer). The budget (issue 48): 1 ms per batch.""
         """\
 The nvjpeg path is around the budget, not under it: 1.07 to 1.45 ms over four runs on a
 machine shared with other work, the kernel's launch included; the header parse above,
-unchanged code, moved from 1.09 to 1.64 ms over the same runs. What is left there: the
+unchanged code, moved from 1.11 to 1.64 ms over the same runs. What is left there: the
 box draw (about 60 NumPy operations on 256 x 10 float64 values, 0.1 ms; torch's took
 0.2 ms), the kernel's table (one pass over the images for their addresses, sizes and
 strides, 0.2 ms), and the 256 tensor views torchvision's batched decode takes (0.1 ms). The nvimgcodec path is not within it: what
