@@ -408,11 +408,11 @@ machine shared with other work, the kernel's launch included; the header parse a
 unchanged code, moved from 1.11 to 1.64 ms over the same runs. What is left there: the
 box draw (about 60 NumPy operations on 256 x 10 float64 values, 0.1 ms; torch's took
 0.2 ms), the kernel's table (one pass over the images for their addresses, sizes and
-strides, 0.2 ms), and the 256 tensor views torchvision's batched decode takes (0.1 ms). The nvimgcodec path is not within it: what
-is left there is nvImageCodec 0.9's own Python objects, a CodeStream per image and, for a
-crop, a Region and a sub-stream, then an output object per image: most of its time per
-image. A list of tensors costs the header parse on the producer; collate with
-`encoded_collate`.""",
+strides, 0.2 ms), and the 256 tensor views torchvision's batched decode takes (0.1 ms).
+The nvimgcodec path is not within it: what is left there is nvImageCodec 0.9's own Python
+objects, a CodeStream per image and, for a crop, a Region and a sub-stream, then an
+output object per image: most of its time per image. A list of tensors costs the header
+parse on the producer; collate with `encoded_collate`.""",
     ),
     "cpu/tensor_dataset": Notes(
         "A TensorDataset in memory",
