@@ -131,6 +131,23 @@ def test_one_box_and_one_flip_per_image_or_a_clear_error(boxes, flip, message):
         crop_resize_finish(images, boxes, (2, 2), flip, Finish())
 
 
+def test_stored_images_are_cropped_as_their_orientation_shows_them():
+    from fastload.decode.orientation import orient
+
+    generator = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (3, 6, 9), dtype=torch.uint8, generator=generator)] * 3
+    orientations = np.array([1, 6, 3])
+    shown = [orient(image, int(o)) for image, o in zip(images, orientations, strict=True)]
+    boxes = torch.tensor([[0.0, 0.0, 6.0, 9.0], [1.0, 0.0, 8.0, 6.0], [0.0, 2.0, 6.0, 7.0]])
+    flip, finish = torch.tensor([False, True, False]), Finish(dtype=torch.float32)
+    want = crop_resize_finish(shown, boxes, (4, 4), flip, finish)
+    got = crop_resize_finish(images, boxes, (4, 4), flip, finish, orientations=orientations)
+    assert torch.equal(got, want) and not torch.equal(got[1], got[0])
+    with pytest.raises(ValueError, match="orientations are for CHW images as stored"):
+        hwc = [image.permute(1, 2, 0) for image in images]
+        crop_resize_finish(hwc, boxes, (4, 4), flip, finish, hwc=True, orientations=orientations)
+
+
 def test_an_image_of_another_size_than_its_box_was_drawn_for_is_named():
     images = [torch.zeros(3, 4, 5, dtype=torch.uint8), torch.zeros(3, 6, 5, dtype=torch.uint8)]
     boxes, flip = torch.tensor([[0.0, 0.0, 4.0, 5.0]] * 2), torch.tensor([False, False])
@@ -209,6 +226,21 @@ FUSED_CHECK = textwrap.dedent(
         got = crop_resize_finish(given, boxes, size, flip, finish, hwc=hwc)
         error = (got - expected).abs().max().item()
         assert error <= 1e-3, (name, error)
+    # images as nvJPEG stores them, shown as their EXIF orientation says, with no copy
+    import numpy as np
+    from fastload.decode.orientation import orient
+    orientations = np.array([6, 3, 8, 2, 5])
+    shown = [orient(image, int(o)) for image, o in zip(images, orientations)]
+    turned = []
+    for image in shown:
+        height, width = image.shape[1:]
+        turned.append([0.25 * (height - 1), 0.25 * width, (height + 1) / 2, 0.75 * width])
+    turned = torch.tensor(turned)
+    expected = crop_resize_finish_reference(shown, turned, size, flip, finish)
+    got = crop_resize_finish(images, turned, size, flip, finish, orientations=orientations,
+                             sizes=np.array([image.shape[1:] for image in shown]))
+    error = (got - expected).abs().max().item()
+    assert error <= 1e-3, ("orientations", error)
     print("equal")
     """
 )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from torch import Tensor
 
+from fastload.decode.orientation import orient
 from fastload.decode.resample import check_batch, crop_resize_finish_reference
 from fastload.finishing import Finish
 
@@ -30,11 +31,14 @@ def crop_resize_finish(
     *,
     hwc: bool = False,
     sizes: np.ndarray | None = None,
+    orientations: np.ndarray | None = None,
 ) -> Tensor:
     """:func:`crop_resize_finish_reference`'s result; on CUDA with Triton, from one fused
     kernel for the whole batch. ``hwc``: the images are (H, W, 3), as decoders give
     them. ``sizes``: the (N, 2) heights and widths the boxes were drawn for; an image of
-    another size is refused by index.
+    another size is refused by index. ``orientations``: each CHW image's EXIF orientation
+    (1 to 8), for images as stored (nvJPEG's): the boxes are in the shown image, which
+    the fused kernel reads without a copy.
 
     Raises:
         ValueError: Not one box (N, 4) and one flip per image; an image of another size
@@ -50,10 +54,17 @@ def crop_resize_finish(
         [[10, 14, 18], [29, 33, 37]]
     """
     check_batch(len(images), boxes, flip)
+    if orientations is not None and hwc:
+        raise ValueError("orientations are for CHW images as stored (nvJPEG's), not HWC ones")
     if len(images) and images[0].device.type == "cuda":
         fused = _fused()
         if fused is not None:
-            return fused(images, boxes, size, flip, finish, hwc=hwc, sizes=sizes)
+            return fused(
+                images, boxes, size, flip, finish,
+                hwc=hwc, sizes=sizes, orientations=orientations,
+            )  # fmt: skip
+    if orientations is not None:
+        images = [orient(image, int(o)) for image, o in zip(images, orientations, strict=True)]
     return crop_resize_finish_reference(images, boxes, size, flip, finish, hwc=hwc, sizes=sizes)
 
 

@@ -29,6 +29,7 @@ from fastload.decode import nvimgcodec, nvjpeg
 from fastload.decode.crop import crop_resize_finish
 from fastload.decode.inputs import HostBatch, Plan, accelerated, crop_regions, rest_of
 from fastload.decode.opencv import ImageDecodeError, decode_image
+from fastload.decode.orientation import orient
 from fastload.decode.staging import stage
 from fastload.finishing import Finish
 from fastload.gpu.arguments import output_size
@@ -230,16 +231,14 @@ class GPUDecoder(nn.Module):
         return {index: image.to(self.device, non_blocking=True) for index, image in images.items()}
 
     def _gpu_decode(self, batch: HostBatch, indices: list[int]) -> dict[int, Tensor]:
-        """nvJPEG on every index it accepts, on a stream of its own (made on first use)."""
+        """nvJPEG on every index it accepts, on a stream of its own (made on first use):
+        the images as stored, their EXIF orientation not applied."""
         if self._nvjpeg is None:
             raise RuntimeError("GPUDecoder: no nvJPEG on a CPU device")
         if self.device.type == "cuda" and self._stream is None:  # tests stand a CPU one in
             # high priority, as the prefetcher's: ahead of the step's queued kernels
             self._stream = new_stream(self.device, priority=-1)
-        orientations = batch.headers[:, ORIENTATION].tolist()
-        return nvjpeg.decode(
-            self._nvjpeg, batch.tensors, indices, orientations, self.device, self._stream
-        )
+        return nvjpeg.decode(self._nvjpeg, batch.tensors, indices, self.device, self._stream)
 
     # --- the host's part: plan ------------------------------------------------------------------
 
@@ -289,8 +288,11 @@ class GPUDecoder(nn.Module):
         their boxes cropped, resampled, flipped and finished in one pass."""
         if not len(plan.batch):  # an empty batch (the last of a filtered epoch, say)
             return self.finish.empty(0, self.size, self.device)
-        hwc = plan.regions is not None
-        images = self._decoded_regions(plan, plan.regions) if hwc else self._decoded_whole(plan)
+        hwc, orientations = plan.regions is not None, None
+        if hwc:
+            images = self._decoded_regions(plan, plan.regions)
+        else:  # nvJPEG's images as stored: the crop reads them as shown
+            images, orientations = self._decoded_whole(plan)
         boxes, sizes = plan.boxes, plan.sizes  # the sizes the boxes were drawn for
         if plan.regions is not None:  # a decoded region: the box in its coordinates
             shifted = [i for i in plan.gpu_done if plan.regions[i] is not None]
@@ -300,21 +302,29 @@ class GPUDecoder(nn.Module):
                 boxes[shifted, :2] -= torch.from_numpy(regions[:, :2]).to(boxes.dtype)
                 sizes[shifted] = regions[:, 2:] - regions[:, :2]
         return crop_resize_finish(
-            images, boxes, self.size, plan.flip, self.finish, hwc=hwc, sizes=sizes
-        )
+            images, boxes, self.size, plan.flip, self.finish,
+            hwc=hwc, sizes=sizes, orientations=orientations,
+        )  # fmt: skip
 
     def decode(self, encoded: EncodedBatch | Sequence[Tensor]) -> list[Tensor]:
         """The images as CHW uint8 tensors on the device, in order (EXIF orientation
         applied, as OpenCV's decode does)."""
         plan = self.plan(encoded, _NO_BOXES)
         if plan.regions is None:
-            return self._decoded_whole(plan)
+            images, orientations = self._decoded_whole(plan)
+            return [orient(image, int(o)) for image, o in zip(images, orientations, strict=True)]
         whole = self._decoded_regions(plan, dict.fromkeys(plan.gpu))
         return [image.permute(2, 0, 1) for image in whole]
 
-    def _decoded_whole(self, plan: Plan) -> list[Tensor]:
-        """nvJPEG's images (on a CUDA device), OpenCV's for the rest: CHW, in order."""
+    def _decoded_whole(self, plan: Plan) -> tuple[list[Tensor], np.ndarray]:
+        """nvJPEG's images (on a CUDA device), OpenCV's for the rest: CHW, in order; and
+        the EXIF orientation each is still to be shown in (nvJPEG's as stored, OpenCV's
+        as shown: 1)."""
         decoded = self._gpu_decode(plan.batch, plan.gpu) if plan.gpu else {}
+        orientations = np.ones(len(plan.batch), np.int64)
+        if decoded:
+            done = np.fromiter(decoded, np.int64, len(decoded))
+            orientations[done] = plan.batch.headers[done, ORIENTATION]
         refused = [index for index in plan.gpu if index not in decoded]
         if self._accelerated:
             self.decoded["nvjpeg"] += len(decoded)
@@ -322,7 +332,7 @@ class GPUDecoder(nn.Module):
             if fallbacks:
                 self._count_fallbacks(fallbacks, len(refused))
         decoded.update(self._on_device(plan, self._fallback(plan, refused, hwc=False)))
-        return [decoded[index] for index in range(len(plan.batch))]
+        return [decoded[index] for index in range(len(plan.batch))], orientations
 
     def _decoded_regions(
         self, plan: Plan, regions: dict[int, tuple[int, int, int, int] | None] | None

@@ -1,6 +1,7 @@
 """nvJPEG as GPUDecoder's backend: torchcodec's or torchvision's batched ``decode_jpeg``
-on whole images, the batch first and one by one where it fails, each image then shown
-as its EXIF orientation says (nvJPEG ignores it; OpenCV and nvImageCodec apply it)."""
+on whole images, the batch first and one by one where it fails. Its images are as stored:
+nvJPEG ignores EXIF orientation (OpenCV and nvImageCodec apply it), which the caller
+applies (:mod:`fastload.decode.orientation`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["decode", "nvjpeg_decoder", "orient"]
+__all__ = ["decode", "nvjpeg_decoder"]
 
 Nvjpeg = Callable[[list[Tensor], torch.device], list[Tensor]]
 
@@ -31,19 +32,17 @@ def decode(
     nvjpeg: Nvjpeg,
     tensors: Sequence[Tensor],
     indices: list[int],
-    orientations: Sequence[int],
     device: torch.device,
     stream: torch.cuda.Stream | None,
 ) -> dict[int, Tensor]:
-    """``tensors[indices]`` decoded by ``nvjpeg`` on ``stream``, oriented as
-    ``orientations`` (one per tensor) say; an image it refuses is left out.
+    """``tensors[indices]`` decoded by ``nvjpeg`` on ``stream``, as stored (no EXIF
+    orientation); an image it refuses is left out.
 
     torchvision's nvJPEG writes from a stream of its own into memory allocated on the
     current stream, without waiting for the work queued there: a block that the
     previous batch just freed could be overwritten while still being read. So the
-    calls run on a stream with no other work (the orientations are applied after, on
-    the caller's), the caller's stream waits for them, and each output is recorded on
-    the caller's stream for the allocator.
+    calls run on a stream with no other work, the caller's stream waits for them, and
+    each output is recorded on the caller's stream for the allocator.
     """
     caller = torch.cuda.current_stream(device) if stream is not None else None
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
@@ -58,16 +57,4 @@ def decode(
         caller.wait_stream(stream)
         for image in decoded.values():
             image.record_stream(caller)
-    for index, image in decoded.items():
-        if orientations[index] > 1:
-            decoded[index] = orient(image, orientations[index])
     return decoded
-
-
-def orient(image: Tensor, orientation: int) -> Tensor:
-    """A CHW image as stored, shown as its EXIF ``orientation`` (1 to 8) says."""
-    if orientation >= 5:  # 5 to 8: transposed first, then as 1 to 4
-        image = image.transpose(-2, -1)
-        orientation = {5: 1, 6: 2, 7: 3, 8: 4}[orientation]
-    dims = {2: (-1,), 3: (-2, -1), 4: (-2,)}.get(orientation)
-    return image if dims is None else image.flip(dims)

@@ -5,7 +5,8 @@ for each, the antialiased bilinear taps of its row and column (at most the box's
 read straight from the decoder's own uint8 image wherever it lies, weighted, normalised,
 and stored in the output's dtype and strides. The images are not gathered into one
 buffer first: a table gives each one's address, size and strides (CHW, HWC, pitched or
-transposed views alike), and the kernel reads through it. Checked against
+transposed views alike, an image as stored shown as its EXIF orientation says), and the
+kernel reads through it. Checked against
 :func:`fastload.decode.resample.crop_resize_finish_reference` (on the CPU too, through
 Triton's interpreter).
 """
@@ -24,6 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from fastload.decode.orientation import shown_steps
 from fastload.decode.resample import check_batch, check_sizes
 from fastload.finishing import Finish
 
@@ -133,12 +135,14 @@ def image_table(
     *,
     hwc: bool = False,
     sizes: np.ndarray | None = None,
+    orientations: np.ndarray | None = None,
 ) -> Tensor:
     """The kernel's (N, 9) int64 table of ``images`` (CHW uint8, or HWC, on ``device``,
     any strides), one row per image in :data:`COLUMNS`' order; ``boxes`` and ``flip``
     on the CPU. The kernel reads each image through its row alone, so each must be what
     the row says: checked here, and ``sizes`` too (see
-    :func:`~fastload.decode.resample.check_sizes`).
+    :func:`~fastload.decode.resample.check_sizes`). With ``orientations`` (EXIF, 1 to 8)
+    each row describes the image as shown, read from the stored one without a copy.
 
     Example:
         >>> image = torch.zeros(3, 4, 5, dtype=torch.uint8)
@@ -160,6 +164,11 @@ def image_table(
         _refuse_the_first_unreadable(images, device, hwc)
     table = np.empty((len(images), len(COLUMNS)), np.int64)
     table[:, :6] = found[:, [0, 1 + row, 1 + column, 4 + channel, 4 + row, 4 + column]]
+    if orientations is not None:
+        offsets, table[:, 1], table[:, 2], table[:, 4], table[:, 5] = shown_steps(
+            np.asarray(orientations), table[:, 1], table[:, 2], table[:, 4], table[:, 5]
+        )
+        table[:, 0] += offsets
     check_sizes(table[:, 1:3], sizes)
     lengths = boxes.numpy()
     table[:, 6], table[:, 7] = _taps(lengths[:, 2], size[0]), _taps(lengths[:, 3], size[1])
@@ -192,6 +201,7 @@ def crop_resize_finish(
     *,
     hwc: bool = False,
     sizes: np.ndarray | None = None,
+    orientations: np.ndarray | None = None,
 ) -> Tensor:
     """The batch in one launch (see the module's description); on the images' device,
     whichever is current."""
@@ -201,7 +211,9 @@ def crop_resize_finish(
         return out
     check_batch(len(images), boxes, flip)  # the kernel reads a box per image
     boxes, flip = boxes.to(torch.float32).cpu(), flip.cpu()
-    table = image_table(images, boxes, size, flip, device, hwc=hwc, sizes=sizes)
+    table = image_table(
+        images, boxes, size, flip, device, hwc=hwc, sizes=sizes, orientations=orientations
+    )
     # two copies to the device: the table, and every float the kernel reads
     values = np.concatenate([boxes.numpy().reshape(-1), finish.scale, finish.shift])
     table = table.to(device, non_blocking=True)
