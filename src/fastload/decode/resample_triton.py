@@ -164,7 +164,7 @@ def image_table(
         _refuse_the_first_unreadable(images, device, hwc)
     table = np.empty((len(images), len(COLUMNS)), np.int64)
     table[:, :6] = found[:, [0, 1 + row, 1 + column, 4 + channel, 4 + row, 4 + column]]
-    if orientations is not None:
+    if orientations is not None and (np.asarray(orientations) != 1).any():
         offsets, table[:, 1], table[:, 2], table[:, 4], table[:, 5] = shown_steps(
             np.asarray(orientations), table[:, 1], table[:, 2], table[:, 4], table[:, 5]
         )
