@@ -156,6 +156,7 @@ def test_cpu_by_thread_is_the_median_per_label_native_threads_apart():
     assert by_thread([{}]) == "-"
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_the_harness_counts_the_threads_python_did_not_start():
     from benchmarks.lib.common import thread_cpu
 

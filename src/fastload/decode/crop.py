@@ -16,7 +16,7 @@ import numpy as np
 from torch import Tensor
 
 from fastload.decode.orientation import orient
-from fastload.decode.resample import check_batch, crop_resize_finish_reference
+from fastload.decode.resample import crop_resize_finish_reference
 from fastload.finishing import Finish
 
 __all__ = ["crop_resize_finish"]
@@ -53,7 +53,6 @@ def crop_resize_finish(
         >>> out[0, 0].tolist()
         [[10, 14, 18], [29, 33, 37]]
     """
-    check_batch(len(images), boxes, flip)
     if orientations is not None and hwc:
         raise ValueError("orientations are for CHW images as stored (nvJPEG's), not HWC ones")
     if len(images) and images[0].device.type == "cuda":

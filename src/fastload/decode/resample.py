@@ -49,11 +49,9 @@ def check_batch(count: int, boxes: Tensor, flip: Tensor) -> None:
         raise ValueError(f"flip: {count} values for {count} images, got {flip.numel()}")
 
 
-def check_sizes(found: np.ndarray, expected: np.ndarray | None) -> None:
+def check_sizes(found: np.ndarray, expected: np.ndarray) -> None:
     """Each image's (height, width) in ``found`` is the one its box was drawn for
-    (``expected``, (N, 2); None: not checked)."""
-    if expected is None:
-        return
+    (``expected``, (N, 2))."""
     wrong = np.flatnonzero((found != np.asarray(expected)).any(axis=1))
     if wrong.size:
         index = int(wrong[0])
@@ -82,7 +80,9 @@ def crop_resize_finish_reference(
     ``boxes[i]`` (top, left, height, width; floats allowed) resampled to ``size``,
     mirrored where ``flip[i]``, finished. The CPU path, and what the fused kernel is
     checked against. ``sizes``: see :func:`check_sizes`."""
-    check_sizes(np.array([image_size(image, hwc) for image in images]).reshape(-1, 2), sizes)
+    check_batch(len(images), boxes, flip)
+    if sizes is not None:
+        check_sizes(np.array([image_size(image, hwc) for image in images]).reshape(-1, 2), sizes)
     device = images[0].device if len(images) else boxes.device
     # the resampled values of the batch, finished once (one statistics copy, one cast)
     pixels = torch.empty((len(images), 3, *size), dtype=torch.float32, device=device)

@@ -169,7 +169,8 @@ def image_table(
             np.asarray(orientations), table[:, 1], table[:, 2], table[:, 4], table[:, 5]
         )
         table[:, 0] += offsets
-    check_sizes(table[:, 1:3], sizes)
+    if sizes is not None:
+        check_sizes(table[:, 1:3], sizes)
     lengths = boxes.numpy()
     table[:, 6], table[:, 7] = _taps(lengths[:, 2], size[0]), _taps(lengths[:, 3], size[1])
     table[:, 8] = flip.numpy()
