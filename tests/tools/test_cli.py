@@ -138,6 +138,31 @@ def test_a_plot_never_replaces_a_file_fastload_did_not_write(
     assert notes.read_bytes() == b"%PDF-1.4 the user's notes"
 
 
+USERS_SVG = """<?xml version="1.0" encoding="utf-8"?>
+<svg xmlns="http://www.w3.org/2000/svg" width="200" height="40">
+ <title>Loader speed-up</title>
+ <text x="4" y="24">my notes on the fastload plot of last week</text>
+</svg>
+"""
+
+
+@pytest.mark.parametrize("command", ["diagnose", "bench"])
+def test_a_users_svg_that_mentions_a_fastload_plot_is_not_replaced(
+    small_folder, tmp_path, command, capsys
+):
+    chart = tmp_path / "chart.svg"
+    chart.write_text(USERS_SVG)
+    options = "--batch-size 4 --image-size 32 --batches 2 --workers 0"
+    with pytest.raises(SystemExit) as stopped:
+        main([command, str(small_folder), *options.split(), "--plot", str(chart)])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        f"fastload {command}: error: argument --plot: {chart} exists and is not a plot "
+        "fastload wrote: it is left as it is; give the plot a new name\n"
+    )
+    assert chart.read_text() == USERS_SVG
+
+
 @pytest.mark.parametrize("extension", ["png", "pdf", "svg", "eps"])
 def test_a_plot_is_marked_as_fastloads_in_every_format_that_keeps_metadata(tmp_path, extension):
     from fastload.tools.plots import check_replaceable, plot_workers

@@ -1,8 +1,9 @@
 """PNG plots for ``fastload diagnose`` and ``fastload bench`` (matplotlib, loaded lazily).
 
-A plot carries a mark in its metadata (PNG, PDF, SVG, PostScript): a later plot replaces
-a file that has it, and no other file (a photo, someone's chart), so that a run repeated
-with the same ``--plot`` works and a mistyped one destroys nothing.
+A plot carries a mark in its metadata (PNG, PDF, SVG, PostScript; see
+:mod:`fastload.tools.plot_mark`): a later plot replaces a file that has it, and no other
+file (a photo, someone's chart), so that a run repeated with the same ``--plot`` works
+and a mistyped one destroys nothing.
 """
 
 from __future__ import annotations
@@ -14,23 +15,19 @@ from types import ModuleType
 from typing import Any
 
 from fastload.tools.diagnostics.waits import WaitSummary
+from fastload.tools.plot_mark import MARK_KEYS, PLOT_MARK, is_marked
 
 __all__ = ["PLOT_MARK", "check_replaceable", "plot_timeline", "plot_workers"]
 
-#: In the metadata of every plot fastload writes, under the key each format has for it.
-PLOT_MARK = "fastload plot"
-_MARK_KEYS = {"png": "Software", "pdf": "Creator", "svg": "Creator", "ps": "Creator",
-              "eps": "Creator"}  # fmt: skip
-_MARK_SPAN = 1 << 16  # formats write it near the start (PNG, SVG, PS) or the end (PDF)
-
 
 def check_replaceable(path: Path) -> None:
-    """Refuse ``path`` as a plot to write if a file is there that fastload did not write.
+    """Refuse ``path`` as a plot to write if a file is there that fastload did not write
+    (one without the mark, read as :func:`~fastload.tools.plot_mark.is_marked` reads it).
 
     Raises:
         FileExistsError: Naming ``path``.
     """
-    if not path.exists() or _is_marked(path):
+    if not path.exists() or is_marked(path):
         return
     raise FileExistsError(
         f"{path} exists and is not a plot fastload wrote: it is left as it is; give the "
@@ -38,23 +35,12 @@ def check_replaceable(path: Path) -> None:
     )
 
 
-def _is_marked(path: Path) -> bool:
-    mark = PLOT_MARK.encode()
-    try:
-        with path.open("rb") as file:
-            head = file.read(_MARK_SPAN)
-            file.seek(max(0, path.stat().st_size - _MARK_SPAN))
-            return mark in head or mark in file.read()
-    except OSError:  # not a readable file: not one of ours
-        return False
-
-
 def _save(fig: Any, path: Path) -> None:
     """``fig`` to ``path``, marked, whole or not at all: drawn into a temporary file of
     its own beside it, which then replaces ``path``."""
     check_replaceable(path)  # again: a file may have come since the arguments were read
     fmt = path.suffix.lower().lstrip(".")
-    key = _MARK_KEYS.get(fmt)
+    key = MARK_KEYS.get(fmt)
     descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(descriptor)
     try:
