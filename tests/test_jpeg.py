@@ -143,6 +143,12 @@ SCAN = segment(0xDA, b"\x01\x01\x00\x00\x3f\x00") + b"\x00" * 8 + b"\xff\xd9"
         b"\xff\xd8"
         + segment(0xC0, struct.pack(">BHHB", 8, 10, 20, 3))
         + SCAN,  # 3 components, 0 listed
+        b"\xff\xd8"
+        + segment(0xC0, struct.pack(">BHHB", 8, 0, 20, 1) + b"\x01\x11\x00")
+        + SCAN,  # a height of 0 (JPEG's DNL, which no decoder here reads)
+        b"\xff\xd8"
+        + segment(0xC0, struct.pack(">BHHB", 8, 10, 0, 1) + b"\x01\x11\x00")
+        + SCAN,  # a width of 0
         b"\xff\xd8\xff\xe0\x00\x01" + FRAME + SCAN,  # a length under 2
         b"\xff\xd8\xff\xe0\xff\xff" + FRAME + SCAN,  # a length past the end
         b"\xff\xd8\xff\xd9" + FRAME + SCAN,  # an end of image before the scan

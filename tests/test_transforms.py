@@ -175,6 +175,36 @@ def test_encoded_crops_stay_close_to_the_full_decode(seed, size):
     assert (reduced.float() - full.float()).abs().mean() < 6
 
 
+def zero_height(data: np.ndarray) -> bytes:
+    """``data`` with its frame header saying a height of 0 (JPEG leaves the height to a
+    DNL marker then, which libjpeg does not read)."""
+    raw = bytearray(data.tobytes())
+    frame = raw.index(b"\xff\xc0")
+    raw[frame + 5 : frame + 7] = b"\x00\x00"  # after the marker, the length, the precision
+    return bytes(raw)
+
+
+def test_a_jpeg_whose_frame_says_height_0_is_the_decoders_refusal_naming_the_file(tmp_path):
+    from fastload import ImageFolder
+    from fastload.decode.opencv import ImageDecodeError
+
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "cats" / "flat.jpg").write_bytes(zero_height(jpeg(40, 60)))
+    dataset = ImageFolder(tmp_path, decode=None, transform=RandomResizedCrop(8))
+    with pytest.raises(ImageDecodeError, match="not an image OpenCV can decode") as caught:
+        dataset[0]
+    assert caught.value.__notes__ == [f"in the transform of {tmp_path / 'cats' / 'flat.jpg'}"]
+
+
+@pytest.mark.parametrize("height, width", [(0, 10), (10, 0), (-1, 5)])
+def test_a_box_is_refused_for_an_image_of_no_pixels(height, width):
+    message = rf"the image is {height}x{width} pixels \(height x width\): no box fits in it"
+    with pytest.raises(ValueError, match=message):
+        crop_box(height, width)
+    with pytest.raises(ValueError, match=r"the image is 0x5 pixels"):
+        RandomResizedCrop(4)(np.zeros((0, 5, 3), np.uint8))
+
+
 def test_a_corrupt_encoded_image_is_named_by_the_dataset(tmp_path):
     from fastload import ImageFolder
     from fastload.decode.opencv import ImageDecodeError

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["check_int", "check_probability", "finite", "pair", "positive_pair"]
+__all__ = ["check_image_size", "check_int", "check_probability", "finite", "pair", "positive_pair"]
 
 
 def check_int(value: object, name: str, *, low: int | None = None, high: int | None = None) -> int:
@@ -79,3 +79,12 @@ def check_probability(p: float, name: str = "p") -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
     return float(p)
+
+
+def check_image_size(height: float, width: float, what: str) -> None:
+    """A ValueError naming ``what`` for an image of no pixels (a header saying a height of
+    0, say), in which no box can be drawn."""
+    if not (height >= 1 and width >= 1):
+        raise ValueError(
+            f"{what} is {height:g}x{width:g} pixels (height x width): no box fits in it"
+        )

@@ -120,7 +120,8 @@ def read_jpeg_header(buffer: bytes | memoryview, start: int, end: int) -> JpegHe
     """The header of the JPEG in ``buffer[start:end]`` (a ``"B"`` memoryview or bytes:
     several images may share one buffer), or None: not a JPEG, or a header this reader
     cannot follow (cut short, a length past the end, no frame before the scan, a second
-    frame, a marker out of place, more than :data:`MAX_SEGMENTS` segments)."""
+    frame, a frame of no pixels, a marker out of place, more than :data:`MAX_SEGMENTS`
+    segments)."""
     if start < 0 or end > len(buffer) or end - start < 4:
         return None
     if buffer[start] != 0xFF or buffer[start + 1] != 0xD8:
@@ -143,7 +144,8 @@ def read_jpeg_header(buffer: bytes | memoryview, start: int, end: int) -> JpegHe
             if frame is not None or length < 8:
                 return None
             precision, height, width, components = _FRAME(buffer, pos + 4)
-            if length < 8 + 3 * components:
+            # a height of 0 leaves it to a DNL marker, which no decoder here reads
+            if length < 8 + 3 * components or not height or not width:
                 return None
             frame = (height, width, components, precision, marker)
         elif kind == _APP1 and orientation == 1 and length >= 16:

@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import get_worker_info
 
-from fastload._checks import positive_pair
+from fastload._checks import check_image_size, positive_pair
 from fastload.boxes import TRIES, sample_box
 from fastload.collate import chw
 from fastload.decode.inputs import accelerated
@@ -112,7 +112,11 @@ def crop_box(
     Example:
         >>> crop_box(375, 500, scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3))
         (0, 0, 375, 500)
+
+    Raises:
+        ValueError: ``height`` or ``width`` under 1.
     """
+    check_image_size(height, width, "the image")
     uniform = (rng or random).random
     tries = ((uniform(), uniform(), uniform(), uniform()) for _ in range(TRIES))
     top, left, crop_h, crop_w, _ = sample_box(height, width, tries, scale, ratio)

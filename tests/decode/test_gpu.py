@@ -432,6 +432,25 @@ def test_a_jpeg_cut_short_never_reaches_nvjpeg_and_opencv_names_it():
     assert len(decoder.decode([good, good])) == 2 and nvjpeg.calls == [2]
 
 
+def test_a_jpeg_whose_frame_says_height_0_goes_to_opencv_which_names_it():
+    good = encode(40, 40)
+    flat = bytearray(good.numpy().tobytes())
+    frame = flat.index(b"\xff\xc0")
+    flat[frame + 5 : frame + 7] = b"\x00\x00"  # the frame header's height
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    nvjpeg = nvjpeg_path(decoder)
+    with pytest.raises(ImageDecodeError, match="image 1 of the batch: not an image OpenCV"):
+        decoder(EncodedBatch.pack([good, torch.frombuffer(flat, dtype=torch.uint8)]))
+    assert nvjpeg.calls == []
+
+
+def test_boxes_are_refused_for_an_image_of_no_pixels_naming_it():
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    sizes = torch.tensor([[30.0, 40.0], [0.0, 20.0], [5.0, 0.0]])
+    with pytest.raises(ValueError, match=r"image 1 of the batch is 0x20 pixels"):
+        decoder.sample_params(sizes)
+
+
 def test_a_packed_batch_is_read_with_the_header_table_its_collate_made():
     from fastload.decode.inputs import HostBatch
 

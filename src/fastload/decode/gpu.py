@@ -22,7 +22,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fastload._checks import check_int, check_probability, finite, positive_pair
+from fastload._checks import (
+    check_image_size,
+    check_int,
+    check_probability,
+    finite,
+    positive_pair,
+)
 from fastload.boxes import TRIES, crop_boxes
 from fastload.collate import EncodedBatch
 from fastload.decode import nvimgcodec, nvjpeg
@@ -382,13 +388,22 @@ class GPUDecoder(nn.Module):
     def sample_params(self, sizes: Tensor, generator: torch.Generator | None = None) -> Params:
         """Per-sample boxes for images of ``sizes`` ((N, 2) heights and widths), and
         which samples are flipped. The boxes are worked out in NumPy, on the host: a
-        batch's few values cost less there than in torch's operations."""
+        batch's few values cost less there than in torch's operations.
+
+        Raises:
+            ValueError: An image of no pixels (a size under 1), named by its index.
+        """
+        hosted = sizes.cpu().numpy()
+        empty = np.flatnonzero((hosted < 1).any(axis=1))
+        if len(empty):
+            height, width = hosted[empty[0]].tolist()
+            check_image_size(height, width, f"image {empty[0]} of the batch")
         uniforms = None
         if self.crop == "random":
             draws = draw_uniform(len(sizes), TRIES, 4, device=sizes.device, generator=generator)
             uniforms = draws.cpu().numpy()
         boxes = crop_boxes(
-            sizes.cpu().numpy(), self.crop, self.size, scale=self.scale, ratio=self.ratio,
+            hosted, self.crop, self.size, scale=self.scale, ratio=self.ratio,
             crop_fraction=self.crop_fraction, uniforms=uniforms,
         )  # fmt: skip
         return {
