@@ -18,6 +18,14 @@ from fastload.shards.format.scan import index_webdataset
 from fastload.tools.cli import main
 
 
+@pytest.fixture(params=[0o022, 0o027])
+def umask(request):
+    """The process's umask set to the parameter for the test."""
+    before = os.umask(request.param)
+    yield request.param
+    os.umask(before)
+
+
 @pytest.fixture
 def folder(tmp_path) -> Path:
     return make_image_folder(tmp_path / "images", num_classes=2, images_per_class=4, size=(64, 48))
@@ -135,3 +143,11 @@ def test_an_unfinished_conversion_is_not_indexed_and_still_resumes(folder, tmp_p
     assert sorted(os.listdir(tmp_path / "s")) == before
     meta = write_shards(folder, tmp_path / "s", shard_size=3_000, resume=True)
     assert meta["samples"] == len(ShardedDataset(tmp_path / "s")) == 8
+
+
+def test_every_file_of_a_shard_set_gets_the_permissions_of_a_new_file(folder, tmp_path, umask):
+    write_shards(folder, tmp_path / "s", shard_size=3_000)
+    # index.json as readable as the shards (a web server or another account serves them)
+    modes = {path.name: oct(path.stat().st_mode & 0o777) for path in (tmp_path / "s").iterdir()}
+    assert "index.json" in modes and len(modes) > 2
+    assert modes == dict.fromkeys(modes, oct(0o666 & ~umask))

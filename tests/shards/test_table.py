@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import re
 import tarfile
@@ -302,3 +303,19 @@ def test_fastload_index_writes_tables_beside_webdataset_shards(shards):
     assert [label for _, label in everything(dataset)] == [label for _, label in expected]
     assert np.array_equal(np.frombuffer(everything(dataset)[0][0], np.uint8),
                           np.frombuffer(expected[0][0], np.uint8))  # fmt: skip
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_fastload_index_writes_files_as_readable_as_the_shards(shards, umask):
+    for path in [*shards.glob("*.idx"), shards / INDEX]:
+        path.unlink()
+    before = os.umask(umask)
+    try:
+        main(["index", str(shards)])
+    finally:
+        os.umask(before)
+    written = [shards / INDEX, *shards.glob("*.idx")]
+    assert len(written) > 1
+    assert [oct(path.stat().st_mode & 0o777) for path in written] == [oct(0o666 & ~umask)] * len(
+        written
+    )

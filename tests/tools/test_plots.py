@@ -3,6 +3,8 @@ text found anywhere in the file."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from fastload.tools.plots import PLOT_MARK, check_replaceable, plot_workers
@@ -70,3 +72,16 @@ def test_a_file_of_no_format_that_keeps_the_mark_is_never_replaced(tmp_path):
     not_xml.write_bytes(b"\x00\x01" + PLOT_MARK.encode())
     with pytest.raises(FileExistsError, match="is not a plot fastload wrote"):
         check_replaceable(not_xml)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_plot_gets_the_permissions_of_a_new_file(tmp_path, umask):
+    path = tmp_path / "workers.png"
+    before = os.umask(umask)
+    try:
+        plot_workers({(0, 2): 1.0, (1, 2): 2.0}, path)
+        first = oct(path.stat().st_mode & 0o777)
+        plot_workers({(0, 2): 2.0, (1, 2): 1.0}, path)  # replacing it too
+    finally:
+        os.umask(before)
+    assert first == oct(path.stat().st_mode & 0o777) == oct(0o666 & ~umask)

@@ -8,12 +8,11 @@ and a mistyped one destroys nothing.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fastload._atomic import replacing
 from fastload.tools.diagnostics.waits import WaitSummary
 from fastload.tools.plot_mark import MARK_KEYS, PLOT_MARK, is_marked
 
@@ -36,19 +35,14 @@ def check_replaceable(path: Path) -> None:
 
 
 def _save(fig: Any, path: Path) -> None:
-    """``fig`` to ``path``, marked, whole or not at all: drawn into a temporary file of
-    its own beside it, which then replaces ``path``."""
+    """``fig`` to ``path``, marked, whole or not at all
+    (:func:`~fastload._atomic.replacing`: a new file's permissions, as any other the
+    user makes)."""
     check_replaceable(path)  # again: a file may have come since the arguments were read
     fmt = path.suffix.lower().lstrip(".")
     key = MARK_KEYS.get(fmt)
-    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(descriptor)
-    try:
-        fig.savefig(name, dpi=120, format=fmt, metadata={key: PLOT_MARK} if key else None)
-        os.replace(name, path)
-    except BaseException:
-        os.unlink(name)
-        raise
+    with replacing(path) as file:
+        fig.savefig(file, dpi=120, format=fmt, metadata={key: PLOT_MARK} if key else None)
 
 
 def _pyplot() -> ModuleType:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fastload._atomic import temporary_names, write_whole
 
 __all__ = [
     "BESIDE",
@@ -142,25 +142,12 @@ def write_inline_index(folder: Path, shards: list[dict[str, Any]], meta: dict[st
     return path
 
 
-def write_whole(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` whole or not at all: a temporary file of this writer's own
-    beside it (writers of one folder at once never share it), renamed over it."""
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as temporary:
-            temporary.write(data)
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-
-
 def clear_temporaries(folder: Path) -> None:
     """Remove what an index writer killed in ``folder`` left: the temporary files of
-    :func:`write_whole` for ``index.json`` and member tables, by their exact naming
-    (``.NAME.``, ``mkstemp``'s 8 characters, ``.tmp``), nothing else. Not while another
-    writer indexes the same folder: its temporary file would go."""
-    own = re.compile(rf"\.({re.escape(INDEX)}|.+{re.escape(TABLE)})\.[a-z0-9_]{{8}}\.tmp")
+    :func:`~fastload._atomic.write_whole` for ``index.json`` and member tables, by their
+    exact naming (:func:`~fastload._atomic.temporary_names`), nothing else. Not while
+    another writer indexes the same folder: its temporary file would go."""
+    own = temporary_names(rf"{re.escape(INDEX)}|.+{re.escape(TABLE)}")
     for leftover in folder.glob(".*.tmp"):
         if own.fullmatch(leftover.name) and leftover.is_file():
             leftover.unlink(missing_ok=True)

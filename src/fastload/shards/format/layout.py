@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fastload._atomic import write_whole
 from fastload.shards.format.index import (
     BESIDE,
     INDEX,
@@ -41,7 +42,6 @@ from fastload.shards.format.index import (
     parse_index,
     refuse_unfinished,
     table_name,
-    write_whole,
 )
 from fastload.shards.format.table import MemberTable, read_table, table_bytes
 
