@@ -101,14 +101,17 @@ def test_a_batch_held_is_never_overwritten(device, held):
         assert torch.equal(images, copies[index][0]) and torch.equal(labels, copies[index][1])
 
 
-def test_a_bad_sample_is_raised_at_its_batch_naming_it_and_the_thread_ends():
+def test_a_bad_sample_is_raised_at_its_batch_naming_it_and_the_pass_goes_on():
     batches = prefetcher(True, EncodedPhotos(bad=13), shuffle=False)
-    got = 0
+    got, passes = 0, iter(batches)
     with pytest.raises(Exception, match="image 1 of the batch") as raised:
-        for _ in batches:
+        for _ in passes:
             got += 1
     assert got == 3  # samples 12..15: the batches before it were all handed out
     assert "preparing batch 3 of the pass" in str(raised.value.__notes__)
+    assert len(list(passes)) == len(batches) - 4  # as DataLoader: on after a failed batch
+    del raised, passes, batches  # (the traceback holds the pass, as DataLoader's iterator)
+    gc.collect()
     assert no_producer_left()
 
 
@@ -365,7 +368,7 @@ def test_with_a_plan_the_reading_thread_plans_the_next_batch_while_one_is_prepar
 
 
 @pytest.mark.parametrize("stage", ["plan", "prepare"])
-def test_an_error_in_either_stage_comes_at_its_batchs_turn_and_both_threads_end(stage):
+def test_an_error_in_either_stage_comes_at_its_batchs_turn_and_the_rest_follow(stage):
     def fail_at_two(x):
         if x == 2:
             raise ValueError(f"{stage} failed")
@@ -375,8 +378,10 @@ def test_an_error_in_either_stage_comes_at_its_batchs_turn_and_both_threads_end(
     prepare = (lambda x: (fail_at_two(x), None)) if stage == "prepare" else (lambda x: (x, None))
     producer = Producer(iter(range(5)), prepare, depth=2, plan=plan)
     items = list(producer)
-    assert [item.value for item in items[:2]] == [0, 1]
-    assert str(items[2].error) == f"{stage} failed" and len(items) == 3
+    assert [item.value for item in items] == [0, 1, None, 3, 4, None]
+    assert str(items[2].error) == f"{stage} failed" and items[-1].end
+    assert all(item.error is None for item in items[3:])
+    producer.follow_with(None)  # no epoch follows: the threads end
     producer.close()
     assert not producer.alive
 

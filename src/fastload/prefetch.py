@@ -122,8 +122,7 @@ class DataPrefetcher(LoaderProxy):
         self._pending: collections.deque[Produced] = collections.deque()
         self._producer: Producer | None = None
         self._implicit_pass: Iterator[Any] | None = None  # the pass next() began, without iter()
-        self._handed = 0  # batches of the loader's epoch given to the training loop
-        self._produced = 0  # batches of the loader's epoch prepared (handed, in flight, failed)
+        self._handed = 0  # batches of the loader's epoch given to the training loop (or failed)
         self._passes = 0  # iter() calls: an older pass's iterator is over
         self._starting = False  # a pass began whose loader starts at its first next()
         self._length: int | None = None  # the batches of the pass's epoch, where known
@@ -139,21 +138,15 @@ class DataPrefetcher(LoaderProxy):
             raise RuntimeError("DataPrefetcher: no epoch started")
         self._pending.append(produce_one(self._iterator, self._produce))
 
-    def _produce(self, taken: tuple[Any, RunPart | None]) -> tuple[Any, torch.cuda.Event | None]:
+    def _produce(self, taken: _Taken) -> tuple[Any, torch.cuda.Event | None]:
         """A batch prepared on the side stream (both parts, on one thread), and its event."""
         return self._preparer.run(self._plan(taken))
 
-    def _plan(self, taken: tuple[Any, RunPart | None]) -> Planned:
-        batch, run = taken
-        return self._preparer.plan(batch, self._take_number(), run)
+    def _plan(self, taken: _Taken) -> Planned:
+        return self._preparer.plan(taken.batch, taken.number, taken.run)
 
     def _run(self, planned: Planned) -> tuple[Any, torch.cuda.Event | None]:
         return self._preparer.run(planned)
-
-    def _take_number(self) -> int:
-        """The batch's number in the pass (its errors name it), in the order taken."""
-        number, self._produced = self._produced, self._produced + 1
-        return number
 
     # --- iteration -----------------------------------------------------------------------------
 
@@ -211,7 +204,6 @@ class DataPrefetcher(LoaderProxy):
             batches = iter(self.loader)
         finally:
             self._beginning = False
-        self._produced = 0
         if isinstance(self.loader, ResumableLoader):
             self.loader.count_batches_by(self)
         return _WithRuns(batches)
@@ -252,22 +244,26 @@ class DataPrefetcher(LoaderProxy):
             if self._ahead is None:
                 self._close()
             raise StopIteration
-        if slot.error is not None:
-            self._close()
-            raise slot.error
         try:
-            batch = self._preparer.hand_out(slot)
-            self._handed += 1
-            if self._end is not None and self._handed == self._length:
-                self._end.end_of_dataloader = True
-            if self._producer is None:
-                self._preload()
-            elif self._handed == self._length and self._producer.ended_after(self._handed):
-                self._begin_ahead()
+            batch = None if slot.error is not None else self._preparer.hand_out(slot)
+            self._handed_one()
         except BaseException:  # KeyboardInterrupt included: leave no half-read epoch
             self._close()
             raise
+        if slot.error is not None:  # as DataLoader, the pass goes on after a failed batch
+            raise slot.error
         return batch
+
+    def _handed_one(self) -> None:
+        """A batch (or its error) went to the training loop: count it, and keep ``depth``
+        in flight (at the epoch's last, begin the next one ahead)."""
+        self._handed += 1
+        if self._end is not None and self._handed == self._length:
+            self._end.end_of_dataloader = True
+        if self._producer is None:
+            self._preload()
+        elif self._handed == self._length and self._producer.ended_after(self._handed):
+            self._begin_ahead()
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state as of the batches handed to the training loop, not the
@@ -351,20 +347,39 @@ def sampler_epochs(loader: Any) -> dict[str, int]:
     return {name: int(owner.epoch) for name, owner in samplers_with_epochs(loader).items()}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Taken:
+    """A batch as taken from the loader: its number in the epoch (its errors name it;
+    failed batches count) and the super-batch it was cut from."""
+
+    batch: Any
+    number: int
+    run: RunPart | None
+
+
 class _WithRuns:
-    """A loader's iterator giving each batch with the super-batch it was cut from, where
-    the loader says (:class:`HandsOutRuns`), read right after the batch was taken."""
+    """A loader's iterator giving each batch numbered, with the super-batch it was cut
+    from where the loader says (:class:`HandsOutRuns`), read right after it was taken."""
 
     def __init__(self, batches: Iterator[Any]) -> None:
         self.batches = batches
         self._runs = batches if isinstance(batches, HandsOutRuns) else None
+        self._taken = 0
 
     def __iter__(self) -> _WithRuns:
         return self
 
-    def __next__(self) -> tuple[Any, RunPart | None]:
-        batch = next(self.batches)
-        return batch, None if self._runs is None else self._runs.handed_run
+    def __next__(self) -> _Taken:
+        number = self._taken
+        try:
+            batch = next(self.batches)
+        except StopIteration:
+            raise
+        except Exception:
+            self._taken += 1  # a batch that failed: the next is the one after it
+            raise
+        self._taken += 1
+        return _Taken(batch, number, None if self._runs is None else self._runs.handed_run)
 
 
 class _Pass:

@@ -258,21 +258,28 @@ class BatchPreparer:
 
 
 class RunCopy:
-    """The super-batch the batches in preparation were cut from (``RunPart``), copied to
-    the device once (one copy per field of the run, from the one pinned buffer the loader
-    pinned), and cut there as the loader cut it: a run of eight batches of 8 crosses as
-    one batch of 64 would. Held until its last batch is taken."""
+    """The super-batches the batches in preparation were cut from (``RunPart``), each
+    copied to the device once (one copy per field of the run, from the one pinned buffer
+    the loader pinned), and cut there as the loader cut it: a run of eight batches of 8
+    crosses as one batch of 64 would. A round of workers' runs is handed out interleaved
+    (a batch of each in turn), so a run is held until its last batch is taken, and at
+    most the runs of one round are held (an older one, left part-taken by an epoch that
+    stopped early, is let go: its copy would be made again if ever needed)."""
 
     def __init__(self) -> None:
-        self._run: Any = None
-        self._batches: list[Any] = []
+        self._held: collections.OrderedDict[int, tuple[Any, list[Any]]] = collections.OrderedDict()
 
     def part(self, part: RunPart, copy: Callable[[Any], Any]) -> Any:
         """Batch ``part.index`` of ``copy(part.run.whole)``, made at the run's first batch
         taken."""
-        if part.run is not self._run:
-            self._run, self._batches = part.run, part.run.cut(copy(part.run.whole))
-        batch = self._batches[part.index]
+        key = id(part.run)
+        held = self._held.get(key)
+        if held is None or held[0] is not part.run:
+            held = (part.run, part.run.cut(copy(part.run.whole)))
+            self._held[key] = held
+            while len(self._held) > max(part.run.of, 1):
+                self._held.popitem(last=False)
+        batch = held[1][part.index]
         if part.last:
-            self._run, self._batches = None, []
+            del self._held[key]
         return batch

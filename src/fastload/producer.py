@@ -3,11 +3,12 @@
 A :class:`Producer` takes each batch from an iterator, runs ``prepare`` on it (decode,
 augment, normalise: on the producer's own CUDA stream, made once by its owner), records
 an event, and queues the result, at most ``depth`` ahead. The training thread takes
-them in order; an exception is queued at its batch's turn. At the iterator's end the
-thread queues an ``end`` item and waits for the owner to hand it the next epoch's
-iterator (:meth:`Producer.follow_with`): one thread for all the epochs, which starts on
-the next one while the training thread finishes this one. The thread ends at the first
-error, when the owner says no epoch follows, or at :meth:`Producer.close`, which the
+them in order; an exception is queued at its batch's turn, and the thread goes on with
+the next batch (as DataLoader's iterator goes on after a batch that failed to load). At
+the iterator's end the thread queues an ``end`` item and waits for the owner to hand it
+the next epoch's iterator (:meth:`Producer.follow_with`): one thread for all the epochs,
+which starts on the next one while the training thread finishes this one. The thread
+ends when the owner says no epoch follows, or at :meth:`Producer.close`, which the
 owner calls when a pass ends early (a ``break``, an exception, garbage collection,
 interpreter exit).
 """
@@ -41,7 +42,8 @@ class Producer:
     """Runs ``prepare(batch)`` for every batch of ``batches`` on a thread of its own.
 
     ``prepare`` returns ``(value, event)``. Iterate over the producer to get the
-    :class:`Produced` items in order; the last one has ``end`` or ``error`` set.
+    :class:`Produced` items in order (a failed batch's has ``error`` set), up to the one
+    with ``end`` set.
 
     With ``plan``, the work is split between two threads: one takes each batch from the
     iterator and runs ``plan(batch)`` (the host's part: headers, boxes, seeds), the other
@@ -88,7 +90,7 @@ class Producer:
         while True:
             item = self.get()
             yield item
-            if item.end or item.error is not None:
+            if item.end:
                 return
 
     def get(self) -> Produced:
@@ -105,8 +107,9 @@ class Producer:
         return self._thread.is_alive()
 
     def ended_after(self, batches: int) -> bool:
-        """Whether the current epoch's iterator ended after exactly ``batches`` batches,
-        waiting until the thread knows: it has ended, failed, or taken one batch more
+        """Whether the current epoch's iterator ended after exactly ``batches`` batches
+        (failed ones included), waiting until the thread knows: it has ended or taken one
+        batch more
         (which the queue always has room for once ``batches`` were taken from it)."""
         return self._epochs.ended_after(batches, self._reader)
 
@@ -164,9 +167,9 @@ class _Epochs:
 
     def took(self, item: Produced) -> None:
         with self._condition:
-            if item.end or item.error is not None:
+            if item.end:
                 self._over = True
-            else:
+            else:  # a batch that failed is one the iterator gave
                 self._taken += 1
             self._condition.notify_all()
 
@@ -221,8 +224,6 @@ def _read(
         item = produce_one(batches, prepare)
         epochs.took(item)
         _put(out, item, stop)
-        if item.error is not None:
-            return
         if item.end:
             batches = epochs.following(stop)
 
@@ -245,8 +246,6 @@ def _finish(
             except Exception as error:  # raised in the training loop at this batch's turn
                 item.value, item.error = None, error
         _put(out, item, stop)
-        if item.error is not None:
-            return
 
 
 def _stop(

@@ -42,12 +42,14 @@ import random
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
+    "SampleKey",
     "SeedDraws",
     "batch_seed",
     "current_seeds",
@@ -109,6 +111,15 @@ def splitmix64_array(x: np.ndarray) -> np.ndarray:
 def _epoch_keys(seed: int, epoch: int) -> tuple[int, int]:
     first, second = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint64)
     return int(first), int(second)
+
+
+class SampleKey(NamedTuple):
+    """What a keyed loader asks its dataset for: sample ``index`` of ``epoch``, loaded
+    with the generators seeded from ``(seed, epoch, index)``. A type of its own, so that
+    a dataset indexed by plain pairs ``(row, column)`` is never taken for a keyed one."""
+
+    epoch: int
+    index: int
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:

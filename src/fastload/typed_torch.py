@@ -33,8 +33,9 @@ __all__ = [
 new_stream: Callable[..., torch.cuda.Stream] = torch.cuda.Stream
 #: ``torch.cuda.Event(enable_timing=...)``.
 new_event: Callable[..., torch.cuda.Event] = torch.cuda.Event
-#: DataLoader's pin of a batch: each tensor in it copied into pinned memory.
-pin_memory: Callable[[Any], Any] = _pin_memory
+#: DataLoader's pin of a batch (and the device to pin for): each tensor in it copied
+#: into pinned memory.
+pin_memory: Callable[..., Any] = _pin_memory
 #: DataLoader's wrap of an exception raised in a worker: ``(type, value, traceback)``, and
 #: ``where`` it was raised; it crosses processes as its message.
 exception_wrapper: Callable[..., ExceptionWrapper] = ExceptionWrapper

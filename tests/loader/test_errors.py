@@ -8,6 +8,7 @@ from torch.utils.data import Dataset, TensorDataset, get_worker_info
 
 from fastload import FastLoader, ImageFolder
 from fastload.loader.errors import describe_indices
+from fastload.seeds import SampleKey
 
 
 class Broken(Dataset):
@@ -90,8 +91,37 @@ def test_describe_indices_shortens_long_batches():
     assert describe_indices(list(range(10))) == (
         "indices [0, 1, 2, 3, 4, 5, 6, 7, ... (10 in all)]"
     )
-    assert describe_indices((3, 12)) == "index 12"  # a seeded key (epoch, index)
-    assert describe_indices([(0, 4), (0, 5)]) == "indices [4, 5]"
+    assert describe_indices(SampleKey(3, 12)) == "index 12"  # a seeded key (epoch, index)
+    assert describe_indices([SampleKey(0, 4), SampleKey(0, 5)]) == "indices [4, 5]"
+    assert describe_indices((37, 1)) == "index (37, 1)"  # a dataset indexed by pairs
+    assert describe_indices([(37, 1), (2, 0)]) == "indices [(37, 1), (2, 0)]"
+
+
+class Grid(Dataset):
+    """Indexed by ``(row, column)`` pairs; the pair ``(37, 1)`` fails."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, key: tuple) -> int:
+        if key == (37, 1):
+            raise KeyError(key)
+        return key[0] * 10 + key[1]
+
+
+def test_a_failing_pair_is_named_as_the_pair():
+    loader = FastLoader(Grid(), batch_size=None, sampler=[(0, 1), (37, 1)], num_workers=0)
+    batches = iter(loader)
+    assert next(batches) == 1
+    with pytest.raises(KeyError) as caught:
+        next(batches)
+    assert caught.value.__notes__ == ["fastload: raised while loading dataset index (37, 1)"]
+
+
+def test_seed_refuses_an_index_it_cannot_key_by_name():
+    loader = FastLoader(Grid(), batch_size=None, sampler=[(0, 1)], seed=3, num_workers=0)
+    with pytest.raises(TypeError, match=r"integer index; the sampler gave \(0, 1\)"):
+        next(iter(loader))
 
 
 class DropsOne(Dataset):

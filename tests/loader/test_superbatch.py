@@ -211,7 +211,7 @@ def test_resume_inside_a_group_from_workers():
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_batches_before_a_failing_one_are_handed_out_then_its_error(workers):
+def test_a_failing_batch_costs_that_batch_alone(workers):
     fast = FastLoader(Items(40, bad=13), batch_size=4, num_workers=workers, super_batches=True)
     batches = iter(fast)
     handed = [next(batches)["label"].tolist() for _ in range(3)]
@@ -220,7 +220,10 @@ def test_batches_before_a_failing_one_are_handed_out_then_its_error(workers):
         next(batches)
     named = "\n".join(getattr(caught.value, "__notes__", [])) + str(caught.value)
     assert "index 13" in named
-    assert fast.state_dict()["batches"] == 3  # the batches handed out, not the group's
+    assert fast.state_dict()["batches"] == 4  # the failed batch is behind the loop
+    rest = [batch["label"].tolist() for batch in batches]
+    assert rest == [list(range(start, start + 4)) for start in range(16, 40, 4)]
+    assert fast.state_dict()["between_epochs"] and fast.state_dict()["epoch"] == 1
 
 
 # --- when it applies ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ sample (``seed=``). What it fills in is decided in :mod:`fastload.loader.default
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 import weakref
@@ -41,7 +42,7 @@ from fastload.loader.resume import (
 )
 from fastload.loader.seeding import SeededSamples, seeded_order
 from fastload.loader.state import current_state, loader_identity, resume_point
-from fastload.loader.superbatch import plan_super_batches
+from fastload.loader.superbatch import Grouping, group_mode, plan_super_batches
 from fastload.loader.tuning import tune_loader
 from fastload.loader.workers import SendableBatch, WorkerInit, unsendable_reason
 from fastload.seeds import keyed_seeds
@@ -237,6 +238,33 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self.super_batches, self.choices = self._grouping is not None, self.choices | why
         if self.choices:
             logger.info("%s chose %s", type(self).__name__, describe_choices(self))
+        self._constructed = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # DataLoader lets a collate_fn be set after construction: the batched tensor
+        # fetch, which collates for itself, then hands the new one the samples.
+        if name == "collate_fn" and self.__dict__.get("_constructed"):
+            self._collate_set(value)
+        super().__setattr__(name, value)
+
+    def _collate_set(self, collate_fn: Any) -> None:
+        view = self.dataset
+        if isinstance(view, DatasetView):
+            view.collates = collate_fn is passthrough_collate
+            if not view.collates:
+                self.choices["fetch"] = (
+                    "collate_fn set after construction: each sample as DataLoader fetches it"
+                )
+
+    def _current_grouping(self) -> Grouping | None:
+        """The grouping the next iterator deals its batches by: to the workers there are
+        now, collated by the collate_fn there is now."""
+        if self._grouping is None:
+            return None
+        view = self.dataset
+        in_memory = isinstance(view, DatasetView) and view.collates
+        mode = group_mode(self, in_memory=in_memory)
+        return dataclasses.replace(self._grouping, mode=mode, workers=max(1, self.num_workers))
 
     def _choose_sampler(
         self, view: Dataset[Any], sampler: Any, shuffle: bool | None, defaults: Defaults, *,
@@ -277,10 +305,18 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self._progress: EpochProgress | None = None  # the epoch under way, or the last
         self._resume: EpochProgress | None = None  # load_state_dict's, for the next epoch
         batches = self._index_batches or DataLoader._index_sampler.fget(self)  # type: ignore[attr-defined]
+        # torch's BatchSampler and FastLoader's own make a new batch each time
+        fresh = self._index_batches is not None or type(self.batch_sampler) is BatchSampler
         self._resumable = (
             None
             if iterable
-            else ResumableBatches(batches, keyed=keyed, ahead=self._download_ahead(dataset))
+            else ResumableBatches(
+                batches,
+                keyed=keyed,
+                ahead=self._download_ahead(dataset),
+                fresh=fresh,
+                batched=self._auto_collation,
+            )
         )
 
     def _download_ahead(self, dataset: Dataset[Any]) -> tuple[PublishesOrder, FetchesAhead] | None:
@@ -308,24 +344,25 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
                 self.num_workers = 0
         # The workers get a collate that checks each batch can be sent; the attribute
         # users and frameworks read stays what they gave (or DataLoader's default).
+        grouping = self._current_grouping()
         if self.num_workers == 0:
-            return self._new_iterator()
+            return self._new_iterator(grouping)
         collate_fn = self.collate_fn
-        self.collate_fn = SendableBatch(collate_fn)
+        object.__setattr__(self, "collate_fn", SendableBatch(collate_fn))
         try:
-            return self._new_iterator()
+            return self._new_iterator(grouping)
         finally:
-            self.collate_fn = collate_fn
+            object.__setattr__(self, "collate_fn", collate_fn)
 
-    def _new_iterator(self) -> _BaseDataLoaderIter:
+    def _new_iterator(self, grouping: Grouping | None) -> _BaseDataLoaderIter:
         """DataLoader's iterator, one that also counts for ``state_dict`` the batches it
         hands out (it holds no reference to the loader, as DataLoader's does not)."""
         if self._resumable is None:
             return end_workers_at_exit(super()._get_iterator())
         if self.num_workers == 0:
-            return CountingSingleProcessIter(self, self._grouping)
+            return CountingSingleProcessIter(self, grouping)
         self.check_worker_number_rationality()
-        return end_workers_at_exit(CountingMultiProcessIter(self, self._grouping))
+        return end_workers_at_exit(CountingMultiProcessIter(self, grouping))
 
     @property
     def _index_sampler(self) -> Any:
@@ -484,7 +521,7 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
                 else type(sampler).__name__
             ),
             "drop_last": self.drop_last,
-            "batched_fetch": view is not None,
+            "batched_fetch": view is not None and view.collates,
             "super_batches": self.super_batches,
         }  # fmt: skip
         body = ", ".join(f"{key}={value}" for key, value in fields.items())

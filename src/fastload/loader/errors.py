@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence, Sized
 from typing import Any
 
+import torch
 from torch.utils.data import Dataset
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
 from fastload.loader.proxy import DatasetProxy
 from fastload.loader.superbatch import Group, fetch_group
+from fastload.seeds import SampleKey
 
 __all__ = ["NamingFetcher", "describe_indices", "fetch_batch", "name_failures", "note_failure"]
 
@@ -25,20 +27,21 @@ _PREFIX = "fastload: raised while loading dataset "
 
 
 def describe_indices(indices: Sequence[Any] | Any) -> str:
-    """``index 37`` or ``indices [0, 1, ...]``; a seeded key ``(epoch, i)`` names ``i``."""
-    if not isinstance(indices, (list, tuple)) or _is_key(indices):
+    """``index 37`` or ``indices [0, 1, ...]``; a seeded key (:class:`SampleKey`) names its
+    index, and an index of another kind (a pair ``(37, 1)``) is shown as it is."""
+    if not isinstance(indices, list):
         return f"index {_index_of(indices)}"
-    shown = ", ".join(str(_index_of(i)) for i in list(indices)[:8])
+    shown = ", ".join(str(_index_of(i)) for i in indices[:8])
     more = f", ... ({len(indices)} in all)" if len(indices) > 8 else ""
     return f"indices [{shown}{more}]"
 
 
-def _is_key(value: Any) -> bool:
-    return isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value)
-
-
 def _index_of(key: Any) -> Any:
-    return key[1] if _is_key(key) else int(key) if hasattr(key, "__index__") else key
+    if isinstance(key, SampleKey):
+        return key.index
+    if isinstance(key, torch.Tensor) and key.numel() == 1:
+        return key.item()
+    return int(key) if hasattr(key, "__index__") else key
 
 
 def _file_of(dataset: Dataset[Any], index: Any) -> str | None:

@@ -16,6 +16,7 @@ from torch.utils.data import (
     SequentialSampler,
     Subset,
     TensorDataset,
+    default_collate,
 )
 
 from fastload.loader.errors import note_failure
@@ -26,16 +27,16 @@ __all__ = ["DatasetView", "IndexBatches", "passthrough_collate", "tensor_source"
 
 def tensor_source(
     dataset: Dataset[Any],
-) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None] | None:
+) -> tuple[tuple[torch.Tensor, ...], list[Subset[Any]]] | None:
     """The tensors behind a TensorDataset, or a Subset of one (``random_split``), with
-    the index map the Subsets apply; None for any other dataset."""
-    index_map: torch.Tensor | None = None
-    while isinstance(dataset, Subset):
-        outer = torch.as_tensor(dataset.indices, dtype=torch.long)
-        index_map = outer if index_map is None else outer[index_map]
+    the Subsets from the outermost in; None for any other dataset (a subclass of either
+    may change what a row is)."""
+    subsets: list[Subset[Any]] = []
+    while type(dataset) is Subset:
+        subsets.append(dataset)
         dataset = dataset.dataset
-    if type(dataset) is TensorDataset:  # a subclass may override __getitem__
-        return dataset.tensors, index_map
+    if type(dataset) is TensorDataset:
+        return dataset.tensors, subsets
     return None
 
 
@@ -107,28 +108,111 @@ class DatasetView(DatasetProxy):
     an exception (as a note, so the exception keeps its type). Other attributes are read
     from the wrapped dataset, so ``loader.dataset.tensors`` and ``len(loader.dataset)``
     work.
+
+    The tensors and the Subsets' indices are read at each batch, so data replaced between
+    batches (a curriculum, active learning) is what the next batch holds. A batch the
+    indexing cannot read exactly as ``default_collate`` of ``dataset[i]`` would (empty,
+    not integers, out of range, negative) goes the plain way: DataLoader's result, or
+    its error.
     """
 
     def __init__(self, dataset: Dataset[Any]) -> None:
         self.dataset = dataset
-        source = tensor_source(dataset)
-        if source is None:
+        if tensor_source(dataset) is None:
             raise TypeError(f"not an in-memory tensor dataset: {type(dataset).__name__}")
-        self.tensors, self.index_map = source
+        # False once the loader's collate_fn is the user's: samples, not a batch
+        self.collates = True
+        self._maps: dict[int, tuple[Any, int, torch.Tensor | None]] = {}
 
     def __getitem__(self, index: int) -> Any:
         return self.dataset[index]
 
+    def rows(self, indices: Any) -> torch.Tensor | None:
+        """The tensors' rows of a batch of indices (through the Subsets), or None where
+        only the plain fetch gives DataLoader's result."""
+        source = tensor_source(self.dataset)
+        if source is None:  # the wrapped dataset was changed into another kind
+            return None
+        tensors, subsets = source
+        rows = _integers(indices)
+        for subset in subsets:
+            index_map = self._index_map(subset)
+            rows = None if rows is None or index_map is None else _through(index_map, rows)
+        if rows is None:
+            return None
+        return _within(rows, tensors[0].shape[0])
+
+    def take(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """The tensors' ``rows`` (from :meth:`rows`), one gather each."""
+        tensors, _ = tensor_source(self.dataset)  # type: ignore[misc]
+        # index_select: one gather kernel, where tensor[rows] goes through advanced indexing
+        return [tensor.index_select(0, rows) for tensor in tensors]
+
+    def _index_map(self, subset: Subset[Any]) -> torch.Tensor | None:
+        """A Subset's indices as a tensor, made again when the Subset's ``indices`` is
+        another object or another length; None where they are not integers."""
+        indices = subset.indices
+        kept = self._maps.get(id(subset))
+        if kept is None or kept[0] is not indices or kept[1] != len(indices):
+            kept = (indices, len(indices), _integers(indices, empty=True))
+            self._maps[id(subset)] = kept
+        return kept[2]
+
     def __getitems__(self, indices: list[int] | torch.Tensor) -> Any:
         try:
-            rows = torch.as_tensor(indices, dtype=torch.long)
-            if self.index_map is not None:
-                rows = self.index_map[rows]
-            # index_select: one gather kernel, where tensor[rows] goes through advanced indexing
-            return [tensor.index_select(0, rows) for tensor in self.tensors]
+            if not self.collates:
+                return self._samples(indices)
+            rows = self.rows(indices)
+            if rows is None:
+                return default_collate(self._samples(indices))
+            return self.take(rows)
         except Exception as error:
-            note_failure(error, self, list(indices))
+            note_failure(error, self, _listed(indices))
             raise
+
+    def _samples(self, indices: Any) -> Any:
+        """The batch's samples as DataLoader's fetch reads them (FastLoader's own index
+        tensors as the lists of ints DataLoader's batch sampler makes)."""
+        if isinstance(indices, torch.Tensor):
+            indices = indices.tolist()
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return getitems(indices)
+        return [self.dataset[index] for index in indices]
 
     def __repr__(self) -> str:
         return f"DatasetView({self.dataset!r})"
+
+
+def _listed(indices: Any) -> list[Any]:
+    return indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)
+
+
+def _integers(indices: Any, *, empty: bool = False) -> torch.Tensor | None:
+    """``indices`` as a 1-D int64 tensor, where they are integers (not bools); None
+    otherwise, or where there are none (unless ``empty``)."""
+    try:
+        values = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(indices)
+    except Exception:  # ragged, too large, objects: the plain fetch decides
+        return None
+    if values.dim() != 1 or values.dtype == torch.bool or values.is_floating_point():
+        return None
+    if values.is_complex() or (values.numel() == 0 and not empty):
+        return None
+    return values.to(torch.long)
+
+
+def _within(rows: torch.Tensor, size: int) -> torch.Tensor | None:
+    """``rows`` of a dimension of ``size``, a negative one counted from the end as
+    Python and torch count it; None where one is out of range."""
+    if rows.numel() == 0:
+        return rows
+    low, high = (int(value) for value in torch.aminmax(rows))
+    if low < -size or high >= size:
+        return None
+    return rows if low >= 0 else torch.where(rows < 0, rows + size, rows)
+
+
+def _through(index_map: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
+    within = _within(rows, index_map.shape[0])
+    return None if within is None else index_map.index_select(0, within)

@@ -1,11 +1,11 @@
 """FastLoader's iterators: DataLoader's, counting the batches they hand out (for
 ``state_dict``), naming a sample that fails to load, and handing out super-batches
-(:mod:`fastload.loader.superbatch`) one batch at a time."""
+(:mod:`fastload.loader.superbatch`) one batch at a time, in DataLoader's order."""
 
 from __future__ import annotations
 
 import collections
-from typing import Any, NoReturn
+from typing import Any
 
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader
@@ -16,39 +16,37 @@ from torch.utils.data.dataloader import (
 )
 
 from fastload.loader.errors import NamingFetcher
-from fastload.loader.superbatch import Grouping, RunPart, SuperBatch
-from fastload.typed_torch import reraise
+from fastload.loader.superbatch import (
+    BatchFailure,
+    Group,
+    Grouping,
+    RunPart,
+    SuperBatch,
+    interleave,
+)
+from fastload.typed_torch import pin_memory
 
 __all__ = ["CountingMultiProcessIter", "CountingSingleProcessIter"]
-
-
-class _Failure:
-    """The error a super-batch carries, raised in its place among the batches."""
-
-    def __init__(self, error: BaseException | ExceptionWrapper) -> None:
-        self.error = error
-
-    def raise_it(self) -> NoReturn:
-        # From the main process, the exception itself; from a worker, rebuilt from its
-        # message: as DataLoader raises either.
-        if isinstance(self.error, BaseException):
-            raise self.error
-        reraise(self.error)
-        raise AssertionError("unreachable: reraise() raises")
 
 
 class _Counting(_BaseDataLoaderIter):
     """Records on the epoch under way how many batches this iterator has handed out
     (and, at the last, tells Accelerate the epoch ends there). It holds no reference to
     the loader, as DataLoader's iterators do not: the count goes to the
-    ``ResumableBatches`` it draws indices from. With a ``grouping``, the batches of
-    indices go out in groups (prefetching counts groups) and come back as super-batches,
-    handed out one batch at a time; ``handed_run`` says which super-batch collated at
-    once the batch just handed out is part of (:class:`fastload.loader.contracts.HandsOutRuns`).
+    ``ResumableBatches`` it draws indices from. A batch that failed counts as handed out:
+    its error is raised in its place, as DataLoader raises it, and the next ``next()``
+    goes on with the batch after it.
+
+    With a ``grouping``, the batches of indices are dealt in rounds of groups
+    (prefetching counts groups), each group to the worker DataLoader would have sent its
+    batches to; a round's super-batches come back in order and are handed out one batch
+    at a time in the epoch's order. ``handed_run`` says which super-batch collated at once
+    the batch just handed out is part of (:class:`fastload.loader.contracts.HandsOutRuns`).
     """
 
     def __init__(self, loader: DataLoader[Any], grouping: Grouping | None = None) -> None:
         self._grouping = grouping
+        self._dealt: collections.deque[Group] = collections.deque()
         self._pending: collections.deque[tuple[Any, RunPart | None]] = collections.deque()
         self.handed_run: RunPart | None = None
         self._handed = 0
@@ -56,43 +54,50 @@ class _Counting(_BaseDataLoaderIter):
         super().__init__(loader)
 
     def _reset(self, loader: DataLoader[Any], first_iter: bool = False) -> None:
+        self._dealt.clear()
         self._pending.clear()
         self.handed_run = None
         self._handed = 0
         super()._reset(loader, first_iter)
 
     def _next_index(self) -> Any:
-        first = next(self._sampler_iter)  # may raise StopIteration
         if self._grouping is None:
-            return first
-        return self._grouping.take(first, self._sampler_iter)
+            return next(self._sampler_iter)  # may raise StopIteration
+        if not self._dealt:
+            self._dealt.extend(self._grouping.deal(self._sampler_iter))
+        return self._dealt.popleft()
 
     def __next__(self) -> Any:
-        progress = self._index_sampler.progress
+        batches = self._index_sampler
         if not self._pending:
             try:
-                data = super().__next__()
+                self._receive()
             except StopIteration:
-                progress.close()
+                batches.progress.ended()
                 raise
-            if isinstance(data, SuperBatch):
-                batches = data.unpack()
-                whole = data.layout is not None
-                self._pending.extend(
-                    (batch, RunPart(data, index) if whole else None)
-                    for index, batch in enumerate(batches)
-                )
-                if data.error is not None:
-                    self._pending.append((_Failure(data.error), None))
-            else:
-                self._pending.append((data, None))
-            self._length = len(self._index_sampler)  # once a message, not once a batch
         data, self.handed_run = self._pending.popleft()
-        if isinstance(data, _Failure):
-            data.raise_it()
         self._handed += 1
-        progress.counted(self._handed, self._length)
+        batches.progress.counted(self._handed, self._length)
+        if isinstance(data, BatchFailure):
+            batches.failed()
+            data.raise_it()
         return data
+
+    def _receive(self) -> None:
+        """The next message's batches (a round's, with super-batches), queued in order."""
+        data = super().__next__()
+        self._length = len(self._index_sampler)  # once a message, not once a batch
+        if not isinstance(data, SuperBatch):
+            self._pending.append((data, None))
+            return
+        round_ = [data]
+        while len(round_) < data.of:
+            more = super().__next__()
+            if not isinstance(more, SuperBatch):  # a worker that could not send its group
+                assert isinstance(more, BatchFailure)
+                more.raise_it()
+            round_.append(more)
+        self._pending.extend(interleave(round_))
 
 
 class CountingSingleProcessIter(_Counting, _SingleProcessDataLoaderIter):
@@ -105,6 +110,25 @@ class CountingSingleProcessIter(_Counting, _SingleProcessDataLoaderIter):
             fetcher.dataset, fetcher.auto_collation, fetcher.collate_fn, fetcher.drop_last
         )
 
+    def _next_data(self) -> Any:
+        index = self._next_index()  # may raise StopIteration: a sampler's error is not a batch's
+        try:
+            data = self._dataset_fetcher.fetch(index)
+        except StopIteration:
+            raise
+        except Exception as error:
+            return BatchFailure(error)
+        if self._pin_memory:
+            data = pin_memory(data, self._pin_memory_device)
+        return data
+
 
 class CountingMultiProcessIter(_Counting, _MultiProcessingDataLoaderIter):
     """Loads in workers (whose start-up, ``WorkerInit``, names failing samples)."""
+
+    def _process_data(self, data: Any, *worker: int) -> Any:
+        # torch >= 2.6 passes the worker's index (in_order's bookkeeping); 2.4 does not
+        if isinstance(data, ExceptionWrapper):
+            super()._process_data(None, *worker)  # its bookkeeping, and the next send
+            return BatchFailure(data)
+        return super()._process_data(data, *worker)

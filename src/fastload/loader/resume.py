@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import operator
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from fastload.loader.accelerate_state import EpochEnd, epoch_end
 from fastload.loader.contracts import BatchConsumer, FetchesAhead, PublishesOrder
+from fastload.seeds import SampleKey
 
 __all__ = [
     "EpochProgress",
@@ -93,7 +95,8 @@ class EpochProgress:
     ``yielded``: the batches the loader's iterator has handed out since; ``consumer``: what
     holds some of them in flight (a weak reference), which counts the ones trained on;
     ``end``: the epoch as Accelerate's ``GradientState`` sees it, while the loader's
-    iterator hands its batches to the training loop (no consumer)."""
+    iterator hands its batches to the training loop (no consumer); ``finished``: the
+    loader's iterator reached the epoch's end."""
 
     epoch: int
     snapshot: RNGSnapshot
@@ -106,6 +109,7 @@ class EpochProgress:
     base: torch.Generator | None = None
     consumer: weakref.ref[BatchConsumer] | None = None
     end: EpochEnd | None = None
+    finished: bool = False  # the loader's iterator reached the epoch's end
 
     def counted(self, yielded: int, length: int) -> None:
         """The loader's iterator has handed out ``yielded`` batches of ``length``: the
@@ -113,6 +117,11 @@ class EpochProgress:
         self.yielded = yielded
         if self.end is not None and self.skip + yielded >= length:
             self.end.end_of_dataloader = True
+
+    def ended(self) -> None:
+        """The loader's iterator reached the epoch's end (whatever the sampler's ``len``)."""
+        self.finished = True
+        self.close()
 
     def close(self) -> None:
         """The loader's iterator is done with this epoch (ended, left, or handed to a
@@ -159,13 +168,24 @@ class ResumableBatches:
     per-sample GPU randomness (DataPrefetcher pops them). With ``ahead`` (a sampler that
     publishes its order, and a dataset that fetches ahead), the pass's order (less the
     batches skipped) goes to the dataset before the first batch, and each batch handed out
-    tells it how far the workers have been given the order.
+    tells it how far the workers have been given the order. Unless ``fresh`` (``inner`` is
+    torch's ``BatchSampler`` or FastLoader's own, which make a new batch each time), each
+    batch is copied as it is drawn: a batch sampler may refill and yield one list, or
+    yield generators, and the batch is read later (in a group, in a worker).
     """
 
     def __init__(
-        self, inner: Any, *, keyed: bool, ahead: tuple[PublishesOrder, FetchesAhead] | None
+        self,
+        inner: Any,
+        *,
+        keyed: bool,
+        ahead: tuple[PublishesOrder, FetchesAhead] | None,
+        fresh: bool = False,
+        batched: bool = True,
     ) -> None:
         self.inner = inner
+        self.fresh = fresh
+        self.batched = batched
         self.progress: EpochProgress | None = None
         self.keyed = keyed
         self.ahead = ahead
@@ -192,7 +212,8 @@ class ResumableBatches:
         if first is _END:
             return
         stream = _then(first, batches)
-        skipped = sum(map(_count, itertools.islice(stream, progress.skip)))
+        count = _count if self.batched else lambda _: 1
+        skipped = sum(map(count, itertools.islice(stream, progress.skip)))
         fetching = (
             ahead[1].fetch_ahead(order[skipped:])
             if ahead is not None and order is not None
@@ -200,26 +221,62 @@ class ResumableBatches:
         )
         handed = -1  # the position in the order of the last index handed out
         try:
-            for batch in stream:
+            for drawn in stream:
+                batch = drawn if self.fresh else _owned(drawn)
                 if fetching is not None:
-                    handed += _count(batch)
+                    handed += count(batch)
                     fetching.reached(handed)
-                single = isinstance(batch, (int, np.integer))  # batch_size=None
-                if self.track:
-                    self.dispatched.append(
-                        (epoch, [int(batch)] if single else [int(i) for i in batch])
-                    )
-                if self.keyed:
-                    batch = (epoch, int(batch)) if single else [(epoch, int(i)) for i in batch]
+                if self.track or self.keyed:
+                    keys = _keys(epoch, batch if self.batched else [batch])
+                    if self.track:
+                        self.dispatched.append((epoch, [key.index for key in keys]))
+                    if self.keyed:
+                        batch = keys if self.batched else keys[0]
                 yield batch
         finally:
             if fetching is not None:
                 fetching.stop()
 
+    def failed(self) -> None:
+        """The oldest batch not yet handed out failed to load: its seeds, queued for a
+        consumer that only takes the batches that loaded, are dropped."""
+        if self.track and self.dispatched:
+            self.dispatched.popleft()
+
+
+def _owned(batch: Any) -> Any:
+    """``batch`` as drawn, in an object of its own: an index as it is, a tensor or array
+    copied, a tuple kept (it cannot change), anything else (a list, a generator) as a list."""
+    if isinstance(batch, (int, np.integer, tuple)):
+        return batch
+    if isinstance(batch, torch.Tensor):
+        return batch.clone()
+    if isinstance(batch, np.ndarray):
+        return batch.copy()
+    return list(batch)
+
 
 def _count(batch: Any) -> int:
-    """The indices in ``batch``: one where it is an index (``batch_size=None``)."""
-    return 1 if isinstance(batch, (int, np.integer)) else len(batch)
+    """The indices in a batch."""
+    return len(batch) if hasattr(batch, "__len__") else sum(1 for _ in batch)
+
+
+def _keys(epoch: int, indices: Any) -> list[SampleKey]:
+    """The keys of a batch's samples in ``epoch``.
+
+    Raises:
+        TypeError: An index is not an integer: ``seed=`` keys samples by their index.
+    """
+    keys = []
+    for index in indices:
+        try:
+            keys.append(SampleKey(epoch, operator.index(index)))
+        except TypeError:
+            raise TypeError(
+                f"seed= keys each sample by its integer index; the sampler gave {index!r} "
+                "(a dataset indexed otherwise is loaded without seed=)"
+            ) from None
+    return keys
 
 
 def _then(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

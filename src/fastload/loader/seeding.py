@@ -23,7 +23,14 @@ from torch.utils.data import Dataset, RandomSampler, Subset, get_worker_info
 
 from fastload.loader.errors import fetch_batch, note_failure
 from fastload.loader.proxy import DatasetProxy
-from fastload.seeds import batch_seed, keyed_seeds, loading_seeds, sample_seed, seed_generators
+from fastload.seeds import (
+    SampleKey,
+    batch_seed,
+    keyed_seeds,
+    loading_seeds,
+    sample_seed,
+    seed_generators,
+)
 
 __all__ = ["SeededSamples", "fetches_batches", "seeded_order"]
 
@@ -58,8 +65,9 @@ def seeded_order(dataset: Sized, seed: int) -> RandomSampler:
 
 class SeededSamples(DatasetProxy):
     """What FastLoader hands to DataLoader[Any] when it has a ``seed``: it loads a key
-    ``(epoch, index)`` with Python's, NumPy's and torch's generators seeded from
-    ``(seed, epoch, index)``, so that the sample's augmentation draws are its own.
+    (:class:`~fastload.seeds.SampleKey` ``(epoch, index)``) with Python's, NumPy's and
+    torch's generators seeded from ``(seed, epoch, index)``, so that the sample's
+    augmentation draws are its own.
 
     A dataset with a batched fetch of its own is called once per batch, its rows' seeds
     in :func:`fastload.seeds.current_seeds`. In the main process (``num_workers=0``)
@@ -73,7 +81,7 @@ class SeededSamples(DatasetProxy):
         self.batched = fetches_batches(dataset)
 
     def _load(self, key: Any) -> Any:
-        if not isinstance(key, tuple):
+        if not isinstance(key, SampleKey):
             return self.dataset[key]
         epoch, index = key
         seed_generators(sample_seed(self.seed, epoch, index))
@@ -90,7 +98,7 @@ class SeededSamples(DatasetProxy):
             return self._load(key)
 
     def _load_batch(self, keys: list[Any]) -> Any:
-        if not self.batched or not keys or not isinstance(keys[0], tuple):
+        if not self.batched or not keys or not isinstance(keys[0], SampleKey):
             return [self._load(key) for key in keys]
         epochs = {epoch for epoch, _ in keys}
         indices = [index for _, index in keys]

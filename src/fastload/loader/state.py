@@ -132,7 +132,9 @@ def _epoch_place(
     done = progress.skip
     if not pending:
         done += progress.yielded if batches is None else batches
-    if done < batches_per_epoch:
+    # the loader's iterator ended and the training loop has had all it handed out
+    over = progress.finished and (batches is None or batches >= progress.yielded)
+    if done < batches_per_epoch and not over:
         return progress.epoch, done, progress.snapshot
     return progress.epoch + 1, 0, None
 

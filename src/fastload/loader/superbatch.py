@@ -1,46 +1,51 @@
-"""Super-batches: a worker loads a run of consecutive batches as one message, and the
-loader's iterator hands them out one batch at a time.
+"""Super-batches: a worker loads several batches as one message, and the loader's
+iterator hands them out one batch at a time, exactly as DataLoader would have.
 
 What a worker pays to send a batch hardly depends on its size: a pickled message, and a
 shared-memory segment and a file descriptor per tensor; small batches pay it every few
-samples. A :class:`Group` is a run of consecutive batches of the epoch's order, made by
-the loader's iterator after a resume's skip (so a resume still starts at any batch). A
-worker loads each of its batches as it would load that batch alone (the same
-``__getitems__`` calls, the same keyed seeds, a failure naming the same sample), and
-collates them into one :class:`SuperBatch` by the group's :class:`Mode`. A batch that
-fails ends its group: the batches before it are handed out, then its error raised, as
-DataLoader would.
+samples. The loader's iterator deals the epoch's batches in *rounds*: a round is enough
+batches that each worker gets about :data:`GROUP_SAMPLES` samples, and batch ``k`` of the
+round goes to the :class:`Group` of worker ``k % workers``, as DataLoader deals one batch
+at a time. So each worker loads the very batches DataLoader would have sent it, in the
+same order (its ``get_worker_info()``, its seeds and any randomness it draws are the
+same); only the messages are fewer. A worker loads each batch of its group as it would
+load that batch alone (the same ``__getitems__`` calls, the same keyed seeds) and sends
+a :class:`SuperBatch`: each batch collated by the group's :class:`Mode`, or its failure
+(:class:`BatchFailure`), which travels with it and is raised when that batch is handed
+out. The loader's iterator puts a round's batches back in their order.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 import torch
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
-from fastload.typed_torch import exception_wrapper, pin_memory
+from fastload.typed_torch import exception_wrapper, pin_memory, reraise
 
 __all__ = [
     "GROUP_SAMPLES",
+    "BatchFailure",
     "Group",
     "Grouping",
     "Mode",
     "RunPart",
     "SuperBatch",
     "fetch_group",
+    "group_mode",
+    "interleave",
     "plan_super_batches",
 ]
 
-#: Samples a super-batch gathers (whole batches, at least this many where the epoch has
-#: them): enough that the per-message cost is shared as at a batch size of 64.
+#: Samples a worker's group gathers (whole batches, at least this many where the epoch
+#: has them): enough that the per-message cost is shared as at a batch size of 64.
 GROUP_SAMPLES = 64
 
 _END = object()
@@ -49,64 +54,106 @@ _END = object()
 class Mode(enum.Enum):
     """How a worker collates a group."""
 
-    EACH = "each"  # the user's collate_fn on each batch, as DataLoader calls it
+    EACH = "each"  # the loader's collate_fn on each batch, as DataLoader calls it
     WHOLE = "whole"  # torch's default_collate once (one buffer per field), cut in the loader
     ROWS = "rows"  # in-memory tensors: one indexing operation for the group, cut likewise
 
 
 @dataclass(frozen=True)
+class BatchFailure:
+    """A batch's failure, in its place among the batches: from the main process, the
+    exception itself; from a worker, wrapped as DataLoader's worker loop wraps it (the
+    exception itself may not pickle)."""
+
+    error: BaseException | ExceptionWrapper
+
+    def raise_it(self) -> NoReturn:
+        if isinstance(self.error, BaseException):
+            raise self.error
+        reraise(self.error)
+        raise AssertionError("unreachable: reraise() raises")
+
+
+@dataclass(frozen=True)
 class Group:
-    """Consecutive batches of indices, sent to a worker in place of one batch."""
+    """The batches of a round one worker loads: the round's batches ``slot``,
+    ``slot + of``, ``slot + 2 * of``, ... of the ``of`` groups dealt in that round."""
 
     batches: list[Any]
     mode: Mode
+    slot: int = 0
+    of: int = 1
 
 
 @dataclass(frozen=True)
 class Grouping:
-    """How a loader's iterator groups its batches: runs of ``samples`` samples or more;
-    with ``batch_size`` (every batch but the last that size), ``ceil(samples /
-    batch_size)`` batches, counted without measuring each."""
+    """How a loader's iterator deals its batches to ``workers`` workers (1 without
+    workers): rounds in which each group holds ``samples`` samples or more; with
+    ``batch_size`` (every batch but the last that size) the batches are counted without
+    measuring each."""
 
     mode: Mode
     batch_size: int | None = None
+    workers: int = 1
     samples: int = GROUP_SAMPLES
 
-    def take(self, first: Any, batches: Iterator[Any]) -> Any:
-        """``first`` alone where it fills a group, else a :class:`Group` of it and the
-        batches after it, drawn from ``batches``, up to :attr:`samples` samples."""
-        size = self.batch_size or len(first)
-        group = [first]
-        while size < self.samples:
-            batch: Any = next(batches, _END)
+    def deal(self, batches: Iterator[Any]) -> list[Group]:
+        """The next round's groups, drawn from ``batches``: batch ``k`` of the round to
+        group ``k % workers``, as DataLoader sends batch ``k`` to worker ``k % workers``.
+        Fewer groups than workers where the epoch has fewer batches left.
+
+        Raises:
+            StopIteration: ``batches`` has none left.
+        """
+        drawn: list[Any] = []
+        filled = [0] * self.workers
+        while min(filled) < self.samples:
+            batch = next(batches, _END)
             if batch is _END:
                 break
-            group.append(batch)
-            size += self.batch_size or len(batch)
-        return first if len(group) == 1 else Group(group, self.mode)
+            # an empty batch still counts one: a round always ends
+            filled[len(drawn) % self.workers] += self.batch_size or max(len(batch), 1)
+            drawn.append(batch)
+        if not drawn:
+            raise StopIteration
+        groups = min(self.workers, len(drawn))
+        return [
+            Group(drawn[slot :: self.workers], self.mode, slot, groups) for slot in range(groups)
+        ]
 
 
 @dataclass
 class SuperBatch:
-    """A group's batches as a worker sends them: ``batches`` collated one by one, or
-    ``whole`` collated at once with the ``sizes`` and ``layout`` to cut it by; then
-    ``error``, the failure of the batch after them, raised once they are handed out."""
+    """A group's batches as a worker sends them: ``batches`` collated one by one (a
+    :class:`BatchFailure` in a batch's place where it failed), or ``whole`` collated at
+    once with the ``sizes`` and ``layout`` to cut it by; ``slot`` and ``of``: its group's
+    place in its round."""
 
     batches: list[Any] = field(default_factory=list)
     whole: Any = None
     sizes: tuple[int, ...] = ()
     layout: Any = None
-    error: BaseException | ExceptionWrapper | None = None
+    slot: int = 0
+    of: int = 1
 
     def unpack(self) -> list[Any]:
-        """The user's batches, in order (views of ``whole`` where it was collated once)."""
+        """The group's batches, in order (views of ``whole`` where it was collated once)."""
         if self.layout is None:
             return self.batches
         return self.cut(self.whole)
 
+    def parts(self) -> list[tuple[Any, RunPart | None]]:
+        """Each batch with the :class:`RunPart` it is of ``whole`` (None where the batches
+        were collated one by one)."""
+        whole = self.layout is not None
+        return [
+            (batch, RunPart(self, index) if whole else None)
+            for index, batch in enumerate(self.unpack())
+        ]
+
     def cut(self, whole: Any) -> list[Any]:
         """``whole`` (this super-batch's ``whole``, or a copy of it elsewhere, such as on
-        the GPU) cut into the user's batches as :meth:`unpack` cuts it."""
+        the GPU) cut into the batches as :meth:`unpack` cuts it."""
         return _split(whole, self.layout, self.sizes)
 
     def pin_memory(self) -> SuperBatch:
@@ -114,7 +161,14 @@ class SuperBatch:
         DataLoader's ``pin_memory`` thread calls."""
         batches = [pin_memory(batch) for batch in self.batches]
         whole = pin_memory(self.whole)
-        return SuperBatch(batches, whole, self.sizes, self.layout, self.error)
+        return SuperBatch(batches, whole, self.sizes, self.layout, self.slot, self.of)
+
+
+def interleave(round_: Sequence[SuperBatch]) -> Iterator[tuple[Any, RunPart | None]]:
+    """A round's batches in the order they were drawn, from its groups' super-batches
+    (slot order): the first batch of each group, then the second of each, ..."""
+    columns = itertools.zip_longest(*(part.parts() for part in round_), fillvalue=_END)
+    return (item for column in columns for item in column if item is not _END)
 
 
 @dataclass(frozen=True)
@@ -179,53 +233,71 @@ def _layout(sample: Any) -> Any:
 class BatchFetch(Protocol):
     """The fetcher a worker (or the main process) loads batches with (``NamingFetcher``)."""
 
+    dataset: Any
     collate_fn: Callable[[Any], Any]
 
     def load(self, possibly_batched_index: Any) -> Any:
         """A batch's samples, uncollated, a failure naming its sample."""
 
 
+class RowSource(Protocol):
+    """In-memory tensors fetched by rows (``fastload.loader.fetch.DatasetView``)."""
+
+    def rows(self, indices: Any) -> torch.Tensor | None:
+        """The source rows of a batch, or None where only the plain fetch gives its result."""
+
+    def take(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """The tensors' ``rows``, one indexing operation each."""
+
+
 def fetch_group(fetcher: BatchFetch, group: Group) -> SuperBatch:
-    """The group's batches, each holding what DataLoader would have built for it."""
+    """The group's batches, each holding what DataLoader would have built for it, or the
+    failure DataLoader would have raised for it."""
     if group.mode is Mode.ROWS:
-        # A failure is loaded again batch by batch below, to be raised at its own batch.
-        with contextlib.suppress(Exception):
-            return _fetch_rows(fetcher, group)
-    loaded: list[Any] = []
-    failure: BaseException | None = None
-    for batch in group.batches:
-        try:
-            loaded.append(fetcher.load(batch))
-        except Exception as error:
-            failure = error
-            break
-    if failure is None and group.mode is Mode.WHOLE:
-        whole = _collate_whole(fetcher.collate_fn, loaded)
+        rows = _fetch_rows(fetcher.dataset, group)
+        if rows is not None:
+            return rows
+    loaded = [_attempt(fetcher.load, batch) for batch in group.batches]
+    if group.mode is Mode.WHOLE:
+        whole = _collate_whole(fetcher.collate_fn, loaded, group)
         if whole is not None:
             return whole
-    batches = []
-    for samples in loaded:
-        try:
-            batches.append(fetcher.collate_fn(samples))
-        except Exception as error:
-            failure = error
-            break
-    if failure is not None and not batches:
-        raise failure  # the group's first batch: raised as DataLoader raises it
-    return SuperBatch(batches, error=None if failure is None else _carried(failure))
+    batches = [
+        samples if isinstance(samples, BatchFailure) else _attempt(fetcher.collate_fn, samples)
+        for samples in loaded
+    ]
+    return SuperBatch(batches, slot=group.slot, of=group.of)
 
 
-def _fetch_rows(fetcher: BatchFetch, group: Group) -> SuperBatch:
-    parts = [torch.as_tensor(batch, dtype=torch.long) for batch in group.batches]
-    whole = fetcher.collate_fn(fetcher.load(torch.cat(parts)))
+def _attempt(step: Callable[[Any], Any], value: Any) -> Any:
+    """``step(value)``, or its failure, to be raised at its batch."""
+    try:
+        return step(value)
+    except StopIteration:
+        raise
+    except Exception as error:
+        return BatchFailure(_carried(error))
+
+
+def _fetch_rows(view: RowSource, group: Group) -> SuperBatch | None:
+    """The group by one indexing operation, where every batch is rows the fast path
+    reads exactly (else None: each batch goes its own way)."""
+    rows = [view.rows(batch) for batch in group.batches]
+    if any(part is None for part in rows):
+        return None
+    whole = view.take(torch.cat(rows))  # type: ignore[arg-type]
     layout = ("seq", tuple(("tensor",) for _ in whole))
-    return SuperBatch(whole=whole, sizes=tuple(part.shape[0] for part in parts), layout=layout)
+    sizes = tuple(part.shape[0] for part in rows)  # type: ignore[union-attr]
+    return SuperBatch(whole=whole, sizes=sizes, layout=layout, slot=group.slot, of=group.of)
 
 
-def _collate_whole(collate_fn: Callable[[Any], Any], loaded: list[Any]) -> SuperBatch | None:
-    """The group collated at once, where cutting it gives each batch's own collate: every
-    sample alike (:func:`_layout`); None otherwise, or where collating it fails."""
-    if not all(type(samples) is list for samples in loaded):
+def _collate_whole(
+    collate_fn: Callable[[Any], Any], loaded: list[Any], group: Group
+) -> SuperBatch | None:
+    """The group collated at once, where cutting it gives each batch's own collate: no
+    batch failed or is empty, every sample alike (:func:`_layout`); None otherwise, or
+    where collating it fails."""
+    if not all(type(samples) is list and samples for samples in loaded):
         return None
     samples = [sample for batch in loaded for sample in batch]
     layout = _layout(samples[0])
@@ -235,17 +307,25 @@ def _collate_whole(collate_fn: Callable[[Any], Any], loaded: list[Any]) -> Super
         whole = collate_fn(samples)
     except Exception:
         return None  # each batch's own collate raises it, at its batch
-    return SuperBatch(whole=whole, sizes=tuple(len(b) for b in loaded), layout=layout)
+    sizes = tuple(len(batch) for batch in loaded)
+    return SuperBatch(whole=whole, sizes=sizes, layout=layout, slot=group.slot, of=group.of)
 
 
 def _carried(error: BaseException) -> BaseException | ExceptionWrapper:
-    """A failure to raise after the batches before it: in a worker, wrapped as DataLoader's
-    worker loop wraps it (the exception itself may not pickle)."""
+    """A failure to raise at its batch: in a worker, wrapped as DataLoader's worker loop
+    wraps it."""
     info = get_worker_info()
     if info is None:
         return error
     where = f"in DataLoader worker process {info.id}"
     return exception_wrapper((type(error), error, error.__traceback__), where=where)
+
+
+def group_mode(loader: DataLoader[Any], *, in_memory: bool) -> Mode:
+    """How ``loader``'s workers collate a group, with its collate as it is now."""
+    if in_memory:
+        return Mode.ROWS
+    return Mode.WHOLE if loader.collate_fn is default_collate else Mode.EACH
 
 
 def plan_super_batches(
@@ -255,25 +335,25 @@ def plan_super_batches(
     caller left ``requested`` as None, why (``{"super_batches": reason}``, else ``{}``).
 
     Raises:
+        TypeError: ``requested`` is not True, False or None.
         ValueError: ``requested`` is True where super-batches cannot apply.
     """
+    if requested is not None and not isinstance(requested, bool):
+        raise TypeError(f"super_batches must be True, False or None, got {requested!r}")
     refusal = None
     if isinstance(loader.dataset, IterableDataset):
         refusal = "an IterableDataset batches its own samples in each worker"
     elif not loader._auto_collation:
         refusal = "batch_size=None: samples are not batched"
+    elif getattr(loader, "in_order", True) is False:
+        refusal = "in_order=False: each batch is handed out as soon as its worker has it"
     if refusal is not None:
         if requested:
             raise ValueError(f"super_batches=True cannot apply: {refusal}")
         return None, {} if requested is False else {"super_batches": refusal}
     if requested is False:
         return None, {}
-    mode = Mode.EACH
-    if in_memory:
-        mode = Mode.ROWS
-    elif loader.collate_fn is default_collate:
-        mode = Mode.WHOLE
-    grouping = Grouping(mode, loader.batch_size)
+    grouping = Grouping(group_mode(loader, in_memory=in_memory), loader.batch_size)
     if requested:
         return grouping, {}
     carried = "an indexing operation" if in_memory else "a message"
