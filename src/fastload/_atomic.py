@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["replacing", "temporary_names", "write_whole"]
+__all__ = ["rename_durably", "replacing", "temporary_names", "write_whole"]
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # mkstemp's: older leftovers match too
 _TRIES = 100
@@ -65,6 +65,18 @@ def write_whole(path: Path, data: bytes) -> None:
     """``data`` into ``path`` whole or not at all (see :func:`replacing`)."""
     with replacing(path) as file:
         file.write(data)
+
+
+def rename_durably(source: Path, target: Path) -> None:
+    """The complete file ``source`` renamed to ``target`` in the same folder, past a power
+    cut: its content synced to the disk before the rename, the folder after."""
+    descriptor = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    os.replace(source, target)
+    _sync_folder(target.parent)
 
 
 def _create_beside(path: Path) -> tuple[Path, int]:

@@ -151,3 +151,64 @@ def test_every_file_of_a_shard_set_gets_the_permissions_of_a_new_file(folder, tm
     modes = {path.name: oct(path.stat().st_mode & 0o777) for path in (tmp_path / "s").iterdir()}
     assert "index.json" in modes and len(modes) > 2
     assert modes == dict.fromkeys(modes, oct(0o666 & ~umask))
+
+
+def convert_again(folder: Path, shards: Path) -> None:
+    """``fastload convert --resume`` of ``folder`` into ``shards``, refused: exit status 2."""
+    with pytest.raises(SystemExit) as stop:
+        main(["convert", str(folder), str(shards), "--shards", "--shard-size", "3000", "--resume"])
+    assert stop.value.code == 2
+
+
+@pytest.mark.parametrize("left", [b"", b'{"description": "folder of', b"[]"])
+def test_a_damaged_progress_record_is_named_with_what_to_do(folder, tmp_path, capsys, left):
+    shards = tmp_path / "s"
+    interrupted(folder, shards)
+    (shards / PROGRESS).write_bytes(left)  # a power cut after a rename not yet on the disk
+    before = sorted(os.listdir(shards))
+    advice = (
+        f"{shards / PROGRESS}: the progress record of an unfinished conversion is empty or "
+        "damaged (a crash or power cut while it was written): the conversion cannot be "
+        f"resumed; remove its files from {shards} (shard-*.tar, {PROGRESS}*) and convert again"
+    )
+    convert_again(folder, shards)
+    assert capsys.readouterr().err == f"fastload convert: error: {advice}\n"
+    with pytest.raises(ValueError) as refused:
+        write_shards(folder, shards, shard_size=3_000, resume=True)
+    assert str(refused.value) == advice
+    assert sorted(os.listdir(shards)) == before  # nothing removed or written
+
+
+def test_a_damaged_record_of_the_last_shard_is_named_and_a_resume_after_its_removal_finishes(
+    folder, tmp_path, capsys
+):
+    shards = tmp_path / "s"
+    interrupted(folder, shards)
+    records = sorted(shards.glob(f"{PROGRESS}.shard-*"))
+    assert len(records) >= 2
+    records[-1].write_bytes(b"")
+    convert_again(folder, shards)
+    assert capsys.readouterr().err == (
+        f"fastload convert: error: {records[-1]}: the progress record of a finished shard is "
+        "empty or damaged (a crash or power cut while it was written): remove it and resume "
+        "with resume=True (`fastload convert --resume`): that shard is converted again\n"
+    )
+    records[-1].unlink()  # as it says
+    write_shards(folder, shards, shard_size=3_000, resume=True)
+    write_shards(folder, tmp_path / "whole", shard_size=3_000)
+    resumed, whole = ShardedDataset(shards), ShardedDataset(tmp_path / "whole")
+    assert [shard.sha256 for shard in resumed.shards] == [shard.sha256 for shard in whole.shards]
+
+
+def test_a_damaged_record_of_an_earlier_shard_says_to_convert_again(folder, tmp_path, capsys):
+    shards = tmp_path / "s"
+    interrupted(folder, shards)
+    records = sorted(shards.glob(f"{PROGRESS}.shard-*"))
+    records[0].write_bytes(b'{"entry": {"na')
+    convert_again(folder, shards)
+    assert capsys.readouterr().err == (
+        f"fastload convert: error: {records[0]}: the progress record of a finished shard is "
+        "empty or damaged (a crash or power cut while it was written): the conversion cannot "
+        f"be resumed; remove its files from {shards} (shard-*.tar, {PROGRESS}*) and convert "
+        "again\n"
+    )

@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fastload._atomic import rename_durably, temporary_names, write_whole
+from fastload.records.format import RESUME
 from fastload.shards.format.index import INDEX, PROGRESS
 from fastload.shards.format.layout import write_index
 from fastload.shards.stores.connect import bucket, is_remote
@@ -38,6 +40,8 @@ _RECORD = f"{PROGRESS}.shard-"  # + the shard's number: one finished shard's pro
 _SHARD = re.compile(r"^shard-([0-9]{6,}|[0-9]{5,}-[0-9]{4,})\.tar$")  # what the writers name
 # a shard being written, by its writer's temporary naming (tar.py: ``.NAME.<12 hex>.tmp``)
 _UNFINISHED = re.compile(r"^\.shard-[0-9-]+\.tar\.[0-9a-f]{12}\.tmp$")
+# the header or a shard's record being written (write_whole's temporary naming)
+_RECORD_TEMPORARY = temporary_names(rf"{re.escape(PROGRESS)}(?:\.shard-[0-9]+)?")
 
 
 def shard_name(number: int) -> str:
@@ -106,19 +110,67 @@ class Destination:
         return [path.name for path in self.folder.glob(f"{prefix}*")]
 
     def progress(self) -> dict[str, Any] | None:
-        path = self.folder / PROGRESS
-        header = json.loads(path.read_text()) if path.exists() else None
-        paths = sorted(self.folder.glob(f"{_RECORD}*[0-9]"))  # not a record half-written
-        return merged(header, [json.loads(path.read_text()) for path in paths])
+        """The unfinished conversion's progress (:func:`merged`), or None: none here.
+
+        Raises:
+            ValueError: One of its records is empty or damaged, naming it and what to do.
+        """
+        if not self._holds(PROGRESS):
+            return None
+        names = self._record_names()
+        header = self._record(PROGRESS, last=False)
+        return merged(header, [self._record(name, last=name == names[-1]) for name in names])
+
+    def _record(self, name: str, *, last: bool) -> dict[str, Any]:
+        """The progress record ``name``, read. A power cut after a rename the disk had not
+        got yet (a fastload before records were synced), or a file edited, leaves one empty
+        or cut short: the conversion's settings, or a shard's entry, are lost with it."""
+        try:
+            content = json.loads(self._read(name))
+        except ValueError:  # empty, cut short, not UTF-8
+            content = None
+        if isinstance(content, dict):
+            return content
+        what = "an unfinished conversion" if name == PROGRESS else "a finished shard"
+        damaged = (
+            f"{self._place(name)}: the progress record of {what} is empty or damaged (a crash "
+            "or power cut while it was written): "
+        )
+        if last:  # as if killed before it was recorded: its shard is written again
+            raise ValueError(
+                f"{damaged}remove it and resume with {RESUME}: that shard is converted again"
+            )
+        raise ValueError(
+            f"{damaged}the conversion cannot be resumed; remove its files from {self} "
+            f"(shard-*.tar, {PROGRESS}*) and convert again"
+        )
+
+    def _holds(self, name: str) -> bool:
+        return (self.folder / name).exists()
+
+    def _read(self, name: str) -> bytes:
+        return (self.folder / name).read_bytes()
+
+    def _record_names(self) -> list[str]:
+        # named by number, ending in it: not a temporary file of one half-written
+        return sorted(path.name for path in self.folder.glob(f"{_RECORD}*[0-9]"))
+
+    def _place(self, name: str) -> str:
+        return str(self.folder / name)
 
     def clear_unfinished(self) -> None:
         """Remove the shards an interrupted conversion left half-written (a resume writes
-        them again)."""
+        them again), and its progress records' temporary files."""
         # (a bucket's records are put whole: half-written ones are a folder's only)
         shards = [
             path for path in self.staging.glob(".shard-*.tmp") if _UNFINISHED.match(path.name)
         ]
-        for leftover in [*shards, *self.staging.glob(f"{_RECORD}[0-9]*[0-9].tmp")]:
+        records = [
+            path for path in self.staging.glob(".*.tmp") if _RECORD_TEMPORARY.fullmatch(path.name)
+        ]
+        # and those of a fastload before records were written by write_whole
+        older = self.staging.glob(f"{_RECORD}[0-9]*[0-9].tmp")
+        for leftover in [*shards, *records, *older]:
             leftover.unlink(missing_ok=True)
 
     def save_progress(self, progress: dict[str, Any]) -> None:
@@ -130,13 +182,14 @@ class Destination:
         self._write(f"{_RECORD}{number:06d}", json.dumps(record).encode())
 
     def _write(self, name: str, data: bytes) -> None:
-        temporary = self.folder / f"{name}.tmp"  # whole or not at all
-        temporary.write_bytes(data)
-        temporary.replace(self.folder / name)
+        # whole or not at all, and on the disk before the next shard begins: a resume
+        # after a power cut finds every record it was told of
+        write_whole(self.folder / name, data)
 
     def put(self, finished: Path, name: str) -> None:
-        """The complete shard ``finished`` (in ``staging``) under its name."""
-        os.replace(finished, self.folder / name)
+        """The complete shard ``finished`` (in ``staging``) under its name, on the disk
+        before the record that lists it is written."""
+        rename_durably(finished, self.folder / name)
 
     def commit(self, shards: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         """The index, which makes the shard set whole; the progress goes (the header
@@ -171,14 +224,17 @@ class StoreDestination(Destination):
     def has_index(self) -> bool:
         return self.remote.exists(INDEX)
 
-    def progress(self) -> dict[str, Any] | None:
-        if not self.remote.exists(PROGRESS):
-            return None
-        records = [json.loads(self.remote.read(name)) for name in self._record_names()]
-        return merged(json.loads(self.remote.read(PROGRESS)), records)
+    def _holds(self, name: str) -> bool:
+        return self.remote.exists(name)
+
+    def _read(self, name: str) -> bytes:
+        return self.remote.read(name)
 
     def _record_names(self) -> list[str]:
-        return [name for name in self.remote.names(_RECORD) if name[-1].isdigit()]
+        return sorted(name for name in self.remote.names(_RECORD) if name[-1].isdigit())
+
+    def _place(self, name: str) -> str:
+        return f"{self.url}/{name}"
 
     def _names(self, prefix: str) -> list[str]:
         return self.remote.names(prefix)
