@@ -12,6 +12,7 @@ import torchvision.transforms.v2.functional as TF
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exif_images import LONG, Exif, encoded, exif_images, smooth_rgb
 from fastload.decode.opencv import decode_image
 from fastload.testing.synthetic import photo_like_image
 from fastload.transforms import DecodeRandomResizedCrop, RandomResizedCrop, crop_box
@@ -173,6 +174,42 @@ def test_encoded_crops_stay_close_to_the_full_decode(seed, size):
     full = crop(decode_image(encoded))
     assert reduced.shape == full.shape == (3, size, size)
     assert (reduced.float() - full.float()).abs().mean() < 6
+
+
+@settings(max_examples=60, deadline=None)
+@given(image=exif_images(), seed=st.integers(0, 2**16))
+def test_an_encoded_image_is_cropped_as_its_decode_shows_it(image, seed):
+    # 64 px from at most 96: no reduced scale applies, so the crop of the bytes is the
+    # crop of the decode for the same draw, pixel for pixel; a box drawn for the image
+    # turned otherwise than decoded would be a strip stretched to fit
+    data = image[1]
+    crop = RandomResizedCrop(64)
+    random.seed(seed)
+    from_bytes = crop(torch.from_numpy(data))
+    random.seed(seed)
+    assert torch.equal(from_bytes, crop(decode_image(data)))
+
+
+TURNED = {
+    "JPEG, LONG": ("jpeg", [Exif(6, "<", LONG)]),
+    "JPEG, LONG big endian": ("jpeg", [Exif(8, ">", LONG)]),
+    "JPEG, two blocks": ("jpeg", [Exif(1), Exif(6)]),
+    "PNG": ("png", [Exif(6)]),
+    "WebP": ("webp", [Exif(8)]),
+}
+
+
+@pytest.mark.parametrize(("form", "blocks"), TURNED.values(), ids=TURNED)
+def test_a_large_image_turned_by_exif_is_cropped_as_its_decode_shows_it(form, blocks):
+    data = encoded(form, smooth_rgb(480, 640), blocks)
+    crop = RandomResizedCrop(48)  # JPEG: most boxes decode at a reduced scale
+    for seed in range(6):
+        random.seed(seed)
+        from_bytes = crop(torch.from_numpy(data))
+        random.seed(seed)
+        from_pixels = crop(decode_image(data))
+        error = (from_bytes.float() - from_pixels.float()).abs().mean().item()
+        assert error < 3 if form == "jpeg" else error == 0, (seed, error)
 
 
 def zero_height(data: np.ndarray) -> bytes:

@@ -3,10 +3,12 @@ components, coding, EXIF orientation, and whether the file ends with its end mar
 
 :func:`read_jpeg_header` walks the marker segments from the start of image to the start
 of scan (SOI, APPn, DQT, DHT, SOF, ... SOS) on a view of the encoded bytes, reading only
-the few bytes each segment's length and the frame header need, and the EXIF block's
-first directory (IFD0) for the orientation tag. Hostile bytes give None, never an
-exception: every length is checked against the file and the walk is bounded, so a
-caller sends such a file to OpenCV, whose decode names what is wrong with it.
+the few bytes each segment's length and the frame header need, and each EXIF block's
+first directory (IFD0) for the orientation tag, read as OpenCV reads it (see
+:class:`JpegHeader`), so that the size shown is the size OpenCV decodes. Hostile bytes
+give None, never an exception: every length is checked against the file and the walk is
+bounded, so a caller sends such a file to OpenCV, whose decode names what is wrong with
+it.
 
 Example:
     >>> import cv2, numpy as np
@@ -42,9 +44,14 @@ _SEGMENT = struct.Struct(">BBH").unpack_from  # 0xFF, marker, segment length
 _FRAME = struct.Struct(">BHHB").unpack_from  # precision, height, width, components
 _TIFF = {0x49: struct.Struct("<HI").unpack_from, 0x4D: struct.Struct(">HI").unpack_from}
 _SHORT = {0x49: struct.Struct("<H").unpack_from, 0x4D: struct.Struct(">H").unpack_from}
-_ENTRY = {0x49: struct.Struct("<HHIH").unpack_from, 0x4D: struct.Struct(">HHIH").unpack_from}
+_ENTRIES = {0x49: struct.Struct("<HHII").iter_unpack, 0x4D: struct.Struct(">HHII").iter_unpack}
 # tag 0x0112 (Orientation) as IFD0 stores it, by byte order ("II": little endian)
 _ORIENTATION_TAG = {0x49: b"\x12\x01", 0x4D: b"\x01\x12"}
+# The IFD0 tags whose data OpenCV reads, which may lie past the block: an error that ends
+# its reading of the block, so an orientation after one is not read. Text (description,
+# make, model, software, date, copyright), and rationals, with how many each has
+_TEXT_TAGS = frozenset({0x010E, 0x010F, 0x0110, 0x0131, 0x0132, 0x8298})
+_RATIONAL_TAGS = {0x011A: 1, 0x011B: 1, 0x013E: 2, 0x013F: 6, 0x0211: 3, 0x0214: 6}
 #: JPEG's start-of-image marker, the file's first two bytes.
 SOI = b"\xff\xd8"
 _EXIF = b"Exif\x00\x00"
@@ -77,10 +84,18 @@ class JpegHeader(NamedTuple):
     """What a JPEG's header says, before any pixel is decoded.
 
     ``height`` and ``width`` are the stored image's; :attr:`displayed` applies the
-    EXIF ``orientation`` (1 to 8, 1 where the file has none), as decoders that honour it
-    (OpenCV, nvImageCodec) return the image. ``frame`` is the frame header's marker
-    (0xC0 baseline, 0xC1 extended, 0xC2 progressive, others for lossless or arithmetic
-    coding); ``ends``: an end-of-image marker within the last :data:`END_WINDOW` bytes.
+    EXIF ``orientation`` (1 to 8, 1 where the file has none), as OpenCV returns the image.
+    The orientation is OpenCV's reading of it (its ``ExifReader``; the tests check this
+    against OpenCV's decode): the first EXIF block (APP1 segment) whose IFD0 holds the
+    tag, with no entry before it whose data lies past the block, decides; its value is the
+    first two bytes of the entry's value field, in the block's byte order, whatever the
+    type says (a LONG in big-endian order reads as 0); a value outside 1 to 8 is none.
+    ``orientation_tags`` counts the EXIF blocks that hold the tag: nvImageCodec, which
+    reads the last of them, shows an image with more than one as OpenCV does only by
+    chance, so it is not given one (:func:`fastload.decode.inputs.accelerated`).
+    ``frame`` is the frame header's marker (0xC0 baseline, 0xC1 extended, 0xC2
+    progressive, others for lossless or arithmetic coding); ``ends``: an end-of-image
+    marker within the last :data:`END_WINDOW` bytes.
     """
 
     height: int
@@ -90,6 +105,7 @@ class JpegHeader(NamedTuple):
     frame: int
     orientation: int
     ends: bool
+    orientation_tags: int
 
     @property
     def progressive(self) -> bool:
@@ -126,7 +142,7 @@ def read_jpeg_header(buffer: bytes | memoryview, start: int, end: int) -> JpegHe
         return None
     if buffer[start] != 0xFF or buffer[start + 1] != 0xD8:
         return None
-    pos, frame, orientation = start + 2, None, 1
+    pos, frame, orientation, tags = start + 2, None, None, 0
     for _ in range(MAX_SEGMENTS):
         if pos + 4 > end:
             return None
@@ -148,29 +164,33 @@ def read_jpeg_header(buffer: bytes | memoryview, start: int, end: int) -> JpegHe
             if length < 8 + 3 * components or not height or not width:
                 return None
             frame = (height, width, components, precision, marker)
-        elif kind == _APP1 and orientation == 1 and length >= 16:
-            orientation = _exif_orientation(buffer, pos + 4, after)
+        elif kind == _APP1 and length >= 16:
+            found = _exif_orientation(buffer, pos + 4, after)
+            if found is not None:
+                tags += 1
+                orientation = found if orientation is None else orientation  # the first
         elif kind == _SCAN:
             if frame is None:
                 return None
-            return JpegHeader(*frame, orientation, _ends(buffer, after, end))
+            return JpegHeader(*frame, orientation or 1, _ends(buffer, after, end), tags)
         pos = after
     return None
 
 
-def _exif_orientation(buffer: bytes | memoryview, begin: int, end: int) -> int:
-    """The orientation tag of the EXIF block in an APP1 segment's ``buffer[begin:end]``
-    (1 when it has none, or none this reads: EXIF split over several segments, say)."""
+def _exif_orientation(buffer: bytes | memoryview, begin: int, end: int) -> int | None:
+    """The orientation of the EXIF block in an APP1 segment's ``buffer[begin:end]`` as
+    OpenCV reads it (see :class:`JpegHeader`; 1 for a value outside 1 to 8), or None
+    where OpenCV gets none from it: not EXIF (XMP), not TIFF, no orientation tag in IFD0
+    within the block, or an entry before the tag whose data lies past the block."""
     if tuple(buffer[begin : begin + 6]) != _EXIF_BYTES:
-        return 1  # an APP1 of another kind (XMP)
+        return None  # an APP1 of another kind (XMP)
     tiff = begin + 6
-    order = buffer[tiff]
-    if order not in _TIFF or buffer[tiff + 1] != order:
-        return 1
+    # OpenCV: little endian where the block starts "II", big endian otherwise
+    order = 0x49 if buffer[tiff] == buffer[tiff + 1] == 0x49 else 0x4D
     magic, offset = _TIFF[order](buffer, tiff + 2)
     entries = tiff + offset + 2
     if magic != 42 or entries > end:
-        return 1
+        return None
     (count,) = _SHORT[order](buffer, entries - 2)
     stop = min(entries + 12 * count, end)
     # IFD0's entries are 12 bytes each (tag, type, count, value): find the tag's bytes at
@@ -179,14 +199,30 @@ def _exif_orientation(buffer: bytes | memoryview, begin: int, end: int) -> int:
     tag, at = _ORIENTATION_TAG[order], 0
     while True:  # each turn moves on by one entry at least
         at = table.find(tag, at)
-        if at < 0 or at + 12 > len(table):
-            return 1
+        if at < 0 or at + 10 > len(table):  # OpenCV reads 2 bytes of the value field
+            return None
         if at % 12 == 0:
             break
         at += 12 - at % 12
-    _, kind, values, value = _ENTRY[order](table, at)
-    # SHORT (3): the value sits left-justified in the 4-byte field, in either order
-    return value if kind == 3 and values >= 1 and 1 <= value <= 8 else 1
+    if at and not _readable(table[:at], order, end - tiff):
+        return None
+    # OpenCV reads the value field's first two bytes whatever the type and count: a
+    # SHORT's value (left-justified), a little-endian LONG's low half, a big-endian one's
+    # high half (0: none)
+    (value,) = _SHORT[order](table, at + 8)
+    return int(value) if 1 <= value <= 8 else 1
+
+
+def _readable(entries: bytes, order: int, size: int) -> bool:
+    """Whether OpenCV reads the IFD ``entries`` of an EXIF block of ``size`` bytes without
+    an error: the data of each text or rational tag within the block."""
+    for tag, _, count, value in _ENTRIES[order](entries):
+        if tag in _TEXT_TAGS:  # up to 4 bytes in the entry (OpenCV bounds them by 8)
+            if (8 if count <= 4 else value) + count > size:
+                return False
+        elif tag in _RATIONAL_TAGS and value + 8 * _RATIONAL_TAGS[tag] > size:
+            return False
+    return True
 
 
 def _ends(buffer: bytes | memoryview, scan: int, end: int) -> bool:
@@ -201,12 +237,14 @@ def _ends(buffer: bytes | memoryview, scan: int, end: int) -> bool:
 
 #: The columns of a :func:`header_table`: :class:`JpegHeader`'s fields, in order.
 FIELDS = JpegHeader._fields
-HEIGHT, WIDTH, COMPONENTS, PRECISION, FRAME, ORIENTATION, ENDS = range(len(FIELDS))
+HEIGHT, WIDTH, COMPONENTS, PRECISION, FRAME, ORIENTATION, ENDS, ORIENTATION_TAGS = range(
+    len(FIELDS)
+)
 _NO_HEADER = (0,) * len(FIELDS)
 
 
 def header_table(buffer: bytes | memoryview, offsets: Sequence[int]) -> np.ndarray:
-    """The headers of the images ``buffer[offsets[i]:offsets[i + 1]]``, as one (N, 7)
+    """The headers of the images ``buffer[offsets[i]:offsets[i + 1]]``, as one (N, 8)
     int64 array whose columns are :data:`FIELDS`; a row of zeros where
     :func:`read_jpeg_header` gives None (no height: nothing takes it but OpenCV).
 
@@ -214,8 +252,8 @@ def header_table(buffer: bytes | memoryview, offsets: Sequence[int]) -> np.ndarr
         >>> import cv2, numpy as np
         >>> ok, data = cv2.imencode(".jpg", np.zeros((48, 64, 3), np.uint8))
         >>> header_table(data.tobytes() + b"not a JPEG", [0, data.size, data.size + 10])
-        array([[ 48,  64,   3,   8, 192,   1,   1],
-               [  0,   0,   0,   0,   0,   0,   0]])
+        array([[ 48,  64,   3,   8, 192,   1,   1,   0],
+               [  0,   0,   0,   0,   0,   0,   0,   0]])
     """
     return header_rows(
         read_jpeg_header(buffer, start, stop) for start, stop in itertools.pairwise(offsets)

@@ -25,7 +25,7 @@ from fastload._checks import check_image_size, positive_pair
 from fastload.boxes import TRIES, sample_box
 from fastload.collate import chw
 from fastload.decode.inputs import accelerated
-from fastload.decode.opencv import decode_image, displayed_size, reduction_factor
+from fastload.decode.opencv import decode_image, reduction_factor
 from fastload.jpeg import JpegHeader, header_rows, jpeg_header
 
 if TYPE_CHECKING:
@@ -137,9 +137,12 @@ class DecodeRandomResizedCrop:
 
     Given the encoded image instead (``decode=None``: a 1-D uint8 tensor, or bytes), it
     decodes it too, as DALI's ``image_random_crop`` and FFCV's crop decoder do: the box
-    is drawn from the JPEG header, and the image decoded at 1/2, 1/4 or 1/8 scale inside
-    libjpeg whenever the box, so reduced, still covers ``size``. On large photos that
-    is most draws, and decoding fewer pixels is faster (benchmarks/crop_decode.py);
+    is drawn from the JPEG header (its EXIF orientation read as OpenCV applies it), and
+    the image decoded at 1/2, 1/4 or 1/8 scale inside libjpeg whenever the box, so
+    reduced, still covers ``size``. Other formats (PNG, WebP: no reduced scale, and an
+    EXIF orientation that only their decode tells) are decoded first and the box drawn
+    in the decoded image, as for a JPEG whose header this cannot read. On large photos
+    that is most draws, and decoding fewer pixels is faster (benchmarks/crop_decode.py);
     the pixels differ from the full decode's by the DCT's own downscaling and a box
     rounded to the reduced grid (1 to 3 levels on average). Where no reduced scale
     applies and NVIDIA nvImageCodec is installed, only the box's region is decoded, on
@@ -187,28 +190,34 @@ class DecodeRandomResizedCrop:
         return self._resize(pixels[:, top : top + crop_h, left : left + crop_w])
 
     def _decode_and_crop(self, encoded: np.ndarray | torch.Tensor | bytes) -> torch.Tensor:
-        """Draw the box from the header, then decode at the smallest scale (1, 1/2, 1/4,
-        1/8 inside libjpeg) at which the box still covers ``size``, and crop there."""
+        """Draw the box from a JPEG's header, then decode at the smallest scale (1, 1/2,
+        1/4, 1/8 inside libjpeg) at which the box still covers ``size``, and crop there;
+        draw it in the decoded image where the header does not give the size decoded."""
         data = (
             encoded.numpy()
             if isinstance(encoded, torch.Tensor)
             else np.frombuffer(encoded, np.uint8)
         )
         header = jpeg_header(data)
-        size = displayed_size(data) if header is None else header.displayed
-        if size is None:  # not a header we read: decode_image says what is wrong with it
+        if header is None:  # another format, or a header this does not read
             return self(decode_image(data))
-        height, width = size
+        height, width = header.displayed
         top, left, crop_h, crop_w = crop_box(height, width, self.scale, self.ratio)
         needed = (
             math.ceil(self.size[0] * height / crop_h),
             math.ceil(self.size[1] * width / crop_w),
         )
-        if header is not None and reduction_factor(height, width, needed) == 1:
+        factor = reduction_factor(height, width, needed)
+        if factor == 1:
             region = _decode_region(data, header, (top, left, top + crop_h, left + crop_w))
             if region is not None:  # nvImageCodec: only the box's pixels, the same values
                 return self._resize(region.permute(2, 0, 1))
         pixels = chw(decode_image(data, min_size=needed))
+        if pixels.shape[1:] != (-(-height // factor), -(-width // factor)):
+            # turned otherwise than the header says (an OpenCV that reads EXIF otherwise
+            # than the one the header reader follows): a box drawn in the decoded image,
+            # never one stretched to fit
+            return self(decode_image(data))
         # the box in the decoded image's pixels (libjpeg rounds scaled sizes up)
         scale_y, scale_x = pixels.shape[1] / height, pixels.shape[2] / width
         y0, x0 = int(top * scale_y), int(left * scale_x)
@@ -240,7 +249,7 @@ def _decode_region(
     """The HWC pixels of ``region`` (top, left, bottom, right) of a JPEG, decoded alone by
     nvImageCodec's CPU backend, or None (not installed, or not a JPEG it takes)."""
     codec = _region_decoder()
-    if codec is None or not accelerated(header_rows([header]))[0]:
+    if codec is None or not accelerated(header_rows([header]), orients=True)[0]:
         return None
     return codec.decode([data], {0: region}).get(0)
 

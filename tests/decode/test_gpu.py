@@ -12,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torchvision.transforms.v2 import functional as TF
 
+from exif_images import LONG, Exif, smooth_rgb
+from exif_images import encoded as with_exif
 from fastload import DataPrefetcher, FastLoader, LMDBDataset, write_lmdb
 from fastload.collate import EncodedBatch, encoded_collate
 from fastload.decode import GPUDecoder
@@ -419,6 +421,43 @@ def test_only_what_nvjpeg_takes_is_given_to_it_and_the_rest_goes_to_opencv():
     # the boxes were drawn in the displayed sizes: the same batch as OpenCV's whole path
     want = GPUDecoder(16, device="cpu", backend="opencv")(batch, params)
     assert (out.int() - want.int()).abs().float().mean() < 2
+
+
+# EXIF that a header reader could read otherwise than OpenCV decodes it
+ODD_EXIF = [[Exif(6, "<", LONG)], [Exif(6, ">", LONG)], [Exif(1), Exif(6)], [Exif(6), Exif(3)]]
+
+
+def odd_exif_jpegs() -> list[torch.Tensor]:
+    return [
+        torch.from_numpy(with_exif("jpeg", smooth_rgb(30, 50, seed), blocks))
+        for seed, blocks in enumerate(ODD_EXIF)
+    ]
+
+
+def test_nvjpegs_images_are_shown_as_opencv_shows_them_whatever_the_exif():
+    batch = odd_exif_jpegs()
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    nvjpeg = nvjpeg_path(decoder)
+    for image, data in zip(decoder.decode(batch), batch, strict=True):
+        want = reference(data)
+        assert image.shape == want.shape
+        assert (image.float() - want.float()).abs().mean() < 1  # libjpeg-turbo, both
+    assert nvjpeg.calls == [len(batch)]
+
+
+def test_what_nvjpeg_refuses_decodes_on_the_cpu_at_the_size_its_header_gave():
+    def refuse(batch, device):
+        raise RuntimeError("nvJPEG refuses it")
+
+    batch = odd_exif_jpegs()
+    sizes = torch.tensor([list(reference(data).shape[1:]) for data in batch], dtype=torch.float)
+    params = GPUDecoder(16, device="cpu").sample_params(sizes, torch.Generator().manual_seed(0))
+    decoder = GPUDecoder(16, device="cpu", backend="opencv")
+    nvjpeg_path(decoder)
+    decoder._nvjpeg = refuse
+    with pytest.warns(UserWarning, match=r"4 image\(s\) decoded on the CPU"):
+        out = decoder(batch, params)
+    assert torch.equal(out, GPUDecoder(16, device="cpu", backend="opencv")(batch, params))
 
 
 def test_a_jpeg_cut_short_never_reaches_nvjpeg_and_opencv_names_it():

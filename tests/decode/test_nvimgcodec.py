@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 from torch.utils.dlpack import from_dlpack
 
+from exif_images import LONG, Exif, encoded, smooth_rgb
 from fastload.decode import GPUDecoder, nvimgcodec
 from fastload.decode import opencv as decode_module
 from fastload.decode.opencv import ImageDecodeError, decode_image
@@ -250,3 +251,18 @@ def test_on_cuda_a_cpu_share_is_staged_hwc_beside_the_regions():
     # the CPU's images are OpenCV's; the engines' within a level of them (as above)
     difference = (out.int() - on_the_cpu.int()).abs()
     assert difference[[0, 2, 4]].max() <= 1 and difference.float().mean() < 2
+
+
+def test_images_whose_exif_blocks_disagree_go_to_opencv_and_crop_as_its_decode():
+    # nvImageCodec reads the last of several EXIF blocks with an orientation, OpenCV the
+    # first: such an image is OpenCV's; one block, of any encoding, reads alike in both
+    cases = [[Exif(6), Exif(3)], [Exif(1), Exif(6)], [Exif(6, "<", LONG)], [Exif(8, ">", LONG)]]
+    batch = [
+        torch.from_numpy(encoded("jpeg", smooth_rgb(40, 64, i), b)) for i, b in enumerate(cases)
+    ]
+    sizes = torch.tensor([decode_image(data.numpy()).shape[:2] for data in batch]).float()
+    params = GPUDecoder(16, device="cpu").sample_params(sizes, torch.Generator().manual_seed(3))
+    decoder = GPUDecoder(16, device="cpu", backend="nvimgcodec")
+    out = decoder(batch, params)
+    assert decoder.decoded == {"nvimgcodec": 2, "opencv": 2}
+    assert torch.equal(out, GPUDecoder(16, device="cpu", backend="opencv")(batch, params))

@@ -11,10 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
+from exif_images import exif_images
 from fastload.decode import opencv as decode
 from fastload.decode.opencv import (
     ImageDecodeError,
     decode_image,
+    decoded_size,
+    displayed_size,
     load_image,
     read_image,
     reduction_factor,
@@ -197,3 +200,12 @@ def test_reduced_decode_of_an_exif_rotated_jpeg_keeps_min_size(orientation):
     assert decode_image(out.getvalue(), min_size=(600, 100)).shape == (1000, 400, 3)
     # On the stored (unrotated) 400 x 1000 this would have looked halvable.
     assert decode_image(out.getvalue(), min_size=(200, 480)).shape == (1000, 400, 3)
+
+
+@given(image=exif_images())
+def test_the_size_of_an_encoded_image_is_its_decodes(image):
+    form, data = image
+    shown = decode_image(data).shape[:2]
+    assert decoded_size(torch.from_numpy(data), "image.x") == shown
+    # a JPEG's from its header; another format's orientation is not read from its header
+    assert displayed_size(data) == (shown if form == "jpeg" else None)

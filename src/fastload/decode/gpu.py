@@ -284,7 +284,8 @@ class GPUDecoder(nn.Module):
         """Which images the GPU backend is given, from the headers alone."""
         if self.backend not in ("nvjpeg", "nvimgcodec") or not len(batch):
             return []
-        indices: list[int] = np.flatnonzero(accelerated(batch.headers)).tolist()
+        orients = self.backend == "nvimgcodec"  # nvJPEG's images are turned by the header
+        indices: list[int] = np.flatnonzero(accelerated(batch.headers, orients=orients)).tolist()
         return indices
 
     # --- the device's part: run -----------------------------------------------------------------

@@ -22,6 +22,7 @@ from fastload.jpeg import (
     FRAME,
     HEIGHT,
     ORIENTATION,
+    ORIENTATION_TAGS,
     PRECISION,
     WIDTH,
     header_rows,
@@ -94,7 +95,7 @@ class HostBatch:
 
     @functools.cached_property
     def headers(self) -> np.ndarray:
-        """The (N, 7) :func:`~fastload.jpeg.header_table` of the batch."""
+        """The (N, 8) :func:`~fastload.jpeg.header_table` of the batch."""
         if self.packed is None:
             return header_rows(jpeg_header(array) for array in self.arrays)
         if self.packed.headers is not None:
@@ -116,10 +117,13 @@ def displayed_sizes(headers: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def accelerated(headers: np.ndarray) -> np.ndarray:
+def accelerated(headers: np.ndarray, *, orients: bool = False) -> np.ndarray:
     """Which images of a header table a GPU decoder is given: 8-bit Huffman-coded JPEGs
     (baseline, extended, progressive) of 1 or 3 components, with pixels, within
-    :data:`~fastload.decode.opencv.MAX_PIXELS`, ending with an end-of-image marker.
+    :data:`~fastload.decode.opencv.MAX_PIXELS`, ending with an end-of-image marker;
+    ``orients``, for a decoder that applies the EXIF orientation itself (nvImageCodec):
+    not one with several EXIF blocks holding the tag, of which it reads the last and
+    OpenCV (and the header, and so the boxes) the first.
 
     The rest go to OpenCV, which decodes them or names what is wrong with them. The end
     marker is looked for because a decoder may fill what a file cut short lacks with
@@ -137,6 +141,8 @@ def accelerated(headers: np.ndarray) -> np.ndarray:
     limit = opencv.MAX_PIXELS
     if limit is not None:
         takes &= height * width <= limit
+    if orients:
+        takes &= headers[:, ORIENTATION_TAGS] <= 1
     decodable: np.ndarray = takes
     return decodable
 

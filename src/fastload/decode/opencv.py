@@ -125,18 +125,30 @@ def reduction_factor(height: int, width: int, min_size: int | tuple[int, int] | 
     return 1
 
 
-def displayed_size(data: np.ndarray, source: str = "<bytes>") -> tuple[int, int] | None:
-    """``(height, width)`` from the header, as :func:`decode_image` returns the image (EXIF
-    rotation applied), without decoding; None when the header is unreadable (the decode
-    then reports it). JPEGs are read by :func:`~fastload.jpeg.jpeg_header`,
-    other formats by PIL.
+def displayed_size(data: np.ndarray) -> tuple[int, int] | None:
+    """``(height, width)`` of a JPEG as :func:`decode_image` returns it (EXIF orientation
+    applied), from its header (:func:`~fastload.jpeg.jpeg_header`, which reads the
+    orientation as OpenCV does), without decoding.
+
+    None for a header it cannot read and for other formats: OpenCV turns a PNG, WebP or
+    TIFF by EXIF metadata that may come after the pixels, and its versions read it
+    differently, so their size as decoded is known from decoding them
+    (:func:`decoded_size` does, and ``DecodeRandomResizedCrop`` draws their box after).
+    """
+    header = jpeg_header(data) if is_jpeg(data) else None
+    return None if header is None else header.displayed
+
+
+def _declared_size(data: np.ndarray, source: str) -> tuple[int, int] | None:
+    """The ``(height, width)`` a header declares, for the pixel limit: a JPEG's as shown,
+    another format's as stored (PIL reads it; turned or not, the count is the same); None
+    when the header is unreadable (the decode then reports it).
 
     Raises:
-        ImageDecodeError: The header declares more than :data:`MAX_PIXELS`.
+        ImageDecodeError: PIL's own limit refuses it (and :data:`MAX_PIXELS` is set).
     """
     if is_jpeg(data):
-        header = jpeg_header(data)
-        return None if header is None else header.displayed
+        return displayed_size(data)
     from PIL import Image  # reads the header only, no pixels
 
     try:
@@ -185,7 +197,7 @@ def decode_image(
     if buffer.size == 0:
         raise ImageDecodeError(f"{source}: empty, no image data")
     jpeg = is_jpeg(buffer)
-    size = displayed_size(buffer, source)
+    size = _declared_size(buffer, source)
     if size is not None and MAX_PIXELS is not None and size[0] * size[1] > MAX_PIXELS:
         raise ImageDecodeError(
             f"{source}: {size[1]}x{size[0]} is {size[0] * size[1]:,} pixels, over the limit of "
@@ -247,12 +259,20 @@ def load_image(
 
 
 def decoded_size(image: Any, source: str) -> tuple[int, int]:
-    """(height, width) of a decoded image (HWC array, CHW tensor) or of encoded bytes."""
+    """(height, width) of a decoded image (HWC array, CHW tensor) or of encoded bytes, as
+    :func:`decode_image` returns them: a JPEG's from its header, another format's (or a
+    JPEG whose header is unreadable) by decoding it (see :func:`displayed_size`).
+
+    Raises:
+        ImageDecodeError: Encoded bytes that do not decode; names ``source``.
+    """
     if isinstance(image, np.ndarray):
         return image.shape[0], image.shape[1]
     if image.ndim == 3:
         return image.shape[-2], image.shape[-1]
-    size = displayed_size(image.numpy(), source)
+    encoded = image.numpy()
+    size = displayed_size(encoded)
     if size is None:
-        raise ImageDecodeError(f"{source}: the image's header is unreadable")
+        height, width = decode_image(encoded, source=source).shape[:2]
+        return height, width
     return size
