@@ -44,7 +44,12 @@ from fastload.loader.seeding import SeededSamples, seeded_order
 from fastload.loader.state import current_state, loader_identity, resume_point
 from fastload.loader.superbatch import Grouping, group_mode, plan_super_batches
 from fastload.loader.tuning import tune_loader
-from fastload.loader.workers import SendableBatch, WorkerInit, unsendable_reason
+from fastload.loader.workers import (
+    SendableBatch,
+    WorkerInit,
+    dataset_fingerprint,
+    unsendable_reason,
+)
 from fastload.seeds import keyed_seeds
 
 __all__ = ["FastLoader"]
@@ -140,8 +145,10 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             sample's parameters from the same key. The same epoch is then the same,
             batch for batch, whatever ``num_workers``. Also seeds the order (the
             ``generator``, when none is given) and an automatic DistributedSampler.
-        super_batches: Load runs of small batches as one (the same batches, in order);
-            None: where it helps (docs/guides/loader.md, "Small batches").
+        super_batches: Each worker loads the small batches DataLoader would send it
+            several at a time, one message for them all (the same batches, the same
+            worker, in order); None: where it helps (docs/guides/loader.md, "Small
+            batches"). True, False or None.
         **kwargs: Any other DataLoader argument, passed through untouched.
 
     Checkpoints: ``state_dict()`` is small plain data (ints, bytes of generator states)
@@ -233,6 +240,10 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             **kwargs,
         )
         self.seed = seed
+        # Persistent workers FastLoader chose (DataLoader's default is none) keep
+        # DataLoader's promises across epochs: see __iter__.
+        self._chosen_persistence = persistent_workers is None and self.persistent_workers
+        self._workers_given: tuple[Any, ...] | None = None
         self._start_batches(dataset, in_memory=in_memory, keyed=keyed, iterable=iterable)
         self._grouping, why = plan_super_batches(super_batches, self, in_memory=in_memory)
         self.super_batches, self.choices = self._grouping is not None, self.choices | why
@@ -345,6 +356,8 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         # The workers get a collate that checks each batch can be sent; the attribute
         # users and frameworks read stays what they gave (or DataLoader's default).
         grouping = self._current_grouping()
+        if self._chosen_persistence:
+            self._workers_given = dataset_fingerprint(self.dataset)
         if self.num_workers == 0:
             return self._new_iterator(grouping)
         collate_fn = self.collate_fn
@@ -377,23 +390,45 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self._release_consumer(replay=True)
         if shut_down(self._iterator):  # its workers are gone: a pass needs new ones
             self._iterator = None
+        reused = not self._next_iterator_is_fresh()
+        if reused and self._chosen_persistence:
+            reused = self._keep_workers()
         if self._auto_epoch:
             self._advance_epoch()
         if self._resumable is not None:
             self._start_epoch()
+        if reused and self._chosen_persistence:
+            # the draw of the workers' base seed a new iterator makes, as DataLoader
+            # without persistent workers makes it at every epoch: the same orders follow
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         return super().__iter__()
+
+    def _keep_workers(self) -> bool:
+        """Whether the persistent workers FastLoader chose still hold the dataset as it is
+        (:func:`dataset_fingerprint`); if not, they end, and the next pass starts new ones
+        that see the data as DataLoader's new workers would."""
+        if dataset_fingerprint(self.dataset) == self._workers_given:
+            return True
+        self._iterator._shutdown_workers()  # type: ignore[union-attr]
+        self._iterator = None
+        return False
 
     # --- checkpoints -----------------------------------------------------------------------------
 
     def _next_iterator_is_fresh(self) -> bool:
         """Whether the next ``iter()`` makes a new DataLoader iterator (which draws the
-        workers' base seed) rather than resetting the persistent one."""
+        workers' base seed) rather than resetting the persistent one (which, where
+        FastLoader chose persistence, makes the same draw: see ``__iter__``)."""
         return self._iterator is None or not (self.persistent_workers and self.num_workers > 0)
+
+    def _draws_base_seed(self) -> bool:
+        """Whether the next ``iter()`` draws the workers' base seed before the order."""
+        return self._chosen_persistence or self._next_iterator_is_fresh()
 
     def _start_epoch(self) -> None:
         if self._progress is not None:
             self._progress.close()  # an epoch left part-way: Accelerate no longer sees it
-        fresh = self._next_iterator_is_fresh()
+        fresh = self._draws_base_seed()
         self._progress = begin_epoch(
             self, self._resume, epoch=self._epochs_started, fresh_iterator=fresh
         )
@@ -433,7 +468,7 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
             self._resume,
             epochs_started=self._epochs_started,
             sampler_offset=self._sampler_offset if self._auto_epoch else None,
-            fresh_iterator=self._next_iterator_is_fresh(),
+            fresh_iterator=self._draws_base_seed(),
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -10,11 +10,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
+from torch.utils.data import Dataset, get_worker_info
 
 from fastload.loader.errors import name_failures
 
-__all__ = ["SendableBatch", "UnsendableBatchError", "WorkerInit", "unsendable_reason"]
+__all__ = [
+    "SendableBatch",
+    "UnsendableBatchError",
+    "WorkerInit",
+    "dataset_fingerprint",
+    "unsendable_reason",
+]
 
 
 class WorkerInit:
@@ -97,3 +103,37 @@ def unsendable_reason(
     except Exception:  # an empty or failing dataset: its own error comes in the loop
         return None
     return None
+
+
+def dataset_fingerprint(dataset: Any) -> tuple[Any, ...]:
+    """What a dataset's workers were given, as far as a look that costs no copy tells:
+    the dataset's attributes, each by its object and its length (or shape), and the same
+    of each dataset it holds. An attribute given a new object (``subset.indices = ...``,
+    ``dataset.samples = ...``) or grown or cut in place changes it; values written in
+    place over the same length do not."""
+    seen: set[int] = set()
+
+    def look(value: Any, depth: int) -> tuple[Any, ...]:
+        if id(value) in seen or depth > 3:
+            return (id(value),)
+        seen.add(id(value))
+        fields = []
+        for name, item in sorted(getattr(value, "__dict__", {}).items()):
+            size: Any = getattr(item, "shape", None)
+            if size is None:
+                try:
+                    size = len(item)
+                except Exception:  # no length: its object is all there is to compare
+                    size = None
+            inner = look(item, depth + 1) if isinstance(item, Dataset) else ()
+            fields.append(
+                (
+                    name,
+                    id(item),
+                    tuple(size) if size is not None and not isinstance(size, int) else size,
+                    inner,
+                )
+            )
+        return (type(value), id(value), tuple(fields))
+
+    return look(dataset, 0)
