@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 from torch.utils.data import Dataset
+from torchvision.transforms.v2 import functional as TF
 
 from common_utils import cpu_and_cuda, deadline
 from fastload import DataPrefetcher, FastLoader
@@ -74,6 +75,45 @@ def test_without_statistics_uint8_becomes_0_1_exactly():
     images = uint8_images()
     (out,) = DataPrefetcher([images], "cpu")
     assert torch.equal(out, images.float() / 255)
+
+
+def integer_images(dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """A batch spanning ``dtype``'s whole range (its two ends included)."""
+    info = torch.iinfo(dtype)
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randint(0, 2**16, (2, 3, 4, 5), generator=generator).double() / (2**16 - 1)
+    values = (info.min + values * (float(info.max) - info.min)).clamp(info.min, info.max)
+    values.view(-1)[:2] = torch.tensor([info.min, info.max], dtype=torch.float64)
+    return values.to(torch.int64).clamp(info.min, info.max).to(dtype)
+
+
+WIDE_INTEGERS = [torch.uint16, torch.int16, torch.int8, torch.int32]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", WIDE_INTEGERS)
+def test_integer_images_are_scaled_as_torchvisions_to_dtype(device, dtype):
+    images = integer_images(dtype)
+    (out,) = DataPrefetcher([images], device)
+    assert out.dtype == torch.float32
+    assert torch.equal(out.cpu(), TF.to_dtype(images, torch.float32, scale=True))
+    (normalised,) = DataPrefetcher([images], device, mean=MEAN, std=STD)
+    want = TF.normalize(TF.to_dtype(images, torch.float64, scale=True), MEAN, STD).float()
+    torch.testing.assert_close(normalised.cpu(), want, **TOLERANCE)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint32, torch.bool])
+def test_an_image_dtype_with_no_scale_is_refused_naming_it(dtype):
+    images = torch.ones(2, 3, 4, 5, dtype=dtype)
+    for statistics in ({}, {"mean": MEAN, "std": STD}):
+        with pytest.raises(TypeError) as caught:
+            next(iter(DataPrefetcher([images], "cpu", **statistics)))
+        assert str(caught.value) == (
+            f"the image batch is {dtype}: DataPrefetcher converts floating images and "
+            "torch.uint8, torch.uint16, torch.int8, torch.int16, torch.int32 and torch.int64 "
+            "ones (scaled to 0..1 by the largest value, as torchvision's to_dtype), or "
+            "leaves the dtype alone with dtype=None"
+        )
 
 
 def test_dtype_none_only_moves_the_image():

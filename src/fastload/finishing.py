@@ -37,6 +37,17 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+#: The integer image dtypes a finish converts, each with the value that becomes 1.0: its
+#: largest, as torchvision's ``to_dtype(..., scale=True)`` scales them (uint8 has paths
+#: of its own: the division folded into the normalisation).
+_INTEGER_MAX = {
+    torch.uint8: 255,
+    torch.uint16: 2**16 - 1,
+    torch.int8: 2**7 - 1,
+    torch.int16: 2**15 - 1,
+    torch.int32: 2**31 - 1,
+    torch.int64: 2**63 - 1,
+}
 
 
 def normalize_coefficients(
@@ -253,8 +264,10 @@ class Finish:
 
 
 class ImageFinisher:
-    """Convert an image batch to ``dtype`` (uint8 scaled to 0..1), normalise it with
-    ``mean``/``std`` in one multiply-add, and lay it out ``channels_last``.
+    """Convert an image batch to ``dtype`` (integers scaled to 0..1 by their dtype's
+    largest value, as torchvision's ``to_dtype``: uint8 by 255, uint16 by 65535),
+    normalise it with ``mean``/``std`` in one multiply-add, and lay it out
+    ``channels_last``.
 
     On the CPU the float output goes into buffers reused once nothing refers to them
     (``buffers``): a fresh batch-sized tensor costs more in page faults than the maths.
@@ -287,11 +300,21 @@ class ImageFinisher:
         self._scale_checked = False
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        """``image`` finished.
+
+        Raises:
+            TypeError: An image dtype that is neither floating nor one of the integer
+                dtypes torchvision's ``to_dtype`` scales (bool, uint32, complex).
+            ValueError: With ``mean``/``std``, an image that is not (N, C, H, W) with their
+                number of channels.
+        """
         if self.dtype is not None:
             # The maths in fp32 (fp64 if asked), then one cast: half precision loses
             # nothing that the cast itself would not.
-            is_uint8 = image.dtype == torch.uint8
             maths = torch.float64 if self.dtype == torch.float64 else torch.float32
+            if image.dtype != torch.uint8 and not image.is_floating_point():
+                image = _unit_scale(image, maths)  # uint16 and the others: 0..1 floats
+            is_uint8 = image.dtype == torch.uint8
             if self.statistics is not None:
                 channels = len(self.statistics.mean)
                 if image.dim() != 4 or image.shape[1] != channels:
@@ -338,3 +361,17 @@ class ImageFinisher:
                 "float pixels are normalised as 0..1; divide by 255, or hand over uint8",
                 stacklevel=3,
             )
+
+
+def _unit_scale(image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An integer image as ``dtype`` floats, divided by its dtype's largest value as
+    torchvision's ``to_dtype(..., scale=True)`` does (a multiply by the reciprocal)."""
+    largest = _INTEGER_MAX.get(image.dtype)
+    if largest is None:
+        names = ", ".join(str(integer) for integer in list(_INTEGER_MAX)[:-1])
+        raise TypeError(
+            f"the image batch is {image.dtype}: DataPrefetcher converts floating images and "
+            f"{names} and {list(_INTEGER_MAX)[-1]} ones (scaled to 0..1 by the largest "
+            "value, as torchvision's to_dtype), or leaves the dtype alone with dtype=None"
+        )
+    return image.to(dtype).mul_(1.0 / largest)

@@ -41,7 +41,8 @@ class DataPrefetcher(LoaderProxy):
 
     For each batch, on a side CUDA stream: copy every tensor with ``non_blocking=True``
     (from pinned memory if the loader pins), then on the image only: ``transform``,
-    conversion to ``dtype`` (uint8 is scaled to 0..1), normalisation with ``mean`` and
+    conversion to ``dtype`` (integers are scaled to 0..1 as torchvision's ``to_dtype``
+    scales them: uint8 by 255, uint16 by 65535), normalisation with ``mean`` and
     ``std``, and ``channels_last``. Labels and other tensors are moved, not converted;
     other leaves pass through. Up to ``depth`` batches are in flight while you train.
 
