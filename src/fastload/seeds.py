@@ -114,12 +114,13 @@ def _epoch_keys(seed: int, epoch: int) -> tuple[int, int]:
 
 
 class SampleKey(NamedTuple):
-    """What a keyed loader asks its dataset for: sample ``index`` of ``epoch``, loaded
-    with the generators seeded from ``(seed, epoch, index)``. A type of its own, so that
-    a dataset indexed by plain pairs ``(row, column)`` is never taken for a keyed one."""
+    """What a keyed loader asks its dataset for: sample ``sample_index`` of ``epoch``,
+    loaded with the generators seeded from ``(seed, epoch, sample_index)``. A type of its
+    own, so that a dataset indexed by plain pairs ``(row, column)`` is never taken for a
+    keyed one."""
 
     epoch: int
-    index: int
+    sample_index: int
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:

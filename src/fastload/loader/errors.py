@@ -38,7 +38,7 @@ def describe_indices(indices: Sequence[Any] | Any) -> str:
 
 def _index_of(key: Any) -> Any:
     if isinstance(key, SampleKey):
-        return key.index
+        return key.sample_index
     if isinstance(key, torch.Tensor) and key.numel() == 1:
         return key.item()
     return int(key) if hasattr(key, "__index__") else key

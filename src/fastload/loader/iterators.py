@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 from torch._utils import ExceptionWrapper
@@ -27,6 +28,10 @@ from fastload.loader.superbatch import (
 from fastload.typed_torch import pin_memory
 
 __all__ = ["CountingMultiProcessIter", "CountingSingleProcessIter"]
+
+#: DataLoader's handling of a worker's message (torch leaves it untyped): its
+#: bookkeeping, the next index sent, and the data (a worker's failure raised).
+_process_message: Callable[..., Any] = _MultiProcessingDataLoaderIter._process_data
 
 
 class _Counting(_BaseDataLoaderIter):
@@ -129,6 +134,6 @@ class CountingMultiProcessIter(_Counting, _MultiProcessingDataLoaderIter):
     def _process_data(self, data: Any, *worker: int) -> Any:
         # torch >= 2.6 passes the worker's index (in_order's bookkeeping); 2.4 does not
         if isinstance(data, ExceptionWrapper):
-            super()._process_data(None, *worker)  # its bookkeeping, and the next send
+            _process_message(self, None, *worker)  # its bookkeeping, and the next send
             return BatchFailure(data)
-        return super()._process_data(data, *worker)
+        return _process_message(self, data, *worker)

@@ -229,7 +229,7 @@ class ResumableBatches:
                 if self.track or self.keyed:
                     keys = _keys(epoch, batch if self.batched else [batch])
                     if self.track:
-                        self.dispatched.append((epoch, [key.index for key in keys]))
+                        self.dispatched.append((epoch, [key.sample_index for key in keys]))
                     if self.keyed:
                         batch = keys if self.batched else keys[0]
                 yield batch

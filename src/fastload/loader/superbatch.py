@@ -108,7 +108,7 @@ class Grouping:
         drawn: list[Any] = []
         filled = [0] * self.workers
         while min(filled) < self.samples:
-            batch = next(batches, _END)
+            batch: Any = next(batches, _END)
             if batch is _END:
                 break
             # an empty batch still counts one: a round always ends
