@@ -1,14 +1,17 @@
 """Walking a batch: every tensor leaf of nested tuples, lists, namedtuples, mappings and
 dataclasses, with the path of indices and keys that leads to it. The one walker of the
-package: the prefetcher, the collates and the GPU modules' targets use it. Which leaves
-are targets (torchvision's ``tv_tensors``) it tells without importing torchvision.
+package: the prefetcher, the collates and the GPU modules' targets use it. Each level is
+rebuilt as its own type, as torch's ``pin_memory`` rebuilds it (a ``defaultdict`` keeps
+its ``default_factory``, a subclass its attributes). Which leaves are targets
+(torchvision's ``tv_tensors``) it tells without importing torchvision.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -49,7 +52,12 @@ def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path 
 
     Walks tuples, lists, namedtuples, dicts (and other mappings) and dataclasses, in
     order; ``path`` is the sequence of indices and keys that leads to the leaf. Other
-    leaves (strings, numbers, None) are returned as they are.
+    leaves (strings, numbers, None) are returned as they are. Each container comes back
+    as its own type (see :func:`_like`).
+
+    Raises:
+        TypeError: A container that cannot be rebuilt (a read-only mapping whose
+            constructor takes no items, say), named by its path.
 
     Example:
         >>> map_tensors({"x": torch.ones(1), "id": "a"}, lambda p, t: p)
@@ -59,11 +67,9 @@ def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path 
         return fn(path, batch)
     if isinstance(batch, Mapping):
         items = {key: map_tensors(value, fn, (*path, key)) for key, value in batch.items()}
-        return items if type(batch) is dict else type(batch)(items)  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch)))
+        return _like(batch, items, path)
     if isinstance(batch, (list, tuple)):
-        return type(batch)(map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch))
+        return _like(batch, [map_tensors(v, fn, (*path, i)) for i, v in enumerate(batch)], path)
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         changes = {
             field.name: map_tensors(getattr(batch, field.name), fn, (*path, field.name))
@@ -77,13 +83,39 @@ def map_tensors(batch: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path 
 def with_item(batch: Any, key: Any, value: Any) -> Any:
     """``batch`` with its top-level item ``key`` replaced, of the same type."""
     if isinstance(batch, Mapping):
-        merged = {**batch, key: value}
-        return merged if type(batch) is dict else type(batch)(merged)  # type: ignore[call-arg]
+        return _like(batch, {**batch, key: value}, ())
     items = list(batch)
     items[key] = value
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*items)
-    return type(batch)(items)
+    return _like(batch, items, ())
+
+
+def _like(batch: Mapping[Any, Any] | list[Any] | tuple[Any, ...], items: Any, path: Path) -> Any:
+    """``items`` (a dict, or a list) as a container of ``batch``'s type, rebuilt as torch's
+    ``pin_memory`` does: a mutable one copied and filled (a ``defaultdict`` keeps its
+    ``default_factory``, a subclass its attributes, whatever its ``__init__`` takes), a
+    namedtuple from its fields, another made from the items.
+
+    Raises:
+        TypeError: A container that cannot be made from its items, named with ``path``.
+    """
+    if type(batch) in (dict, list):
+        return items
+    try:
+        if isinstance(batch, (MutableMapping, list)):
+            clone = copy.copy(batch)
+            if isinstance(clone, list):
+                clone[:] = items
+            else:
+                clone.update(items)
+            return clone
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+            return type(batch)(*items)
+        return type(batch)(items)  # type: ignore[call-arg]
+    except TypeError as error:  # no copy, or a constructor that takes something else
+        raise TypeError(
+            f"cannot rebuild the {type(batch).__name__} at {list(path)} of the batch from its "
+            f"items ({error}): make it a dict, a mutable mapping, a list or a tuple"
+        ) from error
 
 
 def image_leaf_path(batch: Any) -> Path | None:
