@@ -678,3 +678,28 @@ def test_two_downloaders_never_share_a_part_name(url, aws, tmp_path):
     theirs.write_bytes(b"another downloader's bytes")
     dataset.transport.local_path(shard)
     assert theirs.read_bytes() == b"another downloader's bytes"
+
+
+#: A script reading every sample of the bucket ``sys.argv[1]`` (cache ``sys.argv[2]``), its
+#: dataset a global of the main module, which keeps itself (as tools that run scripts
+#: do) and fastload's modules: the dataset is let go only when the interpreter clears the
+#: modules' globals at exit, after those of fastload's modules.
+READ_TO_THE_END = """
+import sys
+import __main__
+import fastload.shards
+
+dataset = fastload.shards.ShardedDataset(sys.argv[1], cache_dir=sys.argv[2])
+labels = [dataset[index][1] for index in range(len(dataset))]
+print(len(labels))
+itself = __main__
+"""
+
+
+@pytest.mark.slow
+def test_a_script_that_read_a_bucket_exits_without_a_word_on_stderr(url, server, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", READ_TO_THE_END, url, str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **server.environment()},
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "24\n", "")

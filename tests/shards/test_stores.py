@@ -237,3 +237,31 @@ def test_info_and_verify_take_an_azure_url_from_the_environment(
     assert described["samples"] == 24 and described["shards"] >= 2
     main(["verify", url])
     assert capsys.readouterr().out == f"{url}: {described['shards']} shards, 24 samples verified\n"
+
+
+#: A script reading every sample of the store's set ``sys.argv[1]`` (cache ``sys.argv[2]``,
+#: storage options in JSON ``sys.argv[3]``), its dataset (and the dataset's ObstoreBucket
+#: with its store processes) a global of the main module, which keeps itself and fastload's
+#: modules: both are let go only when the interpreter clears the modules' globals at exit.
+READ_TO_THE_END = """
+import json
+import sys
+import __main__
+import fastload.shards
+
+dataset = fastload.shards.ShardedDataset(
+    sys.argv[1], cache_dir=sys.argv[2], storage_options=json.loads(sys.argv[3])
+)
+labels = [dataset[index][1] for index in range(len(dataset))]
+print(len(labels))
+itself = __main__
+"""
+
+
+@pytest.mark.slow
+def test_a_script_that_read_a_store_exits_without_a_word_on_stderr(store, url, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", READ_TO_THE_END, url, str(tmp_path), json.dumps(store.options())],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "24\n", "")

@@ -398,10 +398,16 @@ class ShardedDataset(ImageDataset):
         # descriptors and member tables stay in their process: O(shards) bytes pickled
         return {**self.__dict__, "_files": {}, "_tables": OrderedDict()}
 
-    def __del__(self) -> None:
-        if getattr(self, "_pid", None) == os.getpid():
+    def __del__(
+        self,
+        _getpid: Callable[[], int] = os.getpid,
+        _close: Callable[[int], None] = os.close,
+    ) -> None:
+        # os's functions bound at definition: at interpreter exit this may run after the
+        # module's globals were cleared (os set to None)
+        if getattr(self, "_pid", None) == _getpid():
             for descriptor in getattr(self, "_files", {}).values():
-                os.close(descriptor)
+                _close(descriptor)
 
     def __repr__(self) -> str:
         return f"ShardedDataset({str(self.path)!r}, samples={len(self)}, shards={len(self.shards)})"

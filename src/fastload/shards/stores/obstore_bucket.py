@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,13 @@ class StoreProcesses:
             helper.close()
 
 
+def _close_in(helper: StoreProcesses, pid: int) -> None:
+    """Close ``helper`` if this is its process ``pid`` (a forked child leaves its
+    parent's processes alone)."""
+    if os.getpid() == pid:
+        helper.close()
+
+
 class ObstoreBucket:
     """The objects under ``url`` (``gs://``, ``az://``, ``https://``; ``s3://`` when
     asked), through obstore in store processes of this process's own: ``options`` are
@@ -220,10 +228,6 @@ class ObstoreBucket:
         # a helper answers its own process: a spawned worker starts its own
         return {**self.__dict__, "_helper": None, "_pid": -1}
 
-    def __del__(self) -> None:
-        if getattr(self, "_pid", -1) == os.getpid() and self._helper is not None:
-            self._helper.close()
-
     @property
     def chunk(self) -> int:
         return CHUNK  # read at each download: a test may make the requests small
@@ -247,6 +251,9 @@ class ObstoreBucket:
                 self._helper = StoreProcesses(self.url, self.options, self.parallel,
                                               most=self.parallel)  # fmt: skip
                 self._pid = os.getpid()
+                # closed when this bucket goes, or at exit before the modules are torn
+                # down: a __del__ then may find the globals it closes them with cleared
+                weakref.finalize(self, _close_in, self._helper, self._pid)
         assert self._helper is not None
         return self._helper
 
