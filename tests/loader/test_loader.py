@@ -20,6 +20,7 @@ from torch.utils.data import (
     SequentialSampler,
     SubsetRandomSampler,
     TensorDataset,
+    _DatasetKind,
     random_split,
 )
 
@@ -423,12 +424,18 @@ def test_workers_are_seeded_differently_and_reproducibly():
 
 
 def test_worker_init_seeds_from_torch_seed_in_the_main_process_too():
-    torch.manual_seed(3)
-    WorkerInit()(0)
-    first = (random.random(), np.random.rand())
-    torch.manual_seed(3)
-    WorkerInit()(0)
-    assert (random.random(), np.random.rand()) == first
+    # A worker's start-up, run here: what it changes for its process is put back after.
+    create_fetcher, threads = vars(_DatasetKind)["create_fetcher"], torch.get_num_threads()
+    try:
+        torch.manual_seed(3)
+        WorkerInit()(0)
+        first = (random.random(), np.random.rand())
+        torch.manual_seed(3)
+        WorkerInit()(0)
+        assert (random.random(), np.random.rand()) == first
+    finally:
+        _DatasetKind.create_fetcher = create_fetcher
+        torch.set_num_threads(threads)
 
 
 # --- errors ----------------------------------------------------------------------------------
