@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import pickle
 import re
 import tarfile
 import warnings
@@ -475,3 +476,42 @@ def test_a_gzip_member_is_read_whole_and_a_gzip_bomb_or_cut_one_is_refused(tmp_p
         dataset[1]
     with pytest.raises(ShardIndexError, match="txt_gz member is gzip cut short"):
         dataset[2]
+
+
+@pytest.fixture
+def gzipped(tmp_path):
+    """WebDataset shards whose first sample's text decompresses to 5,000 bytes."""
+    samples = [("0.jpg", jpeg(0)), ("0.txt.gz", gzip.compress(b"0" * 5000)),
+               ("1.jpg", jpeg(1)), ("1.txt.gz", gzip.compress(b"a cat"))]  # fmt: skip
+    write_tar(tmp_path / "a.tar", samples)
+    main(["index", str(tmp_path)])
+    return tmp_path
+
+
+def test_the_limits_travel_with_a_pickled_sharded_dataset(gzipped, monkeypatch):
+    from fastload.decode import opencv
+    from fastload.shards.format import members
+
+    monkeypatch.setattr(members, "MAX_GUNZIPPED", 4096)
+    monkeypatch.setattr(opencv, "MAX_PIXELS", None)
+    sent = pickle.dumps(ShardedDataset(gzipped, keys=("txt.gz",)))
+    monkeypatch.setattr(members, "MAX_GUNZIPPED", 1 << 30)  # as a fresh process has them
+    monkeypatch.setattr(opencv, "MAX_PIXELS", 178_956_970)
+    received = pickle.loads(sent)
+    assert (members.MAX_GUNZIPPED, opencv.MAX_PIXELS) == (4096, None)
+    with pytest.raises(ShardIndexError, match=r"txt_gz member decompresses to more than 4,096"):
+        received[0]
+
+
+@pytest.mark.slow
+def test_the_gunzip_limit_set_in_the_main_process_reaches_a_spawned_worker(gzipped, monkeypatch):
+    from fastload import FastLoader
+    from fastload.shards.format import members
+
+    # lowered, as a raised one is set: a worker at the default would read the member
+    monkeypatch.setattr(members, "MAX_GUNZIPPED", 4096)
+    loader = FastLoader(ShardedDataset(gzipped, keys=("txt.gz",)), batch_size=1, num_workers=1,
+                        multiprocessing_context="spawn")  # fmt: skip
+    with pytest.raises(ShardIndexError, match=r"(?s)in DataLoader worker process 0\..*"
+                       r"txt_gz member decompresses to more than 4,096 bytes"):  # fmt: skip
+        next(iter(loader))

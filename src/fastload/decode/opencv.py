@@ -50,7 +50,9 @@ _JPEG_END = b"\xff\xd9"
 
 #: Images whose header declares more pixels than this are refused before decoding: a
 #: few hundred bytes can declare 20000x20000 and take gigabytes to decode (a
-#: "decompression bomb"). PIL's limit; set it higher, or None to turn the check off.
+#: "decompression bomb"). PIL's limit; set it higher, or None to turn the check off,
+#: before the loader starts: fastload's datasets carry it into their workers, spawned
+#: ones too (:class:`~fastload.datasets.base.ImageDataset`).
 MAX_PIXELS: int | None = 178_956_970
 
 
@@ -202,7 +204,8 @@ def decode_image(
         raise ImageDecodeError(
             f"{source}: {size[1]}x{size[0]} is {size[0] * size[1]:,} pixels, over the limit of "
             f"{MAX_PIXELS:,} (a decompression bomb?); raise "
-            "fastload.decode.opencv.MAX_PIXELS to allow it"
+            "fastload.decode.opencv.MAX_PIXELS to allow it (before the loader starts: "
+            "fastload's datasets carry it into their workers)"
         )
     factor = reduction_factor(*size, min_size) if jpeg and size is not None else 1
     if factor > 1:

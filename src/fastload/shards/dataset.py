@@ -18,6 +18,7 @@ from fastload.datasets.base import ImageDataset
 from fastload.decode.opencv import DecodeMode, decoded_size
 from fastload.records.format import RecordFormatError, unpack_record
 from fastload.records.targets import fields_target
+from fastload.shards.format import members as member_values
 from fastload.shards.format.index import (
     INDEX,
     PROGRESS,
@@ -113,6 +114,9 @@ class ShardedDataset(ImageDataset):
         >>> image.shape, sorted(target)
         (torch.Size([3, 32, 32]), ['boxes', 'labels', 'masks'])
     """
+
+    #: The pixel limit, and the most a ``.gz`` member may decompress to.
+    carried_limits = (*ImageDataset.carried_limits, (member_values, "MAX_GUNZIPPED"))
 
     def __init__(
         self,
@@ -396,7 +400,7 @@ class ShardedDataset(ImageDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         # descriptors and member tables stay in their process: O(shards) bytes pickled
-        return {**self.__dict__, "_files": {}, "_tables": OrderedDict()}
+        return {**super().__getstate__(), "_files": {}, "_tables": OrderedDict()}
 
     def __del__(
         self,

@@ -60,7 +60,8 @@ def is_decoded(extension: str) -> bool:
 
 
 #: The most a ``.gz`` member may decompress to: a hostile shard's gzip bomb is refused
-#: before it fills the memory. Raise it for larger members.
+#: before it fills the memory. Raise it for larger members, before the loader starts:
+#: a ShardedDataset carries it into its workers, spawned ones too.
 MAX_GUNZIPPED = 1 << 30
 
 
@@ -78,7 +79,8 @@ def _gunzipped(data: bytes, where: str) -> bytes:
         if size > MAX_GUNZIPPED:
             raise ShardIndexError(
                 f"{where} decompresses to more than {MAX_GUNZIPPED:,} bytes (a gzip bomb?); "
-                "raise fastload.shards.format.members.MAX_GUNZIPPED to read it"
+                "raise fastload.shards.format.members.MAX_GUNZIPPED to read it (before the "
+                "loader starts: a ShardedDataset carries it into its workers)"
             )
         if not stream.eof:
             raise ShardIndexError(f"{where} is gzip cut short")
