@@ -17,7 +17,6 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, IterableDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from fastload._checks import check_int
 from fastload.loader.accelerate_state import PreparedByItself
 from fastload.loader.contracts import BatchConsumer, FetchesAhead, PublishesOrder
 from fastload.loader.defaults import (
@@ -27,11 +26,10 @@ from fastload.loader.defaults import (
     Machine,
     check_num_workers,
     choose_defaults,
-    choose_fetch,
     describe_choices,
 )
 from fastload.loader.exit import end_workers_at_exit, shut_down
-from fastload.loader.fetch import DatasetView, IndexBatches, passthrough_collate, tensor_source
+from fastload.loader.fetch import DatasetView, IndexBatches
 from fastload.loader.iterators import CountingMultiProcessIter, CountingSingleProcessIter
 from fastload.loader.resume import (
     EpochProgress,
@@ -40,10 +38,11 @@ from fastload.loader.resume import (
     order_generators,
     restore_sampler_epochs,
 )
-from fastload.loader.seeding import SeededSamples, seeded_order
+from fastload.loader.seeding import order_generator, seeded_order
 from fastload.loader.state import current_state, loader_identity, resume_point
 from fastload.loader.superbatch import Grouping, group_mode, plan_super_batches
 from fastload.loader.tuning import tune_loader
+from fastload.loader.views import as_given, collate_set, data_view, fetches_rows
 from fastload.loader.workers import (
     SendableBatch,
     WorkerInit,
@@ -59,60 +58,6 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 logger = logging.getLogger(__name__)
-
-
-def _generator_of(
-    seed: int | None, generator: torch.Generator | None, options: dict[str, Any]
-) -> torch.Generator | None:
-    """The generator of the sampler's draws: with ``seed`` (checked), one seeded from it
-    unless the user gave their own."""
-    if seed is None:
-        return generator
-    check_int(seed, "seed", low=0, high=2**63 - 1)
-    if options.get("in_order") is False:
-        raise ValueError("seed needs in_order=True: a batch's seeds follow its order")
-    return torch.Generator().manual_seed(seed) if generator is None else generator
-
-
-def _as_given(
-    dataset: Dataset[Any],
-    collate_fn: Callable[[list[Any]], Any] | None,
-    worker_init_fn: Callable[[int], None] | None,
-) -> tuple[Dataset[Any], Callable[[list[Any]], Any] | None, Callable[[int], None] | None]:
-    """The user's own arguments where a FastLoader is re-created from another's attributes
-    (as Lightning does): its dataset, collate and worker_init_fn unwrapped."""
-    if isinstance(dataset, (DatasetView, SeededSamples)):
-        dataset = dataset.dataset
-    if collate_fn is passthrough_collate:
-        collate_fn = None
-    if isinstance(worker_init_fn, WorkerInit):
-        worker_init_fn = worker_init_fn.user_fn
-    return dataset, collate_fn, worker_init_fn
-
-
-def _data_view(
-    dataset: Dataset[Any],
-    collate_fn: Callable[[list[Any]], Any] | None,
-    *,
-    iterable: bool,
-    seed: int | None,
-    collates: bool,
-) -> tuple[Dataset[Any], Callable[[list[Any]], Any] | None, bool, bool]:
-    """What DataLoader reads, and with which collate: in-memory tensors through the
-    batched fetch's view, a seeded dataset through the keyed wrapper, else the dataset;
-    and whether each of the two applies."""
-    in_memory, keyed = choose_fetch(
-        iterable=iterable,
-        tensor_dataset=tensor_source(dataset) is not None,
-        collate_fn_given=collate_fn is not None,
-        collates=collates,
-        seeded=seed is not None,
-    )
-    if in_memory:
-        return DatasetView(dataset), passthrough_collate, in_memory, keyed
-    if keyed:
-        return SeededSamples(dataset, seed), collate_fn, in_memory, keyed  # type: ignore[arg-type]
-    return dataset, collate_fn, in_memory, keyed
 
 
 class FastLoader(PreparedByItself, DataLoader[T_co]):
@@ -188,10 +133,10 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         **kwargs: Any,
     ) -> None:
         check_num_workers(num_workers)
-        generator = _generator_of(seed, generator, kwargs)
-        dataset, collate_fn, worker_init_fn = _as_given(dataset, collate_fn, worker_init_fn)
+        generator = order_generator(seed, generator, kwargs)
+        dataset, collate_fn, worker_init_fn = as_given(dataset, collate_fn, worker_init_fn)
         iterable = isinstance(dataset, IterableDataset)
-        view, collate_fn, in_memory, keyed = _data_view(
+        view, collate_fn, in_memory, keyed = data_view(
             dataset, collate_fn, iterable=iterable, seed=seed,
             collates=batch_size is not None or batch_sampler is not None,
         )  # fmt: skip
@@ -252,29 +197,16 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self._constructed = True
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # DataLoader lets a collate_fn be set after construction: the batched tensor
-        # fetch, which collates for itself, then hands the new one the samples.
         if name == "collate_fn" and self.__dict__.get("_constructed"):
-            self._collate_set(value)
+            collate_set(self.dataset, value, self.choices)
         super().__setattr__(name, value)
-
-    def _collate_set(self, collate_fn: Any) -> None:
-        view = self.dataset
-        if isinstance(view, DatasetView):
-            view.collates = collate_fn is passthrough_collate
-            if not view.collates:
-                self.choices["fetch"] = (
-                    "collate_fn set after construction: each sample as DataLoader fetches it"
-                )
 
     def _current_grouping(self) -> Grouping | None:
         """The grouping the next iterator deals its batches by: to the workers there are
         now, collated by the collate_fn there is now."""
         if self._grouping is None:
             return None
-        view = self.dataset
-        in_memory = isinstance(view, DatasetView) and view.collates
-        mode = group_mode(self, in_memory=in_memory)
+        mode = group_mode(self, in_memory=fetches_rows(self.dataset))
         return dataclasses.replace(self._grouping, mode=mode, workers=max(1, self.num_workers))
 
     def _choose_sampler(
@@ -556,7 +488,7 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
                 else type(sampler).__name__
             ),
             "drop_last": self.drop_last,
-            "batched_fetch": view is not None and view.collates,
+            "batched_fetch": fetches_rows(self.dataset),
             "super_batches": self.super_batches,
         }  # fmt: skip
         body = ", ".join(f"{key}={value}" for key, value in fields.items())

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, RandomSampler, Subset, get_worker_info
 
+from fastload._checks import check_int
 from fastload.loader.errors import fetch_batch, note_failure
 from fastload.loader.proxy import DatasetProxy
 from fastload.seeds import (
@@ -32,7 +33,7 @@ from fastload.seeds import (
     seed_generators,
 )
 
-__all__ = ["SeededSamples", "fetches_batches", "seeded_order"]
+__all__ = ["SeededSamples", "fetches_batches", "order_generator", "seeded_order"]
 
 
 @contextlib.contextmanager
@@ -53,6 +54,19 @@ def fetches_batches(dataset: Any) -> bool:
     while isinstance(dataset, Subset):
         dataset = dataset.dataset
     return callable(getattr(dataset, "__getitems__", None))
+
+
+def order_generator(
+    seed: int | None, generator: torch.Generator | None, options: dict[str, Any]
+) -> torch.Generator | None:
+    """The generator of the sampler's draws: with ``seed`` (checked), one seeded from it
+    unless the user gave their own."""
+    if seed is None:
+        return generator
+    check_int(seed, "seed", low=0, high=2**63 - 1)
+    if options.get("in_order") is False:
+        raise ValueError("seed needs in_order=True: a batch's seeds follow its order")
+    return torch.Generator().manual_seed(seed) if generator is None else generator
 
 
 def seeded_order(dataset: Sized, seed: int) -> RandomSampler:
