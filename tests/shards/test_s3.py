@@ -703,3 +703,29 @@ def test_a_script_that_read_a_bucket_exits_without_a_word_on_stderr(url, server,
         capture_output=True, text=True, timeout=120, env={**os.environ, **server.environment()},
     )  # fmt: skip
     assert (done.returncode, done.stdout, done.stderr) == (0, "24\n", "")
+
+
+#: A script that takes one batch of a loader downloading ahead over the bucket
+#: ``sys.argv[1]`` and leaves its pass there: the pass's download-ahead is stopped only
+#: when the interpreter clears the modules' globals at exit.
+LEAVE_A_PASS_UNFINISHED = """
+import sys
+import __main__
+from fastload import FastLoader
+from fastload.shards import ShardedDataset, ShardShuffle
+
+dataset = ShardedDataset(sys.argv[1], cache_dir=sys.argv[2], decode="tensor")
+sampler = ShardShuffle(dataset, global_batch_size=4, seed=2, window=2)
+batches = iter(FastLoader(dataset, batch_size=4, sampler=sampler, num_workers=0))
+print(len(next(batches)[1]))
+itself = __main__
+"""
+
+
+@pytest.mark.slow
+def test_a_script_that_left_a_pass_unfinished_exits_without_a_word_on_stderr(url, server, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", LEAVE_A_PASS_UNFINISHED, url, str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **server.environment()},
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "4\n", "")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from fastload.shards.format.index import Shard
@@ -132,7 +134,12 @@ class DownloadAhead:
                 self.ahead += 1
             self.condition.notify()
 
-    def stop(self) -> None:
+    def stop(self, _exiting: Callable[[], bool] = sys.is_finalizing) -> None:
+        # (bound here: at interpreter exit, a pass left unfinished is stopped after the
+        # modules' globals are cleared, and the pool's threads were already joined)
+        if _exiting():
+            self.stopped = True
+            return
         with self.condition:
             self.stopped = True
             self.condition.notify()
