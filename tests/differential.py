@@ -28,6 +28,8 @@ Summary = collections.namedtuple("Summary", ["labels", "count"])
 SAMPLES = ("tuple", "dict", "named", "string", "ragged")
 DATASETS = ("map", "getitems", "tensor", "subset", "subset_subclass", "iterable")
 BATCHES = ("lists", "tuples", "generators", "refilled", "with_empty", "negative")
+#: Batch samplers whose batches DataLoader's workers read too late (see loader_arguments).
+READ_LATE = ("generators", "refilled")
 COLLATES = ("default", "tuple", "dict", "named", "strings", "ragged", "none")
 
 #: What a loop reads of an epoch at most (a batch sampler whose ``__len__`` lies is
@@ -253,11 +255,17 @@ def loader_arguments(config: Config, dataset: Dataset[Any], *, fast: bool) -> di
     if collate is not None and not config.collate_later:
         arguments["collate_fn"] = collate
     workers = config.workers
+    if config.batches in READ_LATE and not fast:
+        # DataLoader's workers read a batch when a queue thread pickles it, later: a
+        # generator never arrives (DataLoader waits for ever), a refilled list arrives
+        # changed. Its batches are the ones it loads in the main process (a batch
+        # sampler of fixed batches draws nothing: the workers change nothing else).
+        workers = 0
     if workers is not None:
         arguments["num_workers"] = workers
     elif not fast:
         workers = 0
-    if config.persistent is not None and config.workers:  # refused by both without workers
+    if config.persistent is not None and workers:  # refused by both without workers
         arguments["persistent_workers"] = config.persistent
     return arguments
 
@@ -322,7 +330,10 @@ def epoch(batches: Iterable[Any], steps: int = MOST_STEPS) -> list[Step]:
 
 def run(config: Config, pipeline: str) -> list[list[Step]]:
     """The epochs of ``pipeline`` (``dataloader``, ``fastloader``, ``prefetcher``)."""
-    loader, dataset = make_loader(config, fast=pipeline != "dataloader")
+    try:
+        loader, dataset = make_loader(config, fast=pipeline != "dataloader")
+    except Exception as error:  # refused as it is built (a shuffle of no samples, say)
+        return [[Step(error=f"at construction: {type(error).__name__}", message=str(error))]]
     source: Iterable[Any] = loader
     if pipeline == "prefetcher":
         source = DataPrefetcher(loader, device="cpu", dtype=None)
@@ -378,7 +389,8 @@ def unnamed_failures(steps: list[list[Step]]) -> list[str]:
         if step.error != "ValueError" or not failed:
             continue
         number = failed[-1]
-        named = rf"loading dataset (index -?{number}\b|indices \[[^\]]*\b{number}\b)"
+        # a batched fetch (__getitems__) names its batch, past 8 indices shortened
+        named = rf"loading dataset (index -?{number}\b|indices \[[^\]]*(\b{number}\b|\.\.\.))"
         if re.search(named, step.message) is None:
             missing.append(step.message)
     return missing
@@ -422,7 +434,10 @@ def configs(draw: st.DrawFn, *, workers: tuple[int | None, ...]) -> Config:
         collate=draw(st.sampled_from(COLLATES)),
         collate_later=draw(st.booleans()),
         workers=worker_count,
-        persistent=draw(st.sampled_from((None, True, False))),
+        # kept workers see no data replaced, which DataLoader without workers would
+        persistent=draw(
+            st.sampled_from((None, False) if batches in READ_LATE else (None, True, False))
+        ),
         epochs=epochs,
         resume_at=resume_at,
     )

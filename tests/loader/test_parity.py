@@ -138,6 +138,23 @@ def test_negative_and_out_of_range_indices_read_as_dataloader_reads_them(data):
     assert [error for _, error in seen] == [None, None, "IndexError", None]
 
 
+@pytest.mark.parametrize(
+    "batch",
+    [
+        torch.tensor([1, 0, 1], dtype=torch.uint8),  # a mask to torch
+        torch.tensor([True, False, True]),
+        [0.0, 1.0],
+        torch.tensor([0.0, 1.0]),
+        torch.tensor([[0, 1], [2, 3]]),
+    ],
+    ids=["uint8", "bool", "floats", "float tensor", "2-d"],
+)
+def test_indices_the_fetch_cannot_read_as_rows_go_the_plain_way(batch):
+    data = tensors(3)
+    fast = FastLoader(data, batch_sampler=[batch], num_workers=0)
+    assert steps(fast) == steps(DataLoader(data, batch_sampler=[batch]))
+
+
 # --- super-batches --------------------------------------------------------------------------
 
 

@@ -172,9 +172,12 @@ class DatasetView(DatasetProxy):
 
     def _samples(self, indices: Any) -> Any:
         """The batch's samples as DataLoader's fetch reads them (FastLoader's own index
-        tensors as the lists of ints DataLoader's batch sampler makes)."""
+        tensors as the lists of ints DataLoader's batch sampler makes; a tensor that is
+        any other, element by element as DataLoader reads it: torch reads bools and
+        uint8 as a mask, and refuses floats)."""
         if isinstance(indices, torch.Tensor):
-            indices = indices.tolist()
+            integers = _integers(indices, empty=True) is not None
+            indices = indices.tolist() if integers else list(indices)
         getitems = getattr(self.dataset, "__getitems__", None)
         if getitems is not None:
             return getitems(indices)
@@ -189,13 +192,14 @@ def _listed(indices: Any) -> list[Any]:
 
 
 def _integers(indices: Any, *, empty: bool = False) -> torch.Tensor | None:
-    """``indices`` as a 1-D int64 tensor, where they are integers (not bools); None
-    otherwise, or where there are none (unless ``empty``)."""
+    """``indices`` as a 1-D int64 tensor, where they are integers (not bools, nor uint8,
+    which torch reads as a mask); None otherwise, or where there are none (unless
+    ``empty``)."""
     try:
         values = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(indices)
     except Exception:  # ragged, too large, objects: the plain fetch decides
         return None
-    if values.dim() != 1 or values.dtype == torch.bool or values.is_floating_point():
+    if values.dim() != 1 or values.dtype in (torch.bool, torch.uint8) or values.is_floating_point():
         return None
     if values.is_complex() or (values.numel() == 0 and not empty):
         return None
