@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-gpu gpu-check docs docs-serve clean
+.PHONY: demo test lint torch-suite bench bench-gpu gpu-check docs docs-serve clean
 
 # TORCH_INDEX: where torch and torchvision come from, e.g. PyTorch's CPU-only wheels
 # (https://download.pytorch.org/whl/cpu) on a machine without a GPU: 4 GB less of CUDA.
@@ -56,9 +56,21 @@ test: $(DEV_READY)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 lint: $(DEV_READY)
-	$(BIN)/ruff check src tests benchmarks examples conftest.py mkdocs_hooks.py
-	$(BIN)/ruff format --check src tests benchmarks examples conftest.py mkdocs_hooks.py
+	$(BIN)/ruff check src tests benchmarks examples tools conftest.py mkdocs_hooks.py
+	$(BIN)/ruff format --check src tests benchmarks examples tools conftest.py mkdocs_hooks.py
 	$(BIN)/mypy
+
+# PyTorch's own DataLoader tests, run with DataLoader and again with FastLoader patched in for it
+# (its defaults on): each run's counts, and a failure when a test fails only with FastLoader
+# (tools/torch_dataloader_suite.py). TORCH_TEST_FILE is test/test_dataloader.py of the torch you
+# target, kept outside this repository; the tests are slow (workers, spawned processes), so
+# TORCH_SUITE_K selects some, as pytest's -k: e.g.
+# `make torch-suite TORCH_TEST_FILE=../pytorch/test/test_dataloader.py TORCH_SUITE_K=TestDataLoader`
+TORCH_TEST_FILE ?=
+TORCH_SUITE_K ?=
+torch-suite: $(DEV_READY)
+	@test -n "$(TORCH_TEST_FILE)" || { echo "make torch-suite TORCH_TEST_FILE=path/to/test_dataloader.py"; exit 2; }
+	$(BIN)/python tools/torch_dataloader_suite.py "$(TORCH_TEST_FILE)" $(if $(TORCH_SUITE_K),-k "$(TORCH_SUITE_K)")
 
 bench: $(DEV_READY)
 	$(BIN)/python benchmarks/tensor_dataset.py --plot
