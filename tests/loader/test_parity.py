@@ -224,3 +224,23 @@ def test_a_resume_after_a_skipped_failing_batch_goes_on_after_it():
     resumed = make()
     resumed.load_state_dict(state)
     assert [canonical(batch) for batch in resumed] == rest and len(seen) + 1 + len(rest) == 10
+
+
+# --- workers FastLoader chose ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_dataset_a_started_worker_cannot_get_is_loaded_without_workers(method):
+    class Local(Dataset):  # defined in a function: spawn and forkserver cannot pickle it
+        def __len__(self) -> int:
+            return 6
+
+        def __getitem__(self, index: int) -> int:
+            return index
+
+    loader = FastLoader(Local(), batch_size=2, multiprocessing_context=method)
+    assert loader.num_workers > 0  # chosen before the first pass
+    with pytest.warns(UserWarning, match=f"FastLoader uses no workers: the {method} start"):
+        assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3], [4, 5]]
+    assert loader.num_workers == 0
+    assert f"the {method} start method cannot start a worker" in repr(loader)

@@ -47,7 +47,7 @@ from fastload.loader.workers import (
     SendableBatch,
     WorkerInit,
     dataset_fingerprint,
-    unsendable_reason,
+    workers_refusal,
 )
 from fastload.seeds import keyed_seeds
 
@@ -280,9 +280,9 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
     def _get_iterator(self) -> Any:
         if self._check_sendable:
             self._check_sendable = False
-            reason = unsendable_reason(self.dataset, self.collate_fn, self._auto_collation)
-            if reason is not None:
-                self.choices["num_workers"] = "batches cannot be sent from a worker"
+            refusal = workers_refusal(self)
+            if refusal is not None:
+                self.choices["num_workers"], reason = refusal
                 warnings.warn(f"FastLoader uses no workers: {reason}", stacklevel=3)
                 self.num_workers = 0
         # The workers get a collate that checks each batch can be sent; the attribute

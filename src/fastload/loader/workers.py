@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import multiprocessing as mp
 import random
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from fastload.loader.errors import name_failures
 
@@ -20,6 +21,7 @@ __all__ = [
     "WorkerInit",
     "dataset_fingerprint",
     "unsendable_reason",
+    "workers_refusal",
 ]
 
 
@@ -87,6 +89,31 @@ class SendableBatch:
                 "cannot be pickled: define it at module level"
             ) from None
         return batch
+
+
+def workers_refusal(loader: DataLoader[Any]) -> tuple[str, str] | None:
+    """Why ``loader``'s workers could never work (what its ``choices`` say, and the
+    warning), where FastLoader chose to have them: a batch that cannot be sent from a
+    worker, or, where the start method pickles what each worker gets (spawn,
+    forkserver), a dataset, collate or worker start-up that cannot be pickled. None where
+    they can work, or where that cannot be told."""
+    reason = unsendable_reason(loader.dataset, loader.collate_fn, loader._auto_collation)
+    if reason is not None:
+        return "batches cannot be sent from a worker", reason
+    context = loader.multiprocessing_context
+    method = context.get_start_method() if context is not None else mp.get_start_method()
+    if method == "fork":
+        return None
+    given = (loader.dataset, loader.collate_fn, loader.worker_init_fn)
+    try:
+        _StructurePickler(io.BytesIO()).dump(given)
+    except Exception as error:  # PicklingError, AttributeError, TypeError: all mean no start
+        return f"the {method} start method cannot start a worker", (
+            f"the {method} start method pickles the dataset, collate_fn and worker_init_fn "
+            f"for each worker, and they cannot be pickled ({error}): a class or function "
+            "defined inside a function cannot be; define it at module level"
+        )
+    return None
 
 
 def unsendable_reason(
