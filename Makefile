@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint torch-suite bench bench-gpu gpu-check docs docs-serve clean
+.PHONY: demo test lint fuzz torch-suite bench bench-gpu gpu-check docs docs-serve clean
 
 # TORCH_INDEX: where torch and torchvision come from, e.g. PyTorch's CPU-only wheels
 # (https://download.pytorch.org/whl/cpu) on a machine without a GPU: 4 GB less of CUDA.
@@ -59,6 +59,14 @@ lint: $(DEV_READY)
 	$(BIN)/ruff check src tests benchmarks examples tools conftest.py mkdocs_hooks.py
 	$(BIN)/ruff format --check src tests benchmarks examples tools conftest.py mkdocs_hooks.py
 	$(BIN)/mypy
+
+# The differential fuzzer at length (tests/loader/test_differential.py): FUZZ_EXAMPLES generated
+# loader configurations, workers among them, each through DataLoader, FastLoader and FastLoader
+# behind a DataPrefetcher; new configurations at each run, the first divergence shrunk and shown.
+FUZZ_EXAMPLES ?= 10000
+fuzz: $(DEV_READY)
+	FASTLOAD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -x -m slow \
+		tests/loader/test_differential.py -k workers
 
 # PyTorch's own DataLoader tests, run with DataLoader and again with FastLoader patched in for it
 # (its defaults on): each run's counts, and a failure when a test fails only with FastLoader
