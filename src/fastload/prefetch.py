@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -252,7 +252,7 @@ class DataPrefetcher(LoaderProxy):
             self._close()
             raise
         if slot.error is not None:  # as DataLoader, the pass goes on after a failed batch
-            raise slot.error
+            _raise_taken(slot)
         return batch
 
     def _handed_one(self) -> None:
@@ -326,6 +326,18 @@ class DataPrefetcher(LoaderProxy):
         )  # fmt: skip
         fields = ", ".join(f"{name}={getattr(self, name)}" for name in names)
         return f"{type(self).__name__}({fields})"
+
+
+def _raise_taken(slot: Produced) -> NoReturn:
+    """Raise the slot's error, letting go of it: its traceback holds the frames it passes,
+    and a frame or slot holding the error would be a cycle that keeps the prefetcher (and
+    its loader's workers) alive until the garbage collector runs."""
+    error, slot.error = slot.error, None
+    try:
+        assert error is not None
+        raise error
+    finally:
+        error = None
 
 
 @dataclasses.dataclass

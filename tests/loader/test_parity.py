@@ -4,6 +4,8 @@ same errors at the same step, the same worker for each batch."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset, get_worker_info
@@ -244,3 +246,21 @@ def test_a_dataset_a_started_worker_cannot_get_is_loaded_without_workers(method)
         assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3], [4, 5]]
     assert loader.num_workers == 0
     assert f"the {method} start method cannot start a worker" in repr(loader)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefetch", [False, True], ids=["loader", "prefetcher"])
+def test_a_failure_raised_keeps_no_worker_alive_once_the_loader_goes(prefetch):
+    collecting = gc.isenabled()
+    gc.disable()  # a cycle through the raised error would keep the workers: none may
+    try:
+        loader = FastLoader(Labels(12, failing=(3,)), batch_size=2, num_workers=2)
+        source = DataPrefetcher(loader, device="cpu", dtype=None) if prefetch else loader
+        assert [error for _, error in steps(source)] == [None, "ValueError", *[None] * 4]
+        workers = list(loader._iterator._workers)
+        assert all(worker.is_alive() for worker in workers)  # persistent: FastLoader's choice
+        del loader, source
+        assert not any(worker.is_alive() for worker in workers)
+    finally:
+        if collecting:
+            gc.enable()

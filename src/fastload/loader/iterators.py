@@ -86,7 +86,6 @@ class _Counting(_BaseDataLoaderIter):
         if isinstance(data, BatchFailure):
             batches.failed()
             data.raise_it()
-        return data
 
     def _receive(self) -> None:
         """The next message's batches (a round's, with super-batches), queued in order."""

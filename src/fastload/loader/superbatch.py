@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
@@ -59,19 +60,34 @@ class Mode(enum.Enum):
     ROWS = "rows"  # in-memory tensors: one indexing operation for the group, cut likewise
 
 
-@dataclass(frozen=True)
+@dataclass
 class BatchFailure:
     """A batch's failure, in its place among the batches: from the main process, the
     exception itself; from a worker, wrapped as DataLoader's worker loop wraps it (the
-    exception itself may not pickle)."""
+    exception itself may not pickle). Raised once."""
 
-    error: BaseException | ExceptionWrapper
+    error: BaseException | ExceptionWrapper | None
 
     def raise_it(self) -> NoReturn:
-        if isinstance(self.error, BaseException):
-            raise self.error
-        reraise(self.error)
-        raise AssertionError("unreachable: reraise() raises")
+        """Raise the failure, letting go of it: its traceback holds the frames it passes
+        (the loader's iterator's among them), and a frame or failure holding it would be
+        a cycle that keeps the iterator, and its persistent workers, alive until the
+        garbage collector runs."""
+        error, self.error = self.error, None
+        try:
+            if isinstance(error, BaseException):
+                raise error
+            assert error is not None
+            try:
+                reraise(error)
+            except BaseException as rebuilt:
+                # torch's reraise() frame holds the exception it raises: cleared, so that
+                # no cycle keeps it, and the loader's iterator in this traceback, alive
+                traceback.clear_frames(rebuilt.__traceback__)
+                raise
+            raise AssertionError("unreachable: reraise() raises")
+        finally:
+            error = None
 
 
 @dataclass(frozen=True)
