@@ -88,16 +88,16 @@ def assert_same_batches(ours: list, theirs: list) -> None:
 
 
 def loaders(dataset, workers: int, **kwargs) -> tuple[FastLoader, DataLoader]:
-    """FastLoader with super-batches and DataLoader, each with a generator seeded alike
-    and the same workers (persistent ones draw no new base seed at a second epoch)."""
+    """FastLoader with super-batches and DataLoader with its defaults, each with a
+    generator seeded alike and the same workers (FastLoader's kept across epochs, which
+    draw from the generator as DataLoader's new ones do at each epoch)."""
     fast = FastLoader(
         dataset, num_workers=workers, super_batches=True,
         generator=torch.Generator().manual_seed(3), **kwargs,
     )  # fmt: skip
     reference = DataLoader(
-        dataset, num_workers=workers, persistent_workers=workers > 0,
-        generator=torch.Generator().manual_seed(3), **kwargs,
-    )  # fmt: skip
+        dataset, num_workers=workers, generator=torch.Generator().manual_seed(3), **kwargs
+    )
     return fast, reference
 
 

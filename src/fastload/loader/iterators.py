@@ -86,6 +86,7 @@ class _Counting(_BaseDataLoaderIter):
         if isinstance(data, BatchFailure):
             batches.failed()
             data.raise_it()
+        return data
 
     def _receive(self) -> None:
         """The next message's batches (a round's, with super-batches), queued in order."""
