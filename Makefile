@@ -61,12 +61,13 @@ lint: $(DEV_READY)
 	$(BIN)/mypy
 
 # The differential fuzzer at length (tests/loader/test_differential.py): FUZZ_EXAMPLES generated
-# loader configurations, workers among them, each through DataLoader, FastLoader and FastLoader
-# behind a DataPrefetcher; new configurations at each run, the first divergence shrunk and shown.
+# loader configurations in the main process, then as many with workers (about a second each),
+# each through DataLoader, FastLoader and FastLoader behind a DataPrefetcher; new configurations
+# at each run, the first divergence shrunk and shown.
 FUZZ_EXAMPLES ?= 10000
 fuzz: $(DEV_READY)
-	FASTLOAD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -x -m slow \
-		tests/loader/test_differential.py -k workers
+	FASTLOAD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -x -m "slow or not slow" \
+		tests/loader/test_differential.py -k "main_process or workers"
 
 # PyTorch's own DataLoader tests, run with DataLoader and again with FastLoader patched in for it
 # (its defaults on): each run's counts, and a failure when a test fails only with FastLoader

@@ -72,7 +72,12 @@ def test_divergences_found_stay_fixed(config):
     check(config)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=SLOW)
+@settings(
+    max_examples=FUZZ_EXAMPLES or 30,
+    deadline=None,
+    suppress_health_check=SLOW,
+    derandomize=not FUZZ_EXAMPLES,
+)
 @given(configs(workers=(0,)))
 def test_in_the_main_process_fastloader_is_dataloader(config):
     check(config)
