@@ -89,7 +89,7 @@ class Samples(Dataset):
     def __getitem__(self, index: int) -> Any:
         position = index % len(self.values) if index < 0 else index
         if position in self.failing:
-            raise ValueError(f"bad sample {position}")
+            raise ValueError(f"bad sample {index}")  # as the sampler gave it
         return make_sample(self.kind, self.values[index])
 
 
@@ -385,12 +385,13 @@ def unnamed_failures(steps: list[list[Step]]) -> list[str]:
     must come with ``index N``, or ``N`` among the batch's ``indices [...]``)."""
     missing = []
     for step in itertools.chain.from_iterable(steps):
-        failed = re.findall(r"bad sample (\d+)", step.message)
+        failed = re.findall(r"bad sample (-?\d+)", step.message)
         if step.error != "ValueError" or not failed:
             continue
         number = failed[-1]
         # a batched fetch (__getitems__) names its batch, past 8 indices shortened
-        named = rf"loading dataset (index -?{number}\b|indices \[[^\]]*(\b{number}\b|\.\.\.))"
+        own = rf"(?<![\d-]){number}\b"  # the number itself, not a longer one ending so
+        named = rf"loading dataset (index {own}|indices \[[^\]]*({own}|\.\.\.))"
         if re.search(named, step.message) is None:
             missing.append(step.message)
     return missing
