@@ -25,6 +25,7 @@ from fastload.loader.contracts import HandsOutRuns, ResumableLoader
 from fastload.loader.proxy import LoaderProxy
 from fastload.loader.resume import samplers_with_epochs
 from fastload.loader.superbatch import RunPart
+from fastload.loader.workers import dataset_fingerprint
 from fastload.preparing import BatchPreparer, Planned
 from fastload.producer import Produced, Producer, produce_one, weak_method
 from fastload.system import default_device
@@ -167,12 +168,20 @@ class DataPrefetcher(LoaderProxy):
         """The pass's loader iterator, and its first batches under way: the epoch begun
         ahead, if it still holds, or a new one."""
         self._starting = False
-        ahead, self._ahead = self._ahead, None
+        ahead = self._ahead
         if ahead is not None and ahead.holds(self.loader):
+            self._ahead = None
             self._iterator, self._length, self._handed = ahead.batches, ahead.length, 0
             self._tell_accelerate()
             return
-        self._close()  # an epoch begun ahead that no longer holds goes with its thread
+        # An epoch begun ahead that no longer holds goes with its thread; begun again
+        # from where it began (none of it trained on): the same order, the data as it is.
+        replay = None
+        if ahead is not None and isinstance(self.loader, ResumableLoader):
+            replay = self.loader.state_dict()
+        self._close()
+        if replay is not None:
+            self._resumable_loader().load_state_dict(replay)
         try:
             self._iterator = self._begin_epoch()
             self._handed = 0
@@ -229,7 +238,9 @@ class DataPrefetcher(LoaderProxy):
         except Exception:  # the next pass's iter() meets it again and raises it there
             self._producer.follow_with(None)
             return
-        self._ahead = _Ahead(batches, sampler_epochs(self.loader), length=None)
+        self._ahead = _Ahead(
+            batches, sampler_epochs(self.loader), length=None, data=_data_of(self.loader)
+        )
         self._ahead.length = self._epoch_length()
         self._producer.follow_with(batches)
 
@@ -343,16 +354,23 @@ def _raise_taken(slot: Produced) -> NoReturn:
 @dataclasses.dataclass
 class _Ahead:
     """The next epoch, begun as the last one ended: its iterator (the producer reads it),
-    the epochs of the loader's samplers then, and its length. It holds for the next pass
-    while nobody has set a sampler's epoch since (a loop's ``set_epoch(epoch)`` makes
-    the order another one: the epoch is then begun again)."""
+    the epochs of the loader's samplers then, its dataset as it was, and its length. It
+    holds for the next pass while nobody has set a sampler's epoch since (a loop's
+    ``set_epoch(epoch)`` makes the order another one) nor given the dataset new data
+    (``subset.indices = ...``, :func:`~fastload.loader.workers.dataset_fingerprint`): the
+    epoch is otherwise begun again, as the loop's ``iter()`` would have begun it."""
 
     batches: Iterator[Any]
     epochs: dict[str, int]
     length: int | None
+    data: tuple[Any, ...] = ()
 
     def holds(self, loader: Any) -> bool:
-        return sampler_epochs(loader) == self.epochs
+        return sampler_epochs(loader) == self.epochs and _data_of(loader) == self.data
+
+
+def _data_of(loader: Any) -> tuple[Any, ...]:
+    return dataset_fingerprint(getattr(loader, "dataset", None))
 
 
 def sampler_epochs(loader: Any) -> dict[str, int]:

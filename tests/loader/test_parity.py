@@ -264,3 +264,98 @@ def test_a_failure_raised_keeps_no_worker_alive_once_the_loader_goes(prefetch):
     finally:
         if collecting:
             gc.enable()
+
+
+class Named(Dataset):
+    """Samples by name, as a sampler hands out ``batch_size=None`` keys."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, key: str) -> str:
+        return key.upper()
+
+
+def test_a_key_of_batch_size_none_reaches_the_dataset_as_it_is():
+    keys = ["cat", "dog"]
+    fast = FastLoader(Named(), batch_size=None, sampler=keys, num_workers=0)
+    assert list(fast) == list(DataLoader(Named(), batch_size=None, sampler=keys)) == ["CAT", "DOG"]
+
+
+class Uneven:
+    """Batches of 10, 100, 60, 3, 7, ... samples: rounds of whole turns of the workers."""
+
+    sizes = (10, 100, 60, 3, 7, 30, 1, 40, 2, 5, 50)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __iter__(self):
+        start = 0
+        for size in self.sizes:
+            yield list(range(start, start + size))
+            start += size
+
+
+class Draws(Dataset):
+    """Sample ``i``: its index, the worker that loads it, and a draw of that worker's."""
+
+    def __len__(self) -> int:
+        return 400
+
+    def __getitem__(self, index: int) -> tuple:
+        info = get_worker_info()
+        return index, -1 if info is None else info.id, torch.rand(())
+
+
+def drawing_collate(samples: list) -> tuple:
+    """A collate that draws too (as mixup draws its lambda)."""
+    return torch.utils.data.default_collate(samples), torch.rand(())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "arguments",
+    [{"batch_sampler": Uneven()}, {"batch_size": 4, "collate_fn": drawing_collate}],
+    ids=["uneven batches", "a collate that draws"],
+)
+def test_each_worker_loads_and_draws_as_under_dataloader(arguments):
+    def make(kind):
+        return kind(Draws(), num_workers=2, generator=torch.Generator().manual_seed(5), **arguments)
+
+    fast = make(FastLoader)
+    assert fast.super_batches
+    assert steps(fast) == steps(make(DataLoader))
+
+
+@pytest.mark.slow
+def test_a_worker_init_fn_set_after_construction_runs_with_fastloaders_start_up():
+    started = []
+    fast = FastLoader(Labels(16), batch_size=2, num_workers=2)
+    fast.worker_init_fn = started.append  # (runs in the workers: the list here stays empty)
+    assert fast.super_batches
+    assert steps(fast) == steps(DataLoader(Labels(16), batch_size=2, num_workers=2))
+
+
+@pytest.mark.slow
+def test_concatenated_data_replaced_between_epochs_reaches_the_workers():
+    parts = [Labels(6), Labels(6)]
+    data = torch.utils.data.ConcatDataset(parts)
+    fast = FastLoader(data, batch_size=3, num_workers=2)
+    plain = DataLoader(data, batch_size=3, num_workers=2)
+    assert steps(fast) == steps(plain)
+    parts[1].failing = (1,)  # sample 7 of the whole: a new attribute object inside a list
+    assert steps(fast) == steps(plain)
+    assert [error for _, error in steps(fast)].count("ValueError") == 1
+
+
+def test_an_epoch_a_prefetcher_began_ahead_is_begun_again_when_the_data_changed():
+    data = Subset(tensors(20), list(range(10)))
+    loader = FastLoader(data, batch_size=4, shuffle=True, seed=3)
+    prefetcher = DataPrefetcher(loader, device="cpu", dtype=None, background=True)
+    alone = FastLoader(data, batch_size=4, shuffle=True, seed=3)
+    assert steps(prefetcher) == steps(alone)  # the prefetcher then begins epoch 1 ahead
+    data.indices = list(range(19, 9, -1))
+    second = steps(prefetcher)
+    assert second == steps(alone)
+    assert all(label >= 10 for batch, _ in second for label in batch[1][1][3])

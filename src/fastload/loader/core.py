@@ -187,7 +187,7 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self.seed = seed
         # Persistent workers FastLoader chose (DataLoader's default is none) keep
         # DataLoader's promises across epochs: see __iter__.
-        self._chosen_persistence = persistent_workers is None and self.persistent_workers
+        self._chosen_persistence = persistent_workers is None and bool(self.persistent_workers)
         self._workers_given: tuple[Any, ...] | None = None
         self._start_batches(dataset, in_memory=in_memory, keyed=keyed, iterable=iterable)
         self._grouping, why = plan_super_batches(super_batches, self, in_memory=in_memory)
@@ -199,6 +199,8 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "collate_fn" and self.__dict__.get("_constructed"):
             collate_set(self.dataset, value, self.choices)
+        if name == "worker_init_fn" and not isinstance(value, WorkerInit):
+            value = WorkerInit(value)  # the workers' start-up (their fetch of a group) first
         super().__setattr__(name, value)
 
     def _current_grouping(self) -> Grouping | None:

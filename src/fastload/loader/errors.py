@@ -101,6 +101,10 @@ class NamingFetcher(_MapDatasetFetcher):
     def fetch(self, possibly_batched_index: Any) -> Any:
         if isinstance(possibly_batched_index, Group):  # a run of batches, sent as one
             return fetch_group(self, possibly_batched_index)
+        return self.fetch_one(possibly_batched_index)
+
+    def fetch_one(self, possibly_batched_index: Any) -> Any:
+        """A batch (or the one sample) loaded and collated, as DataLoader's fetch makes it."""
         return self.collate_fn(self.load(possibly_batched_index))
 
     def load(self, possibly_batched_index: Any) -> Any:

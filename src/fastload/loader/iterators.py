@@ -51,15 +51,19 @@ class _Counting(_BaseDataLoaderIter):
 
     def __init__(self, loader: DataLoader[Any], grouping: Grouping | None = None) -> None:
         self._grouping = grouping
-        self._dealt: collections.deque[Group] = collections.deque()
+        self._dealt: collections.deque[Group] = collections.deque()  # a round's, not yet sent
+        self._sent: collections.deque[Group] = collections.deque()  # sent, not yet received
+        self._round: list[SuperBatch] = []  # the round's super-batches received so far
         self._pending: collections.deque[tuple[Any, RunPart | None]] = collections.deque()
         self.handed_run: RunPart | None = None
         self._handed = 0
-        self._length = 0  # the epoch's batches
+        self._length: int | None = 0  # the epoch's batches (None: the sampler cannot tell)
         super().__init__(loader)
 
     def _reset(self, loader: DataLoader[Any], first_iter: bool = False) -> None:
         self._dealt.clear()
+        self._sent.clear()
+        self._round = []
         self._pending.clear()
         self.handed_run = None
         self._handed = 0
@@ -70,7 +74,9 @@ class _Counting(_BaseDataLoaderIter):
             return next(self._sampler_iter)  # may raise StopIteration
         if not self._dealt:
             self._dealt.extend(self._grouping.deal(self._sampler_iter))
-        return self._dealt.popleft()
+        group = self._dealt.popleft()
+        self._sent.append(group)
+        return group
 
     def __next__(self) -> Any:
         batches = self._index_sampler
@@ -89,20 +95,33 @@ class _Counting(_BaseDataLoaderIter):
         return data
 
     def _receive(self) -> None:
-        """The next message's batches (a round's, with super-batches), queued in order."""
-        data = super().__next__()
-        self._length = len(self._index_sampler)  # once a message, not once a batch
-        if not isinstance(data, SuperBatch):
-            self._pending.append((data, None))
-            return
-        round_ = [data]
-        while len(round_) < data.of:
-            more = super().__next__()
-            if not isinstance(more, SuperBatch):  # a worker that could not send its group
-                assert isinstance(more, BatchFailure)
-                more.raise_it()
-            round_.append(more)
-        self._pending.extend(interleave(round_))
+        """The next message's batches (a round's, with super-batches), queued in order. A
+        round received in part (a timeout, an interrupt) is kept for the next call."""
+        while True:
+            data = super().__next__()
+            self._length = _length(self._index_sampler)  # once a message, not once a batch
+            if self._grouping is None:
+                self._pending.append((data, None))
+                return
+            group = self._sent.popleft()  # messages come in the order sent (in_order)
+            if not isinstance(data, SuperBatch):  # the group failed whole: each of its batches
+                data = SuperBatch(
+                    [BatchFailure(data.error) for _ in group.batches], slot=group.slot, of=group.of
+                )
+            self._round.append(data)
+            if len(self._round) == group.of:
+                self._pending.extend(interleave(self._round))
+                self._round = []
+                return
+
+
+def _length(batches: Any) -> int | None:
+    """The epoch's batches, where its sampler knows them (one without ``__len__``, as an
+    endless one, does not)."""
+    try:
+        return len(batches)
+    except TypeError:
+        return None
 
 
 class CountingSingleProcessIter(_Counting, _SingleProcessDataLoaderIter):

@@ -111,11 +111,11 @@ class EpochProgress:
     end: EpochEnd | None = None
     finished: bool = False  # the loader's iterator reached the epoch's end
 
-    def counted(self, yielded: int, length: int) -> None:
-        """The loader's iterator has handed out ``yielded`` batches of ``length``: the
-        last one raises Accelerate's ``end_of_dataloader``."""
+    def counted(self, yielded: int, length: int | None) -> None:
+        """The loader's iterator has handed out ``yielded`` batches of ``length`` (None:
+        unknown): the last one raises Accelerate's ``end_of_dataloader``."""
         self.yielded = yielded
-        if self.end is not None and self.skip + yielded >= length:
+        if self.end is not None and length is not None and self.skip + yielded >= length:
             self.end.end_of_dataloader = True
 
     def ended(self) -> None:
@@ -222,7 +222,7 @@ class ResumableBatches:
         handed = -1  # the position in the order of the last index handed out
         try:
             for drawn in stream:
-                batch = drawn if self.fresh else _owned(drawn)
+                batch = drawn if self.fresh or not self.batched else _owned(drawn)
                 if fetching is not None:
                     handed += count(batch)
                     fetching.reached(handed)
@@ -245,15 +245,18 @@ class ResumableBatches:
 
 
 def _owned(batch: Any) -> Any:
-    """``batch`` as drawn, in an object of its own: an index as it is, a tensor or array
-    copied, a tuple kept (it cannot change), anything else (a list, a generator) as a list."""
-    if isinstance(batch, (int, np.integer, tuple)):
-        return batch
+    """A batch of indices as drawn, in an object of its own where the sampler might change
+    or consume it before it is read: a list or tensor copied, a generator (any iterator)
+    as a list; anything else (a tuple, a batch object of the dataset's own) as it is."""
+    if isinstance(batch, list):
+        return list(batch)
     if isinstance(batch, torch.Tensor):
         return batch.clone()
     if isinstance(batch, np.ndarray):
         return batch.copy()
-    return list(batch)
+    if isinstance(batch, Iterator):
+        return list(batch)
+    return batch
 
 
 def _count(batch: Any) -> int:

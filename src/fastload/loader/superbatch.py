@@ -115,15 +115,16 @@ class Grouping:
 
     def deal(self, batches: Iterator[Any]) -> list[Group]:
         """The next round's groups, drawn from ``batches``: batch ``k`` of the round to
-        group ``k % workers``, as DataLoader sends batch ``k`` to worker ``k % workers``.
-        Fewer groups than workers where the epoch has fewer batches left.
+        group ``k % workers``, as DataLoader sends batch ``k`` to worker ``k % workers``
+        (a round is a whole number of turns of the workers, so the next one starts at
+        worker 0 again). Fewer groups than workers where the epoch has fewer batches left.
 
         Raises:
             StopIteration: ``batches`` has none left.
         """
         drawn: list[Any] = []
         filled = [0] * self.workers
-        while min(filled) < self.samples:
+        while min(filled) < self.samples or len(drawn) % self.workers:
             batch: Any = next(batches, _END)
             if batch is _END:
                 break
@@ -255,6 +256,9 @@ class BatchFetch(Protocol):
     def load(self, possibly_batched_index: Any) -> Any:
         """A batch's samples, uncollated, a failure naming its sample."""
 
+    def fetch_one(self, possibly_batched_index: Any) -> Any:
+        """A batch loaded and collated, as DataLoader's fetch makes it."""
+
 
 class RowSource(Protocol):
     """In-memory tensors fetched by rows (``fastload.loader.fetch.DatasetView``)."""
@@ -273,11 +277,13 @@ def fetch_group(fetcher: BatchFetch, group: Group) -> SuperBatch:
         rows = _fetch_rows(fetcher.dataset, group)
         if rows is not None:
             return rows
+    if group.mode is Mode.EACH:  # loaded and collated batch by batch, as DataLoader calls both
+        batches = [_attempt(fetcher.fetch_one, batch) for batch in group.batches]
+        return SuperBatch(batches, slot=group.slot, of=group.of)
     loaded = [_attempt(fetcher.load, batch) for batch in group.batches]
-    if group.mode is Mode.WHOLE:
-        whole = _collate_whole(fetcher.collate_fn, loaded, group)
-        if whole is not None:
-            return whole
+    whole = _collate_whole(fetcher.collate_fn, loaded, group)  # (default_collate draws nothing)
+    if whole is not None:
+        return whole
     batches = [
         samples if isinstance(samples, BatchFailure) else _attempt(fetcher.collate_fn, samples)
         for samples in loaded

@@ -135,9 +135,10 @@ def unsendable_reason(
 def dataset_fingerprint(dataset: Any) -> tuple[Any, ...]:
     """What a dataset's workers were given, as far as a look that costs no copy tells:
     the dataset's attributes, each by its object and its length (or shape), and the same
-    of each dataset it holds. An attribute given a new object (``subset.indices = ...``,
-    ``dataset.samples = ...``) or grown or cut in place changes it; values written in
-    place over the same length do not."""
+    of each dataset it holds (alone, or in a list as ``ConcatDataset`` holds them). An
+    attribute given a new object (``subset.indices = ...``, ``dataset.samples = ...``) or
+    grown or cut in place changes it; values written in place over the same length do
+    not."""
     seen: set[int] = set()
 
     def look(value: Any, depth: int) -> tuple[Any, ...]:
@@ -146,21 +147,17 @@ def dataset_fingerprint(dataset: Any) -> tuple[Any, ...]:
         seen.add(id(value))
         fields = []
         for name, item in sorted(getattr(value, "__dict__", {}).items()):
-            size: Any = getattr(item, "shape", None)
-            if size is None:
-                try:
-                    size = len(item)
-                except Exception:  # no length: its object is all there is to compare
-                    size = None
-            inner = look(item, depth + 1) if isinstance(item, Dataset) else ()
-            fields.append(
-                (
-                    name,
-                    id(item),
-                    tuple(size) if size is not None and not isinstance(size, int) else size,
-                    inner,
-                )
-            )
+            try:
+                size: Any = getattr(item, "shape", None)
+                size = len(item) if size is None else tuple(size)
+            except Exception:  # no length (or a closed file's): its object is all there is
+                size = None
+            inner: tuple[Any, ...] = ()
+            if isinstance(item, Dataset):
+                inner = look(item, depth + 1)
+            elif isinstance(item, (list, tuple)) and item and isinstance(item[0], Dataset):
+                inner = tuple(look(part, depth + 1) for part in item)
+            fields.append((name, id(item), size, inner))
         return (type(value), id(value), tuple(fields))
 
     return look(dataset, 0)
