@@ -359,3 +359,16 @@ def test_an_epoch_a_prefetcher_began_ahead_is_begun_again_when_the_data_changed(
     second = steps(prefetcher)
     assert second == steps(alone)
     assert all(label >= 10 for batch, _ in second for label in batch[1][1][3])
+
+
+@pytest.mark.parametrize("kind", [FastLoader, DataLoader])
+def test_without_workers_a_change_between_batches_is_the_next_batchs(kind):
+    data = tensors(64)
+    loader = kind(data, batch_size=8)
+    seen = []
+    for step, (_, labels) in enumerate(loader):
+        seen.append(labels[0].item())
+        data.tensors[1][:] = 1000 * (step + 1)  # labels rewritten in place, as pseudo-labels are
+    assert seen == [0] + [1000 * step for step in range(1, 8)]
+    if kind is FastLoader:
+        assert not loader.super_batches and "no workers" in repr(loader)

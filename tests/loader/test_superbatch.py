@@ -270,7 +270,7 @@ def test_turned_off_the_batches_go_one_by_one():
 
 
 def test_in_memory_tensors_are_indexed_a_group_at_a_time():
-    loader = FastLoader(TensorDataset(torch.arange(10)), batch_size=2)
+    loader = FastLoader(TensorDataset(torch.arange(10)), batch_size=2, super_batches=True)
     assert loader.super_batches and loader._grouping == Grouping(Mode.ROWS, 2)
     first, second = list(loader)[:2]
     assert buffer(first[0]) == buffer(second[0])

@@ -191,6 +191,7 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
         self._workers_given: tuple[Any, ...] | None = None
         self._start_batches(dataset, in_memory=in_memory, keyed=keyed, iterable=iterable)
         self._grouping, why = plan_super_batches(super_batches, self, in_memory=in_memory)
+        self._super_batches_given = super_batches
         self.super_batches, self.choices = self._grouping is not None, self.choices | why
         if self.choices:
             logger.info("%s chose %s", type(self).__name__, describe_choices(self))
@@ -206,8 +207,8 @@ class FastLoader(PreparedByItself, DataLoader[T_co]):
     def _current_grouping(self) -> Grouping | None:
         """The grouping the next iterator deals its batches by: to the workers there are
         now, collated by the collate_fn there is now."""
-        if self._grouping is None:
-            return None
+        if self._grouping is None or (self.num_workers == 0 and self._super_batches_given is None):
+            return None  # (workers dropped since): DataLoader loads no batch ahead without
         mode = group_mode(self, in_memory=fetches_rows(self.dataset))
         return dataclasses.replace(self._grouping, mode=mode, workers=max(1, self.num_workers))
 

@@ -382,7 +382,7 @@ def plan_super_batches(
     why = f"about {GROUP_SAMPLES} samples {carried}; super_batches=False: off"
     if loader.batch_size is not None and loader.batch_size >= GROUP_SAMPLES:
         why = f"batches of {GROUP_SAMPLES} samples or more go one by one"
-    elif loader.num_workers == 0 and not in_memory:
+    elif loader.num_workers == 0:  # DataLoader loads no batch ahead in the main process
         why = "no workers: each batch is loaded when it is asked for"
     else:
         return grouping, {"super_batches": why}
