@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -193,3 +194,32 @@ def test_the_batchs_seeds_in_one_pass_equal_each_samples_seed(seed, epoch, indic
         sample_seed(seed, epoch, index) for index in indices
     ]
     assert 0 <= batch_seed([sample_seed(seed, epoch, i) for i in indices]) < 2**63
+
+
+class Drawing(Dataset):
+    """Sample ``i``: a few of torch's draws, made while it loads."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> list[float]:
+        return [torch.rand(()).item() for _ in range(20)]
+
+
+def test_keyed_loads_on_two_threads_at_once_draw_their_own_seeds():
+    def draws() -> list:
+        loader = FastLoader(Drawing(), batch_size=4, seed=9, num_workers=0)
+        return [[row.tolist() for row in batch] for batch in (torch.stack(b, 1) for b in loader)]
+
+    alone = draws()
+    results: list = [None, None]
+
+    def run(slot: int) -> None:
+        results[slot] = draws()
+
+    threads = [threading.Thread(target=run, args=(slot,)) for slot in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [alone, alone]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -36,16 +37,24 @@ from fastload.seeds import (
 __all__ = ["SeededSamples", "fetches_batches", "order_generator", "seeded_order"]
 
 
+#: Keyed loads in the main process seed the process's global generators: two threads
+#: loading at once (two prefetchers' reader threads, one beginning its next epoch ahead)
+#: would draw from each other's seeds.
+_GLOBAL_GENERATORS = threading.RLock()
+
+
 @contextlib.contextmanager
 def _rng_kept() -> Iterator[None]:
-    """Python's, NumPy's and torch's global generators as they were, after the block."""
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
+    """Python's, NumPy's and torch's global generators as they were, after the block,
+    which no other keyed load in this process runs beside."""
+    with _GLOBAL_GENERATORS:
+        states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        try:
+            yield
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.set_rng_state(states[2])
 
 
 def fetches_batches(dataset: Any) -> bool:
