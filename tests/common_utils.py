@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import runpy
 import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -107,3 +109,13 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def script_outcome(script: str, *args: str, env: dict[str, str] | None = None) -> tuple:
+    """``(exit status, stdout, stderr)`` of ``python -c script args`` in a new interpreter
+    (its exit included: what it prints as the modules are cleared), within 120 s."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from common_utils import KILLED_CONVERSION
+from common_utils import KILLED_CONVERSION, script_outcome
 from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.format.index import INDEX, PROGRESS, ShardIndexError
@@ -698,11 +698,8 @@ itself = __main__
 
 @pytest.mark.slow
 def test_a_script_that_read_a_bucket_exits_without_a_word_on_stderr(url, server, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", READ_TO_THE_END, url, str(tmp_path)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **server.environment()},
-    )  # fmt: skip
-    assert (done.returncode, done.stdout, done.stderr) == (0, "24\n", "")
+    outcome = script_outcome(READ_TO_THE_END, url, str(tmp_path), env=server.environment())
+    assert outcome == (0, "24\n", "")
 
 
 #: A script that takes one batch of a loader downloading ahead over the bucket
@@ -724,8 +721,5 @@ itself = __main__
 
 @pytest.mark.slow
 def test_a_script_that_left_a_pass_unfinished_exits_without_a_word_on_stderr(url, server, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", LEAVE_A_PASS_UNFINISHED, url, str(tmp_path)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **server.environment()},
-    )  # fmt: skip
-    assert (done.returncode, done.stdout, done.stderr) == (0, "4\n", "")
+    outcome = script_outcome(LEAVE_A_PASS_UNFINISHED, url, str(tmp_path), env=server.environment())
+    assert outcome == (0, "4\n", "")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from common_utils import KILLED_CONVERSION
+from common_utils import KILLED_CONVERSION, script_outcome
 from fastload import FastLoader, ImageFolder, make_image_folder
 from fastload.shards import ShardedDataset, ShardShuffle, write_shards
 from fastload.shards.format.index import INDEX, PROGRESS, ShardIndexError
@@ -260,8 +260,5 @@ itself = __main__
 
 @pytest.mark.slow
 def test_a_script_that_read_a_store_exits_without_a_word_on_stderr(store, url, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", READ_TO_THE_END, url, str(tmp_path), json.dumps(store.options())],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert (done.returncode, done.stdout, done.stderr) == (0, "24\n", "")
+    outcome = script_outcome(READ_TO_THE_END, url, str(tmp_path), json.dumps(store.options()))
+    assert outcome == (0, "24\n", "")
