@@ -348,6 +348,9 @@ def test_fastloader_tune_measures_and_explains():
 
 def test_wait_summary_of_nothing():
     assert str(WaitSummary((), ())) == "no iterations"
+    assert "p95 300.0 ms" in str(WaitSummary((0.1, 0.3), (0.0, 0.0)))  # not the minimum
+    twenty = WaitSummary(tuple(i / 1000 for i in range(1, 21)), (0.0,) * 20)
+    assert twenty.percentile(95) == 0.019 and twenty.percentile(100) == 0.020
     assert WaitSummary((), ()).wait_fraction == 0.0
 
 

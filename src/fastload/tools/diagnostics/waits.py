@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Iterable, Iterator
@@ -44,11 +45,22 @@ class WaitSummary:
         total = self.wait_seconds + self.compute_seconds
         return self.wait_seconds / total if total else 0.0
 
+    def percentile(self, percent: float) -> float:
+        """The wait that ``percent`` % of the iterations waited at most, by the nearest
+        rank (a wait that happened; of two waits, p95 is the longer).
+
+        Example:
+            >>> WaitSummary((0.1, 0.3), (0.0, 0.0)).percentile(95)
+            0.3
+        """
+        ranked = sorted(self.waits)
+        return ranked[max(math.ceil(percent / 100 * len(ranked)) - 1, 0)]
+
     def __str__(self) -> str:
         if not self.waits:
             return "no iterations"
         mean_wait = 1000 * statistics.fmean(self.waits)
-        p95 = 1000 * sorted(self.waits)[int(0.95 * (len(self.waits) - 1))]
+        p95 = 1000 * self.percentile(95)
         return (
             f"{self.iterations} iterations: waited {self.wait_seconds:.2f} s for data "
             f"({100 * self.wait_fraction:.1f}% of the loop), mean {mean_wait:.1f} ms, "
