@@ -33,6 +33,18 @@ def test_every_public_name_resolves(name):
     assert getattr(fastload, name) is not None
 
 
+def test_the_packages_the_docs_name_are_there_after_import_fastload():
+    script = (
+        "import fastload\n"
+        "print(fastload.gpu.RandomHorizontalFlip.__name__, fastload.transforms.__name__,"
+        " fastload.datasets.__name__, fastload.decode.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.split() == [
+        "RandomHorizontalFlip", "fastload.transforms", "fastload.datasets", "fastload.decode"
+    ]  # fmt: skip
+
+
 def test_unknown_name_raises_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
         fastload.NoSuchThing  # noqa: B018

@@ -46,4 +46,10 @@ if TYPE_CHECKING:
     from fastload.tools.diagnostics import diagnose, timed
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
+#: The packages the docs name as ``fastload.X``: reachable after ``import fastload``.
+_SUBMODULES = (
+    "collate", "datasets", "decode", "gpu", "integrations", "lmdb", "loader", "prefetch",
+    "records", "seeds", "shards", "testing", "tools", "transforms",
+)  # fmt: skip
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__, _SUBMODULES)

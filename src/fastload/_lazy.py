@@ -15,12 +15,18 @@ def lazy_exports(
     exports: Mapping[str, str],
     namespace: dict[str, Any],
     listed: Iterable[str],
+    submodules: Iterable[str] = (),
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module-level ``__getattr__`` and ``__dir__`` of ``package``: ``exports`` maps a
-    name to the module it is imported from, once, into ``namespace``; ``dir()`` lists
-    ``listed`` and the exports."""
+    name to the module it is imported from, once, into ``namespace``; a name among
+    ``submodules`` is that module of the package (``fastload.gpu`` after ``import
+    fastload``, as ``import fastload.gpu`` gives it); ``dir()`` lists ``listed`` and the
+    exports."""
+    modules = frozenset(submodules)
 
     def __getattr__(name: str) -> Any:
+        if name in modules:
+            return importlib.import_module(f"{package}.{name}")
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
