@@ -51,6 +51,23 @@ def test_unknown_command_exits_with_usage(capsys):
     assert "invalid choice: 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["convert", "data/train", "x.lmdb", "--resise", "256"],
+         "fastload convert: error: unrecognized option: --resise (did you mean --resize?)"),
+        (["bench", "data/train", "--wokers", "0,1", "--jsn"],
+         "fastload bench: error: unrecognized options: --wokers (did you mean --workers?), "
+         "--jsn"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_option_is_named_by_its_command_with_the_closest(capsys, argv, said):
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == said
+
+
 def test_measure_counts_runs_and_rejects_bad_counts():
     calls = []
     result = measure(lambda: calls.append(1), repeats=3, warmup=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.metadata
 import logging
 import sys
@@ -287,7 +288,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run a command. Whatever goes wrong ends in one line on stderr and exit status 2
     (with ``--verbose``, the traceback above it)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _refuse_unknown(parser, args.command, extras)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
     )
@@ -300,6 +303,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.verbose:
             traceback.print_exc()
         parser.exit(2, f"fastload {args.command}: error: {_one_line(error)}\n")
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str, extras: list[str]) -> None:
+    """Exit 2 naming, as the subcommand, the options it does not know (not the arguments
+    around them the user typed right), each with the closest it knows."""
+    subcommand = next(
+        action.choices[command]
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    known = [name for action in subcommand._actions for name in action.option_strings]
+    unknown = [extra for extra in extras if extra.startswith("-")] or extras
+    named = []
+    for option in unknown:
+        close = difflib.get_close_matches(option.split("=", 1)[0], known, n=1)
+        named.append(f"{option} (did you mean {close[0]}?)" if close else option)
+    what = "option" if len(named) == 1 else "options"
+    subcommand.error(f"unrecognized {what}: {', '.join(named)}")
 
 
 def _one_line_warning(command: str) -> Callable[..., None]:
