@@ -10,6 +10,7 @@ import pytest
 
 from fastload.loader import auto_num_workers
 from fastload.testing.synthetic import make_image_folder
+from fastload.tools import commands
 from fastload.tools.cli import main
 from fastload.tools.demo import compare_loaders
 from fastload.tools.measure import format_table, measure
@@ -66,6 +67,29 @@ def test_a_mistyped_option_is_named_by_its_command_with_the_closest(capsys, argv
         main(argv)
     assert caught.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == said
+
+
+@pytest.mark.parametrize("converted", [True, False])
+def test_an_interrupted_conversion_names_what_it_left_and_how_to_go_on(
+    capsys, monkeypatch, tmp_path, converted
+):
+    destination = tmp_path / "train.lmdb"
+
+    def interrupted(args):
+        if converted:
+            destination.write_bytes(b"part")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "convert", interrupted)
+    with pytest.raises(SystemExit) as caught:
+        main(["convert", str(tmp_path), str(destination)])
+    assert caught.value.code == 130
+    said = capsys.readouterr().err.strip()
+    if converted:
+        assert said == (f"fastload convert: interrupted: {destination} keeps what was "
+                        "converted; the same command with --resume goes on from there")  # fmt: skip
+    else:
+        assert said == f"fastload convert: interrupted: nothing was converted into {destination}"
 
 
 def test_measure_counts_runs_and_rejects_bad_counts():

@@ -298,11 +298,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         args.run(args)
     except KeyboardInterrupt:
-        parser.exit(130, f"fastload {args.command}: interrupted\n")
+        parser.exit(130, f"fastload {args.command}: interrupted{_after_interrupt(args)}\n")
     except Exception as error:  # one clear line, not a traceback
         if args.verbose:
             traceback.print_exc()
         parser.exit(2, f"fastload {args.command}: error: {_one_line(error)}\n")
+
+
+def _after_interrupt(args: argparse.Namespace) -> str:
+    """What an interrupted conversion left, and the command that goes on from it."""
+    destination = getattr(args, "destination", None)
+    if args.command != "convert" or not destination:
+        return ""
+    go_on = "the same command with --resume goes on from there"
+    if "://" in destination:
+        return f": {destination} keeps what was converted; {go_on}"
+    if not Path(destination).exists():
+        return f": nothing was converted into {destination}"
+    return f": {destination} keeps what was converted; {go_on}"
 
 
 def _refuse_unknown(parser: argparse.ArgumentParser, command: str, extras: list[str]) -> None:
