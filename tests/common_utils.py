@@ -116,6 +116,9 @@ def script_outcome(script: str, *args: str, env: dict[str, str] | None = None) -
     (its exit included: what it prints as the modules are cleared), within 120 s."""
     done = subprocess.run(
         [sys.executable, "-c", script, *args],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
     return done.returncode, done.stdout, done.stderr

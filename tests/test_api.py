@@ -41,8 +41,11 @@ def test_the_packages_the_docs_name_are_there_after_import_fastload():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.stdout.split() == [
-        "RandomHorizontalFlip", "fastload.transforms", "fastload.datasets", "fastload.decode"
-    ]  # fmt: skip
+        "RandomHorizontalFlip",
+        "fastload.transforms",
+        "fastload.datasets",
+        "fastload.decode",
+    ]
 
 
 def test_unknown_name_raises_attribute_error():

@@ -135,8 +135,10 @@ def test_the_walk_rebuilds_every_level_with_each_leaf_in_its_place(batch):
     out = map_tensors(batch, lambda path, tensor: tensor + 1)
     assert [path for path, _ in tensor_leaves(out)] == paths
     assert_same(out, map_tensors(batch, lambda path, tensor: tensor + 1))
-    assert all(torch.equal(after, before + 1) for (_, after), (_, before) in
-               zip(tensor_leaves(out), tensor_leaves(batch), strict=True))  # fmt: skip
+    assert all(
+        torch.equal(after, before + 1)
+        for (_, after), (_, before) in zip(tensor_leaves(out), tensor_leaves(batch), strict=True)
+    )
 
 
 def test_a_defaultdict_keeps_its_factory_and_still_makes_missing_keys():

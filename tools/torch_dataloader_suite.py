@@ -358,12 +358,25 @@ def run_file(
         FASTLOAD_SUITE_LIMITS=str(scratch / f"{mode}.limits.json"),
     )
     command = [
-        sys.executable, "-m", "pytest", str(test_file), "-q", "--tb=short",
-        "-p", "no:cacheprovider", "-p", "_fastload_suite_plugin",
-        "-c", str(scratch / "pytest.ini"), "--rootdir", str(test_file.parent),
-        "--confcutdir", str(test_file.parent),
-        *(["-k", args.k] if args.k else []), *args.pytest_args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest",
+        str(test_file),
+        "-q",
+        "--tb=short",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "_fastload_suite_plugin",
+        "-c",
+        str(scratch / "pytest.ini"),
+        "--rootdir",
+        str(test_file.parent),
+        "--confcutdir",
+        str(test_file.parent),
+        *(["-k", args.k] if args.k else []),
+        *args.pytest_args,
+    ]
     run, offset, started = Run(mode), 0, time.monotonic()
 
     def limit(nodeid: str) -> float:
@@ -373,9 +386,13 @@ def run_file(
     for _ in range(MAX_RESTARTS + 1):
         with open(scratch / f"{mode}.log", "ab") as log:
             proc = subprocess.Popen(
-                command, cwd=test_file.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
+                command,
+                cwd=test_file.parent,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         in_flight: tuple[str, float] | None = None
         killed = False
         last_progress = time.monotonic()
@@ -547,8 +564,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs[mode] = run_file(mode, test_file, args, scratch, limits(runs, args.timeout))
             loader = runs[mode].loader or "never seen"
             if not loader.endswith(f".{mode}") or not runs[mode].outcomes:
-                print(f"the {mode} run ran {len(runs[mode].outcomes)} tests with {loader} as "
-                      f"torch.utils.data.DataLoader: see {scratch}")  # fmt: skip
+                print(
+                    f"the {mode} run ran {len(runs[mode].outcomes)} tests with {loader} as "
+                    f"torch.utils.data.DataLoader: see {scratch}"
+                )
                 args.keep = scratch
                 return 2
         only_fast = summary(runs)

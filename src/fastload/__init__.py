@@ -48,8 +48,20 @@ if TYPE_CHECKING:
 
 #: The packages the docs name as ``fastload.X``: reachable after ``import fastload``.
 _SUBMODULES = (
-    "collate", "datasets", "decode", "gpu", "integrations", "lmdb", "loader", "prefetch",
-    "records", "seeds", "shards", "testing", "tools", "transforms",
-)  # fmt: skip
+    "collate",
+    "datasets",
+    "decode",
+    "gpu",
+    "integrations",
+    "lmdb",
+    "loader",
+    "prefetch",
+    "records",
+    "seeds",
+    "shards",
+    "testing",
+    "tools",
+    "transforms",
+)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__, _SUBMODULES)

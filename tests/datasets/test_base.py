@@ -34,12 +34,17 @@ def test_the_pixel_limit_travels_with_a_pickled_dataset(folder, monkeypatch):
 def test_the_pixel_limit_set_in_the_main_process_reaches_a_spawned_worker(folder, monkeypatch):
     # lowered, as a raised one is set: a worker at the default would decode these images
     monkeypatch.setattr(opencv, "MAX_PIXELS", 1000)
-    loader = FastLoader(ImageFolder(folder), batch_size=2, num_workers=1,
-                        multiprocessing_context="spawn")  # fmt: skip
-    with pytest.raises(ImageDecodeError, match=r"(?s)in DataLoader worker process 0\..*"
-                       r"3,072 pixels, over the limit of 1,000"):  # fmt: skip
+    loader = FastLoader(
+        ImageFolder(folder), batch_size=2, num_workers=1, multiprocessing_context="spawn"
+    )
+    with pytest.raises(
+        ImageDecodeError,
+        match=r"(?s)in DataLoader worker process 0\..*"
+        r"3,072 pixels, over the limit of 1,000",
+    ):
         next(iter(loader))
     monkeypatch.setattr(opencv, "MAX_PIXELS", None)  # turned off, as the docs allow
-    loader = FastLoader(ImageFolder(folder), batch_size=2, num_workers=1,
-                        multiprocessing_context="spawn")  # fmt: skip
+    loader = FastLoader(
+        ImageFolder(folder), batch_size=2, num_workers=1, multiprocessing_context="spawn"
+    )
     assert [len(labels) for _, labels in loader] == [2, 2]

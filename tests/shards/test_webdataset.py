@@ -481,8 +481,12 @@ def test_a_gzip_member_is_read_whole_and_a_gzip_bomb_or_cut_one_is_refused(tmp_p
 @pytest.fixture
 def gzipped(tmp_path):
     """WebDataset shards whose first sample's text decompresses to 5,000 bytes."""
-    samples = [("0.jpg", jpeg(0)), ("0.txt.gz", gzip.compress(b"0" * 5000)),
-               ("1.jpg", jpeg(1)), ("1.txt.gz", gzip.compress(b"a cat"))]  # fmt: skip
+    samples = [
+        ("0.jpg", jpeg(0)),
+        ("0.txt.gz", gzip.compress(b"0" * 5000)),
+        ("1.jpg", jpeg(1)),
+        ("1.txt.gz", gzip.compress(b"a cat")),
+    ]
     write_tar(tmp_path / "a.tar", samples)
     main(["index", str(tmp_path)])
     return tmp_path
@@ -510,8 +514,15 @@ def test_the_gunzip_limit_set_in_the_main_process_reaches_a_spawned_worker(gzipp
 
     # lowered, as a raised one is set: a worker at the default would read the member
     monkeypatch.setattr(members, "MAX_GUNZIPPED", 4096)
-    loader = FastLoader(ShardedDataset(gzipped, keys=("txt.gz",)), batch_size=1, num_workers=1,
-                        multiprocessing_context="spawn")  # fmt: skip
-    with pytest.raises(ShardIndexError, match=r"(?s)in DataLoader worker process 0\..*"
-                       r"txt_gz member decompresses to more than 4,096 bytes"):  # fmt: skip
+    loader = FastLoader(
+        ShardedDataset(gzipped, keys=("txt.gz",)),
+        batch_size=1,
+        num_workers=1,
+        multiprocessing_context="spawn",
+    )
+    with pytest.raises(
+        ShardIndexError,
+        match=r"(?s)in DataLoader worker process 0\..*"
+        r"txt_gz member decompresses to more than 4,096 bytes",
+    ):
         next(iter(loader))

@@ -55,13 +55,17 @@ def test_unknown_command_exits_with_usage(capsys):
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["convert", "data/train", "x.lmdb", "--resise", "256"],
-         "fastload convert: error: unrecognized option: --resise (did you mean --resize?)"),
-        (["bench", "data/train", "--wokers", "0,1", "--jsn"],
-         "fastload bench: error: unrecognized options: --wokers (did you mean --workers?), "
-         "--jsn"),
+        (
+            ["convert", "data/train", "x.lmdb", "--resise", "256"],
+            "fastload convert: error: unrecognized option: --resise (did you mean --resize?)",
+        ),
+        (
+            ["bench", "data/train", "--wokers", "0,1", "--jsn"],
+            "fastload bench: error: unrecognized options: --wokers (did you mean --workers?), "
+            "--jsn",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_mistyped_option_is_named_by_its_command_with_the_closest(capsys, argv, said):
     with pytest.raises(SystemExit) as caught:
         main(argv)
@@ -86,8 +90,10 @@ def test_an_interrupted_conversion_names_what_it_left_and_how_to_go_on(
     assert caught.value.code == 130
     said = capsys.readouterr().err.strip()
     if converted:
-        assert said == (f"fastload convert: interrupted: {destination} keeps what was "
-                        "converted; the same command with --resume goes on from there")  # fmt: skip
+        assert said == (
+            f"fastload convert: interrupted: {destination} keeps what was "
+            "converted; the same command with --resume goes on from there"
+        )
     else:
         assert said == f"fastload convert: interrupted: nothing was converted into {destination}"
 
@@ -377,14 +383,20 @@ def databases(places, tmp_path_factory):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ("bench {root}/det.lmdb", "{root}/det.lmdb: its records hold targets (boxes, labels, "
-         "masks); diagnose and bench measure image classification data (images and labels)"),
+        (
+            "bench {root}/det.lmdb",
+            "{root}/det.lmdb: its records hold targets (boxes, labels, "
+            "masks); diagnose and bench measure image classification data (images and labels)",
+        ),
         ("diagnose {root}/det.lmdb --model none", "{root}/det.lmdb: its records hold targets"),
-        ("diagnose {root}/list.lmdb", "{root}/list.lmdb: no class names, so no number of classes "
-         "for --model resnet18's output; pass --model none to measure the loading alone"),
+        (
+            "diagnose {root}/list.lmdb",
+            "{root}/list.lmdb: no class names, so no number of classes "
+            "for --model resnet18's output; pass --model none to measure the loading alone",
+        ),
         ("bench {root}/empty.lmdb", "{root}/empty.lmdb: no images to measure"),
     ],
-)  # fmt: skip
+)
 def test_data_diagnose_and_bench_cannot_measure_is_refused_before_measuring(
     databases, capsys, argv, message
 ):
@@ -474,13 +486,29 @@ HEAVY = {"torchvision", "albumentations", "matplotlib", "datasets", "boto3", "ra
         ([["info", "{lmdb}"], ["info", "{shards}"]], set()),
         ([["verify", "{lmdb}"], ["verify", "{shards}"]], set()),
         (  # the loading alone: albumentations augments it, no torchvision model trains
-            [["diagnose", "{lmdb}", "--model", "none", "--seconds", "1", "--batches", "1",
-              "--warmup", "0", "--workers", "0", "--batch-size", "4"]],
+            [
+                [
+                    "diagnose",
+                    "{lmdb}",
+                    "--model",
+                    "none",
+                    "--seconds",
+                    "1",
+                    "--batches",
+                    "1",
+                    "--warmup",
+                    "0",
+                    "--workers",
+                    "0",
+                    "--batch-size",
+                    "4",
+                ]
+            ],
             {"albumentations"},
         ),
     ],
     ids=["info", "verify", "diagnose-model-none"],
-)  # fmt: skip
+)
 def test_a_command_imports_only_what_it_uses(small_folder, tmp_path, commands, allowed):
     from fastload.lmdb import write_lmdb
     from fastload.shards import write_shards

@@ -52,8 +52,10 @@ class ImageDataset(Dataset[tuple[Any, Any]]):
         self.min_size = check_min_size(min_size)
 
     def __getstate__(self) -> dict[str, Any]:
-        limits = {f"{module.__name__}.{name}": getattr(module, name)
-                  for module, name in self.carried_limits}  # fmt: skip
+        limits = {
+            f"{module.__name__}.{name}": getattr(module, name)
+            for module, name in self.carried_limits
+        }
         return {**self.__dict__, _LIMITS: limits}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -24,8 +24,13 @@ __all__ = ["MARK_KEYS", "PLOT_MARK", "is_marked"]
 PLOT_MARK = "fastload plot"
 #: Format (the file's extension) -> the key of ``savefig``'s ``metadata`` that holds the
 #: mark; the formats not here keep no metadata, and a file of theirs is never replaced.
-MARK_KEYS = {"png": "Software", "svg": "Creator", "pdf": "Creator", "ps": "Creator",
-             "eps": "Creator"}  # fmt: skip
+MARK_KEYS = {
+    "png": "Software",
+    "svg": "Creator",
+    "pdf": "Creator",
+    "ps": "Creator",
+    "eps": "Creator",
+}
 
 _MARK = PLOT_MARK.encode()
 _HEADER = 1 << 16  # the most read of a file's header (PNG's chunks, PostScript's comments)
@@ -75,8 +80,15 @@ _CC = "{http://creativecommons.org/ns#}"
 _DC = "{http://purl.org/dc/elements/1.1/}"
 #: Where matplotlib's SVG keeps its creator: ``<svg><metadata><rdf:RDF><cc:Work>
 #: <dc:creator><cc:Agent><dc:title>``.
-_SVG_CREATOR = (f"{_SVG}svg", f"{_SVG}metadata", f"{_RDF}RDF", f"{_CC}Work",
-                f"{_DC}creator", f"{_CC}Agent", f"{_DC}title")  # fmt: skip
+_SVG_CREATOR = (
+    f"{_SVG}svg",
+    f"{_SVG}metadata",
+    f"{_RDF}RDF",
+    f"{_CC}Work",
+    f"{_DC}creator",
+    f"{_CC}Agent",
+    f"{_DC}title",
+)
 
 
 def _svg(file: BinaryIO) -> bool:
@@ -200,5 +212,9 @@ def _postscript(file: BinaryIO) -> bool:
 
 
 _READERS: dict[str, Callable[[BinaryIO], bool]] = {
-    "png": _png, "svg": _svg, "pdf": _pdf, "ps": _postscript, "eps": _postscript,
-}  # fmt: skip
+    "png": _png,
+    "svg": _svg,
+    "pdf": _pdf,
+    "ps": _postscript,
+    "eps": _postscript,
+}
