@@ -105,9 +105,7 @@ class _Counting(_BaseDataLoaderIter):
                 return
             group = self._sent.popleft()  # messages come in the order sent (in_order)
             if not isinstance(data, SuperBatch):  # the group failed whole: each of its batches
-                data = SuperBatch(
-                    [BatchFailure(data.error) for _ in group.batches], slot=group.slot, of=group.of
-                )
+                data = SuperBatch([BatchFailure(data.error) for _ in group.batches], of=group.of)
             self._round.append(data)
             if len(self._round) == group.of:
                 self._pending.extend(interleave(self._round))

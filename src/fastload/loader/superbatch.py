@@ -92,12 +92,11 @@ class BatchFailure:
 
 @dataclass(frozen=True)
 class Group:
-    """The batches of a round one worker loads: the round's batches ``slot``,
-    ``slot + of``, ``slot + 2 * of``, ... of the ``of`` groups dealt in that round."""
+    """The batches of a round one worker loads: the round's batches ``k``, ``k + of``,
+    ``k + 2 * of``, ... for the ``k``-th of the ``of`` groups dealt in that round."""
 
     batches: list[Any]
     mode: Mode
-    slot: int = 0
     of: int = 1
 
 
@@ -134,23 +133,19 @@ class Grouping:
         if not drawn:
             raise StopIteration
         groups = min(self.workers, len(drawn))
-        return [
-            Group(drawn[slot :: self.workers], self.mode, slot, groups) for slot in range(groups)
-        ]
+        return [Group(drawn[slot :: self.workers], self.mode, groups) for slot in range(groups)]
 
 
 @dataclass
 class SuperBatch:
     """A group's batches as a worker sends them: ``batches`` collated one by one (a
     :class:`BatchFailure` in a batch's place where it failed), or ``whole`` collated at
-    once with the ``sizes`` and ``layout`` to cut it by; ``slot`` and ``of``: its group's
-    place in its round."""
+    once with the ``sizes`` and ``layout`` to cut it by; ``of``: the groups in its round."""
 
     batches: list[Any] = field(default_factory=list)
     whole: Any = None
     sizes: tuple[int, ...] = ()
     layout: Any = None
-    slot: int = 0
     of: int = 1
 
     def unpack(self) -> list[Any]:
@@ -178,12 +173,12 @@ class SuperBatch:
         DataLoader's ``pin_memory`` thread calls."""
         batches = [pin_memory(batch) for batch in self.batches]
         whole = pin_memory(self.whole)
-        return SuperBatch(batches, whole, self.sizes, self.layout, self.slot, self.of)
+        return SuperBatch(batches, whole, self.sizes, self.layout, self.of)
 
 
 def interleave(round_: Sequence[SuperBatch]) -> Iterator[tuple[Any, RunPart | None]]:
     """A round's batches in the order they were drawn, from its groups' super-batches
-    (slot order): the first batch of each group, then the second of each, ..."""
+    (in the order sent): the first batch of each group, then the second of each, ..."""
     columns = itertools.zip_longest(*(part.parts() for part in round_), fillvalue=_END)
     return (item for column in columns for item in column if item is not _END)
 
@@ -279,7 +274,7 @@ def fetch_group(fetcher: BatchFetch, group: Group) -> SuperBatch:
             return rows
     if group.mode is Mode.EACH:  # loaded and collated batch by batch, as DataLoader calls both
         batches = [_attempt(fetcher.fetch_one, batch) for batch in group.batches]
-        return SuperBatch(batches, slot=group.slot, of=group.of)
+        return SuperBatch(batches, of=group.of)
     loaded = [_attempt(fetcher.load, batch) for batch in group.batches]
     whole = _collate_whole(fetcher.collate_fn, loaded, group)  # (default_collate draws nothing)
     if whole is not None:
@@ -288,7 +283,7 @@ def fetch_group(fetcher: BatchFetch, group: Group) -> SuperBatch:
         samples if isinstance(samples, BatchFailure) else _attempt(fetcher.collate_fn, samples)
         for samples in loaded
     ]
-    return SuperBatch(batches, slot=group.slot, of=group.of)
+    return SuperBatch(batches, of=group.of)
 
 
 def _attempt(step: Callable[[Any], Any], value: Any) -> Any:
@@ -310,7 +305,7 @@ def _fetch_rows(view: RowSource, group: Group) -> SuperBatch | None:
     whole = view.take(torch.cat(rows))  # type: ignore[arg-type]
     layout = ("seq", tuple(("tensor",) for _ in whole))
     sizes = tuple(part.shape[0] for part in rows)  # type: ignore[union-attr]
-    return SuperBatch(whole=whole, sizes=sizes, layout=layout, slot=group.slot, of=group.of)
+    return SuperBatch(whole=whole, sizes=sizes, layout=layout, of=group.of)
 
 
 def _collate_whole(
@@ -330,7 +325,7 @@ def _collate_whole(
     except Exception:
         return None  # each batch's own collate raises it, at its batch
     sizes = tuple(len(batch) for batch in loaded)
-    return SuperBatch(whole=whole, sizes=sizes, layout=layout, slot=group.slot, of=group.of)
+    return SuperBatch(whole=whole, sizes=sizes, layout=layout, of=group.of)
 
 
 def _carried(error: BaseException) -> BaseException | ExceptionWrapper:
